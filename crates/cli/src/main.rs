@@ -1,0 +1,115 @@
+//! `biogpu`: raw biomedical imaging data to quantitative maps, on the GPU or the CPU.
+
+mod commands;
+
+use clap::{Parser, Subcommand};
+use gpu_runtime::{Device, DeviceRequest, Selection};
+use std::process::ExitCode;
+
+const ABOUT: &str = "Raw biomedical imaging data to quantitative maps, on the GPU (CUDA or wgpu) with an exact CPU path.";
+
+const LONG_ABOUT: &str = "\
+Raw biomedical imaging data to quantitative maps, on the GPU (CUDA or wgpu) with an exact CPU path.
+
+Modalities:
+  speckle     Laser speckle contrast imaging: raw frames to speckle contrast K, SFI and
+              decorrelation-time (flow) maps; spatial, temporal and multi-exposure.
+  flim        Time-domain fluorescence lifetime imaging: TCSPC decay histograms to lifetime
+              maps (RLD, IEM, CMM, phasor, BCMM, least-squares and maximum-likelihood fits).
+  mc          Monte Carlo light transport in tetrahedral meshes (hop-drop-spin, Fresnel,
+              roulette): absorbed energy and fluence per tetrahedron.
+  perfusion   DCE perfusion: voxelwise pharmacokinetic fits (dual-input liver model, Tofts,
+              extended Tofts, Patlak, 2CXM).
+
+Devices: `--device auto` (default) uses a CUDA GPU, else a hardware wgpu GPU (Vulkan, Metal,
+DX12), else the CPU. `biogpu devices` lists what this machine has.";
+
+#[derive(Debug, Parser)]
+#[command(name = "biogpu", version, about = ABOUT, long_about = LONG_ABOUT)]
+struct Cli {
+    /// Device: auto, cpu, cuda, cuda:N, wgpu, wgpu:N or wgpu:software (lavapipe).
+    #[arg(long, global = true, env = gpu_runtime::DEVICE_ENV, default_value = "auto")]
+    device: String,
+    /// More log output (-v info, -vv debug with kernel and transfer spans).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// List every device with its facts, and the one `auto` picks.
+    Devices(commands::devices::Args),
+    /// Run each modality on built-in data and check the device against the CPU.
+    Demo(commands::demo::Args),
+    /// Laser speckle contrast imaging (not built yet).
+    Speckle(commands::NotBuilt),
+    /// Fluorescence lifetime imaging (not built yet).
+    Flim(commands::NotBuilt),
+    /// Monte Carlo light transport in tetrahedral meshes (not built yet).
+    Mc(commands::NotBuilt),
+    /// DCE perfusion fitting (not built yet).
+    Perfusion(commands::NotBuilt),
+}
+
+fn main() -> ExitCode {
+    quiet_vulkan_loader();
+    let cli = Cli::parse();
+    init_logging(cli.verbose);
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            for cause in e.chain().skip(1) {
+                eprintln!("  caused by: {cause}");
+            }
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Devices(args) => commands::devices::run(&args),
+        Command::Demo(args) => commands::demo::run(&args, &select_device(&cli.device)?),
+        Command::Speckle(_) => commands::not_built("speckle", 3),
+        Command::Flim(_) => commands::not_built("flim", 4),
+        Command::Mc(_) => commands::not_built("mc", 5),
+        Command::Perfusion(_) => commands::not_built("perfusion", 6),
+    }
+}
+
+/// Resolve `--device`, printing the one-line notice when `auto` falls back to the CPU.
+fn select_device(name: &str) -> anyhow::Result<Device> {
+    let request: DeviceRequest = name.parse()?;
+    let Selection { device, notes } = Device::select(request, false)?;
+    for note in notes {
+        eprintln!("biogpu: {note}");
+    }
+    tracing::info!(device = %device, "selected device");
+    Ok(device)
+}
+
+fn init_logging(verbose: u8) {
+    use tracing_subscriber::EnvFilter;
+    let default = match verbose {
+        0 => "warn",
+        1 => "info",
+        _ => "debug,wgpu_core=warn,wgpu_hal=warn,naga=warn,cubecl=info",
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+}
+
+/// Mesa's Vulkan drivers print "XDG_RUNTIME_DIR is invalid" on headless machines while
+/// biogpu only lists adapters; give them a private runtime dir so that noise goes away.
+fn quiet_vulkan_loader() {
+    if std::env::var_os("XDG_RUNTIME_DIR").is_none() {
+        let dir = std::env::temp_dir().join(format!("biogpu-runtime-{}", std::process::id()));
+        if std::fs::create_dir_all(&dir).is_ok() {
+            // SAFETY: called first thing in main, before any other thread exists.
+            unsafe { std::env::set_var("XDG_RUNTIME_DIR", &dir) };
+        }
+    }
+}

@@ -1,0 +1,109 @@
+//! CUDA probe: checks that libcuda and libnvrtc load before touching the driver, so a
+//! machine without them gets an error instead of cudarc's panic.
+
+use super::{Backend, DeviceInfo};
+use crate::error::{Error, Result};
+use cudarc::driver::{result, sys};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+/// Every CUDA device, or why there is none.
+pub(super) fn probe() -> Result<Vec<DeviceInfo>> {
+    // SAFETY: `is_culib_present` only tries to dlopen the library names and closes them.
+    if !unsafe { sys::is_culib_present() } {
+        return Err(Error::DriverMissing {
+            backend: "CUDA",
+            why: "libcuda (the NVIDIA driver) not found".into(),
+        });
+    }
+    // SAFETY: as above, for NVRTC.
+    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        return Err(Error::DriverMissing {
+            backend: "CUDA",
+            why: "the driver is present but NVRTC (libnvrtc, from the CUDA toolkit or the \
+                  nvidia-cuda-nvrtc package) is not; kernels cannot be compiled"
+                .into(),
+        });
+    }
+    // CubeCL's CUDA compiler reads headers from the toolkit and panics without them.
+    if cubecl::cuda::install::cuda_path().is_none() {
+        return Err(Error::DriverMissing {
+            backend: "CUDA",
+            why: "driver and NVRTC found, but no CUDA toolkit headers (set CUDA_PATH to the toolkit, \
+                  e.g. /usr/local/cuda)"
+                .into(),
+        });
+    }
+    // cudarc panics on a missing driver symbol (an old driver); turn that into an error.
+    catch_unwind(AssertUnwindSafe(query_devices)).unwrap_or_else(|panic| {
+        Err(Error::DriverMissing { backend: "CUDA", why: format!("driver query failed: {}", panic_text(&panic)) })
+    })
+}
+
+fn query_devices() -> Result<Vec<DeviceInfo>> {
+    let driver_err = |what: &str, e: cudarc::driver::DriverError| Error::DriverMissing {
+        backend: "CUDA",
+        why: format!("{what}: {e}"),
+    };
+    result::init().map_err(|e| driver_err("cuInit failed", e))?;
+    let count = result::device::get_count().map_err(|e| driver_err("cuDeviceGetCount failed", e))?;
+    if count == 0 {
+        return Err(Error::DriverMissing { backend: "CUDA", why: "the driver reports no CUDA device".into() });
+    }
+    let version = driver_version();
+    (0..count)
+        .map(|i| {
+            let dev = result::device::get(i).map_err(|e| driver_err("cuDeviceGet failed", e))?;
+            let name = result::device::get_name(dev).unwrap_or_else(|_| "unknown CUDA device".into());
+            // SAFETY: `dev` is a valid device handle from `device::get`; these calls read properties.
+            let (total, major, minor, sms) = unsafe {
+                let attr = |a| result::device::get_attribute(dev, a).unwrap_or(0);
+                (
+                    result::device::total_mem(dev).ok().map(|b| b as u64),
+                    attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR),
+                    attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR),
+                    attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT),
+                )
+            };
+            Ok(DeviceInfo {
+                id: format!("cuda:{i}"),
+                name,
+                backend: Backend::Cuda,
+                total_memory: total,
+                free_memory: free_memory(dev),
+                compute_capability: Some((major as u32, minor as u32)),
+                compute_units: Some(sms as u32),
+                max_buffer_bytes: total,
+                supports_f64: true,
+                software: false,
+                driver: version.clone(),
+            })
+        })
+        .collect()
+}
+
+/// Free memory on `dev`, read through its primary context (the one CubeCL uses too).
+fn free_memory(dev: sys::CUdevice) -> Option<u64> {
+    // SAFETY: retain/set_current/release on a valid device; the primary context is shared
+    // and reference counted, so releasing our reference leaves CubeCL's intact.
+    unsafe {
+        let ctx = result::primary_ctx::retain(dev).ok()?;
+        let free = result::ctx::set_current(ctx).ok().and_then(|()| result::mem_get_info().ok()).map(|(f, _)| f as u64);
+        let _ = result::primary_ctx::release(dev);
+        free
+    }
+}
+
+fn driver_version() -> Option<String> {
+    let mut v = 0i32;
+    // SAFETY: cuDriverGetVersion writes one int.
+    let ok = unsafe { sys::cuDriverGetVersion(&raw mut v) } == sys::CUresult::CUDA_SUCCESS;
+    ok.then(|| format!("CUDA driver {}.{}", v / 1000, (v % 1000) / 10))
+}
+
+pub(crate) fn panic_text(panic: &Box<dyn std::any::Any + Send>) -> String {
+    panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_string()))
+        .unwrap_or_else(|| "unknown panic".into())
+}

@@ -1,0 +1,369 @@
+//! Device choice: parse a request (`auto`, `cpu`, `cuda:1`, `wgpu`, ...), probe what the
+//! machine has, and pick one.
+//!
+//! `auto` prefers a CUDA GPU (driver and NVRTC present), then a hardware wgpu adapter
+//! (Vulkan/Metal/DX12), then the CPU. A software Vulkan adapter such as Mesa's lavapipe is
+//! never chosen silently: only `wgpu:software`, or a caller that allows it (the test
+//! harness), gets one.
+
+mod cpu;
+mod cuda;
+pub(crate) use cuda::panic_text;
+mod wgpu_probe;
+
+use crate::error::{Error, Result};
+use serde::Serialize;
+use std::fmt;
+use std::str::FromStr;
+
+/// Environment variable that names the device when no flag does.
+pub const DEVICE_ENV: &str = "BIOGPU_DEVICE";
+
+/// The compute backend a device runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    /// NVIDIA GPU through the CUDA driver; kernels compiled by NVRTC at run time.
+    Cuda,
+    /// Any Vulkan/Metal/DX12 GPU through wgpu; kernels compiled to WGSL.
+    Wgpu,
+    /// The CPU reference path (rayon).
+    Cpu,
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Backend::Cuda => "cuda",
+            Backend::Wgpu => "wgpu",
+            Backend::Cpu => "cpu",
+        })
+    }
+}
+
+/// What the user asked for, before probing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum DeviceRequest {
+    /// Best available: CUDA, then a hardware wgpu adapter, then the CPU.
+    #[default]
+    Auto,
+    /// The CPU reference path.
+    Cpu,
+    /// CUDA device by ordinal.
+    Cuda(usize),
+    /// The N-th hardware wgpu adapter.
+    Wgpu(usize),
+    /// A software wgpu adapter (lavapipe, SwiftShader, WARP): for tests and CI.
+    WgpuSoftware,
+}
+
+impl FromStr for DeviceRequest {
+    type Err = Error;
+
+    /// Parse `auto`, `cpu`, `cuda`, `cuda:N`, `wgpu`, `wgpu:N`, `wgpu:software`.
+    ///
+    /// ```
+    /// use gpu_runtime::DeviceRequest;
+    /// assert_eq!("cuda:1".parse::<DeviceRequest>().unwrap(), DeviceRequest::Cuda(1));
+    /// assert!("tpu".parse::<DeviceRequest>().is_err());
+    /// ```
+    fn from_str(s: &str) -> Result<Self> {
+        let t = s.trim().to_ascii_lowercase();
+        let bad = || Error::BadDeviceName { given: s.to_string() };
+        let (kind, index) = match t.split_once(':') {
+            Some((k, i)) => (k, Some(i)),
+            None => (t.as_str(), None),
+        };
+        let ordinal = |i: Option<&str>| -> Result<usize> {
+            i.map_or(Ok(0), |i| i.parse::<usize>().map_err(|_| bad()))
+        };
+        match kind {
+            "auto" if index.is_none() => Ok(DeviceRequest::Auto),
+            "cpu" if index.is_none() => Ok(DeviceRequest::Cpu),
+            "cuda" => Ok(DeviceRequest::Cuda(ordinal(index)?)),
+            "wgpu" if matches!(index, Some("software" | "sw")) => Ok(DeviceRequest::WgpuSoftware),
+            "wgpu" => Ok(DeviceRequest::Wgpu(ordinal(index)?)),
+            _ => Err(bad()),
+        }
+    }
+}
+
+impl fmt::Display for DeviceRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DeviceRequest::Auto => f.write_str("auto"),
+            DeviceRequest::Cpu => f.write_str("cpu"),
+            DeviceRequest::Cuda(i) => write!(f, "cuda:{i}"),
+            DeviceRequest::Wgpu(i) => write!(f, "wgpu:{i}"),
+            DeviceRequest::WgpuSoftware => f.write_str("wgpu:software"),
+        }
+    }
+}
+
+impl DeviceRequest {
+    /// The request named by `BIOGPU_DEVICE`, or `auto` when it is unset or empty.
+    pub fn from_env() -> Result<Self> {
+        match std::env::var(DEVICE_ENV) {
+            Ok(v) if !v.trim().is_empty() => v.parse(),
+            _ => Ok(DeviceRequest::Auto),
+        }
+    }
+}
+
+/// Facts about one device, for users (`biogpu devices`) and for sizing work.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DeviceInfo {
+    /// Name to select it with (`cuda:0`, `wgpu:1`, `wgpu:software`, `cpu`).
+    pub id: String,
+    /// Product name as the driver reports it.
+    pub name: String,
+    pub backend: Backend,
+    /// Total device memory in bytes, where the backend reports it.
+    pub total_memory: Option<u64>,
+    /// Free device memory in bytes when probed, where the backend reports it.
+    pub free_memory: Option<u64>,
+    /// CUDA compute capability (major, minor).
+    pub compute_capability: Option<(u32, u32)>,
+    /// Streaming multiprocessors (CUDA) or CPU threads.
+    pub compute_units: Option<u32>,
+    /// Largest single buffer in bytes (wgpu binding limit).
+    pub max_buffer_bytes: Option<u64>,
+    /// Whether kernels may use f64 (CUDA and CPU; not wgpu, whose WGSL lacks it and
+    /// whose software adapters silently miscompute f64 transcendentals).
+    pub supports_f64: bool,
+    /// A software rasteriser posing as a GPU (lavapipe): correct but slow.
+    pub software: bool,
+    /// Driver or API version, when known.
+    pub driver: Option<String>,
+}
+
+/// A usable device: its facts and the backend handle needed to open it.
+#[derive(Debug, Clone)]
+pub struct Device {
+    info: DeviceInfo,
+    handle: DeviceHandle,
+}
+
+#[derive(Debug, Clone)]
+#[doc(hidden)]
+pub enum DeviceHandle {
+    Cuda(usize),
+    Wgpu(cubecl::wgpu::WgpuDevice),
+    Cpu,
+}
+
+/// What probing found: every device, the one `auto` picks, and why others were skipped.
+#[derive(Debug, Clone, Serialize)]
+pub struct Inventory {
+    pub devices: Vec<DeviceInfo>,
+    /// `id` of the device `auto` selects.
+    pub auto: String,
+    /// One line per backend that is unavailable, with the reason.
+    pub notes: Vec<String>,
+}
+
+/// A device chosen for a request, with notes worth one line to the user
+/// (for example why `auto` fell back to the CPU).
+#[derive(Debug, Clone)]
+pub struct Selection {
+    pub device: Device,
+    pub notes: Vec<String>,
+}
+
+impl Device {
+    /// The CPU device (always available).
+    pub fn cpu() -> Self {
+        Device { info: cpu::info(), handle: DeviceHandle::Cpu }
+    }
+
+    /// Pick a device for `request`. Software wgpu adapters are used only for
+    /// `wgpu:software`, or for `wgpu`/`wgpu:N` when `allow_software` is set (tests).
+    ///
+    /// ```
+    /// use gpu_runtime::{Device, DeviceRequest};
+    /// let sel = Device::select(DeviceRequest::Cpu, false).unwrap();
+    /// assert_eq!(sel.device.info().id, "cpu");
+    /// ```
+    pub fn select(request: DeviceRequest, allow_software: bool) -> Result<Selection> {
+        match request {
+            DeviceRequest::Cpu => Ok(Selection { device: Device::cpu(), notes: vec![] }),
+            DeviceRequest::Cuda(i) => {
+                let devices = cuda::probe()?;
+                let n = devices.len();
+                devices
+                    .into_iter()
+                    .nth(i)
+                    .map(|info| Selection { device: Device { info, handle: DeviceHandle::Cuda(i) }, notes: vec![] })
+                    .ok_or_else(|| Error::NoSuchDevice {
+                        name: format!("cuda:{i}"),
+                        why: format!("this machine has {n} CUDA device(s)"),
+                    })
+            }
+            DeviceRequest::Wgpu(i) => {
+                let adapters = wgpu_probe::probe();
+                let hardware: Vec<_> = adapters.iter().filter(|a| !a.info.software).collect();
+                if let Some(a) = hardware.get(i) {
+                    return Ok(Selection { device: a.to_device(), notes: vec![] });
+                }
+                let software = adapters.iter().find(|a| a.info.software);
+                match software {
+                    Some(a) if allow_software && i == 0 => Ok(Selection {
+                        device: a.to_device(),
+                        notes: vec![format!("wgpu: no hardware adapter; using software adapter {}", a.info.name)],
+                    }),
+                    _ => Err(Error::NoSuchDevice {
+                        name: format!("wgpu:{i}"),
+                        why: format!(
+                            "{} hardware wgpu adapter(s) found{}",
+                            hardware.len(),
+                            if software.is_some() { "; a software adapter exists: ask for wgpu:software" } else { "" }
+                        ),
+                    }),
+                }
+            }
+            DeviceRequest::WgpuSoftware => wgpu_probe::probe()
+                .into_iter()
+                .find(|a| a.info.software)
+                .map(|a| Selection { device: a.to_device(), notes: vec![] })
+                .ok_or_else(|| Error::NoSuchDevice {
+                    name: "wgpu:software".into(),
+                    why: "no software Vulkan adapter (install mesa-vulkan-drivers for lavapipe)".into(),
+                }),
+            DeviceRequest::Auto => {
+                let inv = Self::inventory_with_handles();
+                let device = inv.1.into_iter().next().unwrap_or_else(Device::cpu);
+                let mut notes = Vec::new();
+                if device.backend() == Backend::Cpu {
+                    notes.push(format!("no GPU found ({}); running on the CPU", inv.0.notes.join("; ")));
+                }
+                Ok(Selection { device, notes })
+            }
+        }
+    }
+
+    /// The device named by `BIOGPU_DEVICE` (or `auto`).
+    pub fn from_env(allow_software: bool) -> Result<Selection> {
+        Self::select(DeviceRequest::from_env()?, allow_software)
+    }
+
+    /// Every device on this machine, the one `auto` picks, and notes on missing backends.
+    pub fn inventory() -> Inventory {
+        Self::inventory_with_handles().0
+    }
+
+    /// Inventory plus the `auto` candidates in order of preference (CPU last).
+    fn inventory_with_handles() -> (Inventory, Vec<Device>) {
+        let mut devices = Vec::new();
+        let mut candidates = Vec::new();
+        let mut notes = Vec::new();
+        match cuda::probe() {
+            Ok(list) => {
+                for (i, info) in list.into_iter().enumerate() {
+                    candidates.push(Device { info: info.clone(), handle: DeviceHandle::Cuda(i) });
+                    devices.push(info);
+                }
+            }
+            Err(e) => notes.push(e.to_string()),
+        }
+        let adapters = wgpu_probe::probe();
+        if adapters.is_empty() {
+            notes.push("wgpu: no Vulkan/Metal/DX12 adapter".into());
+        } else if adapters.iter().all(|a| a.info.software) {
+            notes.push("wgpu: only a software adapter (not used unless asked for as wgpu:software)".into());
+        }
+        for a in adapters {
+            if !a.info.software {
+                candidates.push(a.to_device());
+            }
+            devices.push(a.info);
+        }
+        let cpu = cpu::info();
+        let auto = candidates.first().map_or_else(|| cpu.id.clone(), |d| d.info.id.clone());
+        devices.push(cpu);
+        (Inventory { devices, auto, notes }, candidates)
+    }
+
+    pub fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    pub fn backend(&self) -> Backend {
+        self.info.backend
+    }
+
+    pub fn is_gpu(&self) -> bool {
+        self.info.backend != Backend::Cpu
+    }
+
+    pub(crate) fn handle(&self) -> &DeviceHandle {
+        &self.handle
+    }
+
+    /// Fail with [`Error::UnsupportedPrecision`] unless the device computes in f64.
+    pub fn require_f64(&self) -> Result<()> {
+        if self.info.supports_f64 {
+            Ok(())
+        } else {
+            Err(Error::UnsupportedPrecision {
+                precision: "f64",
+                device: self.info.id.clone(),
+                why: "WGSL has no 64-bit floats; use cuda or cpu, or f32 where the method allows it",
+            })
+        }
+    }
+}
+
+impl fmt::Display for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({})", self.info.id, self.info.name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_every_documented_name() {
+        for (s, want) in [
+            ("auto", DeviceRequest::Auto),
+            ("CPU", DeviceRequest::Cpu),
+            ("cuda", DeviceRequest::Cuda(0)),
+            ("cuda:3", DeviceRequest::Cuda(3)),
+            ("wgpu", DeviceRequest::Wgpu(0)),
+            ("wgpu:2", DeviceRequest::Wgpu(2)),
+            ("wgpu:software", DeviceRequest::WgpuSoftware),
+        ] {
+            assert_eq!(s.parse::<DeviceRequest>().unwrap(), want, "{s}");
+            assert_eq!(want.to_string().parse::<DeviceRequest>().unwrap(), want);
+        }
+    }
+
+    #[test]
+    fn rejects_malformed_names_with_the_name() {
+        for s in ["", "gpu", "cuda:x", "cuda:-1", "cpu:0", "auto:1", "wgpu:soft"] {
+            let e = s.parse::<DeviceRequest>().unwrap_err();
+            assert!(e.to_string().contains(&format!("`{s}`")), "{e}");
+        }
+    }
+
+    #[test]
+    fn cpu_is_always_selectable_and_supports_f64() {
+        let sel = Device::select(DeviceRequest::Cpu, false).unwrap();
+        assert_eq!(sel.device.backend(), Backend::Cpu);
+        sel.device.require_f64().unwrap();
+        assert!(sel.device.info().compute_units.unwrap() >= 1);
+    }
+
+    #[test]
+    fn auto_never_fails_and_inventory_lists_the_cpu() {
+        let sel = Device::select(DeviceRequest::Auto, false).unwrap();
+        let inv = Device::inventory();
+        assert_eq!(inv.auto, sel.device.info().id);
+        assert!(inv.devices.iter().any(|d| d.backend == Backend::Cpu));
+        assert!(!sel.device.info().software, "auto must never pick a software adapter");
+        if sel.device.backend() == Backend::Cpu {
+            assert_eq!(sel.notes.len(), 1, "falling back to the CPU says why, in one line");
+        }
+    }
+}

@@ -1,0 +1,28 @@
+//! gpu-runtime: choose a device (CUDA, wgpu or the CPU), open it, move data, launch kernels,
+//! split large work into chunks that fit, and time it — with one error type and no panics
+//! on machines without a GPU.
+//!
+//! ```
+//! use gpu_runtime::{Device, DeviceRequest};
+//! // `auto` picks CUDA, then a hardware wgpu adapter, then the CPU.
+//! let selection = Device::select(DeviceRequest::Auto, false).unwrap();
+//! println!("running on {}", selection.device);
+//! ```
+
+mod buffer;
+mod device;
+mod error;
+mod faults;
+mod gpu;
+mod memory;
+mod timing;
+
+pub use buffer::GpuArray;
+pub use device::{Backend, DeviceHandle, DEVICE_ENV, Device, DeviceInfo, DeviceRequest, Inventory, Selection};
+pub use error::{Error, Result};
+pub use gpu::{Gpu, GpuJob, KnownRuntime};
+pub use memory::{ChunkPlan, MEMORY_LIMIT_ENV, MemoryBudget, parse_bytes};
+pub use timing::{Timing, bench};
+
+/// CubeCL, re-exported so every crate uses the pinned version.
+pub use cubecl;

@@ -1,0 +1,508 @@
+//! TIFF input through the `tiff` crate: greyscale 8-bit, 16-bit (including 12- or 14-bit
+//! camera data in 16-bit containers), packed 9..15-bit, and 32-bit float; single images and
+//! multi-page stacks, read page by page.
+
+use std::fs::File;
+use std::io::BufReader;
+use std::path::{Path, PathBuf};
+
+use ndarray::Array2;
+use tiff::decoder::{Decoder, Limits};
+use tiff::tags::{PhotometricInterpretation, SampleFormat, Tag};
+use tiff::{ColorType, TiffError};
+
+use super::stream::{Frame, FrameGuard, collect_stack};
+use crate::error::{Error, Result};
+use crate::types::{CameraInfo, RawStack};
+
+/// Largest page the decoder may allocate (the `tiff` default of 256 MiB is too small for
+/// large sCMOS frames in float).
+const MAX_PAGE_BYTES: usize = 1 << 32;
+
+/// How the samples of a page are stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PageKind {
+    U8,
+    U16,
+    /// Unsigned integers of 9..=15 bits packed MSB-first, each row padded to a byte.
+    Packed(u8),
+    F32,
+}
+
+impl PageKind {
+    fn container_bits(self) -> Option<u32> {
+        match self {
+            PageKind::U8 => Some(8),
+            PageKind::U16 => Some(16),
+            PageKind::Packed(b) => Some(u32::from(b)),
+            PageKind::F32 => None,
+        }
+    }
+}
+
+/// Reads a TIFF one page at a time, so a long stack never has to fit in memory.
+///
+/// Every page must be greyscale with the size and pixel type of page 0; otherwise the page
+/// yields [`Error::FrameSizeMismatch`] or [`Error::PixelTypeMismatch`] naming its index and
+/// the reader stops.
+#[derive(Debug)]
+pub struct TiffFrameReader {
+    path: PathBuf,
+    decoder: Decoder<BufReader<File>>,
+    page: usize,
+    camera: CameraInfo,
+    /// Largest valid value when the user stated fewer bits than the container holds.
+    check_max: Option<u32>,
+    guard: FrameGuard,
+    done: bool,
+}
+
+impl TiffFrameReader {
+    /// Open `path` and inspect page 0.
+    ///
+    /// `bit_depth` states the significant bits of integer data (e.g. `Some(12)` for a 12-bit
+    /// camera that writes 16-bit TIFFs). It must not exceed the stored bits, and every pixel
+    /// is checked against it, so a wrong statement is an error rather than a wrong
+    /// saturation level. It is an error for float data.
+    pub fn open(path: impl AsRef<Path>, bit_depth: Option<u32>) -> Result<Self> {
+        let path = path.as_ref();
+        let io_err = |source| Error::Io { path: path.to_path_buf(), source };
+        let file = File::open(path).map_err(io_err)?;
+        if file.metadata().map_err(io_err)?.len() == 0 {
+            return Err(Error::EmptyFile { path: path.to_path_buf() });
+        }
+        let mut limits = Limits::default();
+        limits.decoding_buffer_size = MAX_PAGE_BYTES;
+        limits.intermediate_buffer_size = MAX_PAGE_BYTES;
+        let mut decoder = Decoder::new(BufReader::new(file))
+            .map_err(|e| tiff_error(path, None, e))?
+            .with_limits(limits);
+        let kind = page_kind(path, 0, &mut decoder)?;
+        let container = kind.container_bits();
+        let (camera, check_max) = match (bit_depth, container) {
+            (None, bits) => (CameraInfo { bit_depth: bits }, None),
+            (Some(b), None) => {
+                return Err(Error::InvalidParameter {
+                    name: "bit_depth",
+                    value: b.to_string(),
+                    why: format!("{} holds 32-bit float pixels, which have no bit depth; leave the bit depth unset", path.display()),
+                });
+            }
+            (Some(b), Some(c)) if b == 0 || b > c => {
+                return Err(Error::InvalidParameter {
+                    name: "bit_depth",
+                    value: b.to_string(),
+                    why: format!("{} stores {c}-bit pixels; the stated depth must be 1..={c}", path.display()),
+                });
+            }
+            (Some(b), Some(c)) => {
+                (CameraInfo { bit_depth: Some(b) }, (b < c).then(|| (1u32 << b) - 1))
+            }
+        };
+        Ok(Self {
+            path: path.to_path_buf(),
+            decoder,
+            page: 0,
+            camera,
+            check_max,
+            guard: FrameGuard::default(),
+            done: false,
+        })
+    }
+
+    /// Camera facts: the stated bit depth, else the stored one (8, 12, 16), none for float.
+    pub fn camera(&self) -> CameraInfo {
+        self.camera
+    }
+
+    fn read_page(&mut self) -> Result<Frame> {
+        let (path, page) = (self.path.as_path(), self.page);
+        if page > 0 {
+            self.decoder.next_image().map_err(|e| tiff_error(path, Some(page), e))?;
+        }
+        let kind = page_kind(path, page, &mut self.decoder)?;
+        let frame = decode_page(path, page, kind, &mut self.decoder)?;
+        self.guard.check(&frame, || format!("page {page} of {}", path.display()))?;
+        if let (Some(max), Some(found)) = (self.check_max, frame.max_value())
+            && found > f64::from(max)
+        {
+            let bits = self.camera.bit_depth.unwrap_or(0);
+            return Err(Error::Format {
+                path: path.to_path_buf(),
+                why: format!(
+                    "page {page} holds the value {found}, above the {max} maximum of the stated \
+                     {bits}-bit depth; state the camera's real bit depth or leave it unset"
+                ),
+            });
+        }
+        Ok(frame)
+    }
+}
+
+impl Iterator for TiffFrameReader {
+    type Item = Result<Frame>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done || (self.page > 0 && !self.decoder.more_images()) {
+            return None;
+        }
+        let frame = self.read_page();
+        self.page += 1;
+        self.done = frame.is_err();
+        Some(frame)
+    }
+}
+
+/// Read every page of a TIFF into one stack; see [`TiffFrameReader::open`] for `bit_depth`.
+pub fn read_tiff(path: impl AsRef<Path>, bit_depth: Option<u32>) -> Result<(RawStack, CameraInfo)> {
+    let reader = TiffFrameReader::open(path, bit_depth)?;
+    let camera = reader.camera();
+    Ok((collect_stack(reader)?, camera))
+}
+
+/// Map a `tiff` crate error to ours, naming the page.
+fn tiff_error(path: &Path, page: Option<usize>, e: TiffError) -> Error {
+    let at = page.map_or_else(String::new, |p| format!("page {p}: "));
+    let why = match e {
+        TiffError::IoError(io) if io.kind() == std::io::ErrorKind::UnexpectedEof => {
+            format!("{at}the file ends before the data it describes (truncated or corrupt TIFF)")
+        }
+        TiffError::IoError(source) => return Error::Io { path: path.to_path_buf(), source },
+        TiffError::FormatError(tiff::TiffFormatError::TiffSignatureNotFound) => {
+            format!("{at}not a TIFF file (no II/MM signature at the start)")
+        }
+        TiffError::LimitsExceeded => {
+            format!("{at}page larger than {} GiB; split the stack", MAX_PAGE_BYTES >> 30)
+        }
+        other => format!("{at}cannot decode TIFF: {other}"),
+    };
+    Error::Format { path: path.to_path_buf(), why }
+}
+
+/// Classify the current page, with an actionable error for layouts we do not read.
+fn page_kind(path: &Path, page: usize, dec: &mut Decoder<BufReader<File>>) -> Result<PageKind> {
+    let fail = |why: String| Error::Format { path: path.to_path_buf(), why: format!("page {page}: {why}") };
+    let terr = |e| tiff_error(path, Some(page), e);
+    let color = dec.colortype().map_err(terr)?;
+    let ColorType::Gray(bits) = color else {
+        let what = match color {
+            ColorType::RGB(_) | ColorType::RGBA(_) => "a colour (RGB) image",
+            ColorType::GrayA(_) => "greyscale with an alpha channel",
+            ColorType::Palette(_) => "a palette (indexed colour) image",
+            _ => "a multi-channel image",
+        };
+        return Err(fail(format!(
+            "{what} ({color:?}); only single-channel greyscale TIFF is supported, so save one channel or convert to greyscale"
+        )));
+    };
+    let format = dec.image_buffer_layout().map_err(terr)?.sample_format;
+    let convert = "convert it to 8-bit, 16-bit or 32-bit float greyscale";
+    match (format, bits) {
+        (SampleFormat::Uint, 8) => Ok(PageKind::U8),
+        (SampleFormat::Uint, 16) => Ok(PageKind::U16),
+        (SampleFormat::IEEEFP, 32) => Ok(PageKind::F32),
+        (SampleFormat::Uint, 9..=15) => {
+            check_packed_supported(path, page, bits, dec)?;
+            Ok(PageKind::Packed(bits))
+        }
+        (SampleFormat::Int, b) => Err(fail(format!("signed {b}-bit integer samples are not supported; {convert}"))),
+        (SampleFormat::IEEEFP, b) => Err(fail(format!("{b}-bit float samples are not supported; {convert}"))),
+        (SampleFormat::Uint, b) => Err(fail(format!("{b}-bit unsigned samples are not supported; {convert}"))),
+        (other, b) => Err(fail(format!("sample format {other:?} with {b} bits is not supported; {convert}"))),
+    }
+}
+
+/// Packed 9..15-bit data come back from the `tiff` crate as raw packed rows, which we
+/// unpack; the crate swaps bytes for a foreign byte order and inverts WhiteIsZero as if
+/// the samples were 16-bit, which would corrupt packed rows, so those cases are refused.
+fn check_packed_supported(path: &Path, page: usize, bits: u8, dec: &mut Decoder<BufReader<File>>) -> Result<()> {
+    let refuse = |why: &str| Error::Format {
+        path: path.to_path_buf(),
+        why: format!(
+            "page {page}: packed {bits}-bit samples {why} cannot be decoded; save the frames as \
+             16-bit TIFF (and state the bit depth as {bits})"
+        ),
+    };
+    let terr = |e| tiff_error(path, Some(page), e);
+    if dec.byte_order() != tiff::tags::ByteOrder::native() {
+        return Err(refuse("in big-endian (MM) byte order"));
+    }
+    let tag = |dec: &mut Decoder<BufReader<File>>, t| -> Result<Option<u32>> {
+        dec.find_tag(t).map_err(terr)?.map(|v| v.into_u32().map_err(terr)).transpose()
+    };
+    if tag(dec, Tag::Predictor)?.is_some_and(|p| p != 1) {
+        return Err(refuse("with a predictor"));
+    }
+    if tag(dec, Tag::FillOrder)?.is_some_and(|f| f != 1) {
+        return Err(refuse("with reversed bit fill order"));
+    }
+    let photometric = tag(dec, Tag::PhotometricInterpretation)?;
+    if photometric.and_then(|p| PhotometricInterpretation::from_u16(p as u16))
+        != Some(PhotometricInterpretation::BlackIsZero)
+    {
+        return Err(refuse("that are not BlackIsZero"));
+    }
+    Ok(())
+}
+
+fn decode_page(path: &Path, page: usize, kind: PageKind, dec: &mut Decoder<BufReader<File>>) -> Result<Frame> {
+    let terr = |e| tiff_error(path, Some(page), e);
+    let (w, h) = dec.dimensions().map_err(terr)?;
+    let (w, h) = (w as usize, h as usize);
+    let layout = dec.image_buffer_layout().map_err(terr)?;
+    let mut buf = vec![0u8; layout.len];
+    dec.read_image_bytes(&mut buf).map_err(terr)?;
+    let short = |need: usize| Error::Format {
+        path: path.to_path_buf(),
+        why: format!("page {page}: decoder returned {} bytes for a {w}x{h} page, need {need}", buf.len()),
+    };
+    let shape = (h, w);
+    let frame = match kind {
+        PageKind::U8 => {
+            let n = w * h;
+            if buf.len() < n {
+                return Err(short(n));
+            }
+            buf.truncate(n);
+            Frame::U8(to_array(shape, buf))
+        }
+        PageKind::U16 => {
+            let n = w * h * 2;
+            if buf.len() < n {
+                return Err(short(n));
+            }
+            let v = buf[..n].chunks_exact(2).map(|c| u16::from_ne_bytes([c[0], c[1]])).collect();
+            Frame::U16(to_array(shape, v))
+        }
+        PageKind::F32 => {
+            let n = w * h * 4;
+            if buf.len() < n {
+                return Err(short(n));
+            }
+            let v = buf[..n].chunks_exact(4).map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]])).collect();
+            Frame::F32(to_array(shape, v))
+        }
+        PageKind::Packed(bits) => {
+            let row_bytes = (w * usize::from(bits)).div_ceil(8);
+            if buf.len() < row_bytes * h {
+                return Err(short(row_bytes * h));
+            }
+            Frame::U16(to_array(shape, unpack_rows(&buf, w, h, u32::from(bits))))
+        }
+    };
+    Ok(frame)
+}
+
+fn to_array<T>(shape: (usize, usize), v: Vec<T>) -> Array2<T> {
+    Array2::from_shape_vec(shape, v).expect("buffer length checked against the page size")
+}
+
+/// Unpack `bits`-bit samples stored MSB-first, each row starting on a byte boundary.
+fn unpack_rows(buf: &[u8], w: usize, h: usize, bits: u32) -> Vec<u16> {
+    let row_bytes = (w * bits as usize).div_ceil(8);
+    let mask = (1u32 << bits) - 1;
+    let mut out = Vec::with_capacity(w * h);
+    for row in buf.chunks_exact(row_bytes).take(h) {
+        let (mut acc, mut have, mut bytes) = (0u32, 0u32, row.iter());
+        for _ in 0..w {
+            while have < bits {
+                acc = (acc << 8) | u32::from(*bytes.next().unwrap_or(&0));
+                have += 8;
+            }
+            have -= bits;
+            out.push(((acc >> have) & mask) as u16);
+            acc &= (1 << have) - 1;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::io::test_util::{TempDir, TinyTiff, pack_rows};
+    use ndarray::Array3;
+    use tiff::encoder::{TiffEncoder, colortype};
+
+    fn write_pages_u16(path: &Path, pages: &[(u32, u32)]) {
+        let mut enc = TiffEncoder::new(std::fs::File::create(path).unwrap()).unwrap();
+        for (i, &(w, h)) in pages.iter().enumerate() {
+            let data: Vec<u16> = (0..w * h).map(|k| (k + 100 * i as u32) as u16).collect();
+            enc.write_image::<colortype::Gray16>(w, h, &data).unwrap();
+        }
+    }
+
+    #[test]
+    fn multi_page_u16_stack_is_read_in_order() {
+        let dir = TempDir::new("tiff_multi");
+        let path = dir.path("stack.tif");
+        write_pages_u16(&path, &[(5, 3), (5, 3), (5, 3)]);
+        let (stack, cam) = read_tiff(&path, None).unwrap();
+        assert_eq!(cam.bit_depth, Some(16));
+        let RawStack::U16(a) = stack else { panic!("u16 expected") };
+        assert_eq!(a.dim(), (3, 3, 5));
+        assert_eq!(a[[2, 1, 4]], 200 + 9);
+    }
+
+    #[test]
+    fn eight_bit_and_float_pages_are_read() {
+        let dir = TempDir::new("tiff_types");
+        let p8 = dir.path("a.tif");
+        let data: Vec<u8> = (0..12).collect();
+        TiffEncoder::new(std::fs::File::create(&p8).unwrap())
+            .unwrap()
+            .write_image::<colortype::Gray8>(4, 3, &data)
+            .unwrap();
+        let (s, cam) = read_tiff(&p8, None).unwrap();
+        assert_eq!(s, RawStack::U8(Array3::from_shape_vec((1, 3, 4), data).unwrap()));
+        assert_eq!(cam.bit_depth, Some(8));
+
+        let pf = dir.path("f.tif");
+        let data = vec![0.5f32, -1.0, f32::NAN, 3.25];
+        TiffEncoder::new(std::fs::File::create(&pf).unwrap())
+            .unwrap()
+            .write_image::<colortype::Gray32Float>(2, 2, &data)
+            .unwrap();
+        let (s, cam) = read_tiff(&pf, None).unwrap();
+        assert_eq!(cam.bit_depth, None);
+        let RawStack::F32(a) = s else { panic!() };
+        assert_eq!(a[[0, 0, 1]], -1.0);
+        assert!(a[[0, 1, 0]].is_nan());
+        let err = read_tiff(&pf, Some(12)).unwrap_err();
+        assert!(err.to_string().contains("float"), "{err}");
+    }
+
+    #[test]
+    fn page_size_mismatch_names_the_page() {
+        let dir = TempDir::new("tiff_mismatch");
+        let path = dir.path("bad.tif");
+        write_pages_u16(&path, &[(8, 8), (8, 8), (8, 7)]);
+        let err = read_tiff(&path, None).unwrap_err();
+        let msg = err.to_string();
+        assert!(matches!(err, Error::FrameSizeMismatch { expected_w: 8, expected_h: 8, got_w: 8, got_h: 7, .. }), "{msg}");
+        assert!(msg.contains("page 2 of") && msg.contains("bad.tif"), "{msg}");
+    }
+
+    #[test]
+    fn pixel_type_change_between_pages_names_the_page() {
+        let dir = TempDir::new("tiff_types_mixed");
+        let path = dir.path("mixed.tif");
+        let mut enc = TiffEncoder::new(std::fs::File::create(&path).unwrap()).unwrap();
+        enc.write_image::<colortype::Gray16>(2, 2, &[1, 2, 3, 4]).unwrap();
+        enc.write_image::<colortype::Gray8>(2, 2, &[1, 2, 3, 4]).unwrap();
+        drop(enc);
+        let err = read_tiff(&path, None).unwrap_err();
+        assert!(matches!(err, Error::PixelTypeMismatch { expected: "u16", got: "u8", .. }), "{err}");
+        assert!(err.to_string().contains("page 1"));
+    }
+
+    #[test]
+    fn rgb_is_refused_with_a_clear_message() {
+        let dir = TempDir::new("tiff_rgb");
+        let path = dir.path("rgb.tif");
+        TiffEncoder::new(std::fs::File::create(&path).unwrap())
+            .unwrap()
+            .write_image::<colortype::RGB8>(2, 1, &[1, 2, 3, 4, 5, 6])
+            .unwrap();
+        let err = read_tiff(&path, None).unwrap_err().to_string();
+        assert!(err.contains("colour (RGB)") && err.contains("greyscale"), "{err}");
+    }
+
+    #[test]
+    fn stated_bit_depth_is_checked_against_the_data() {
+        let dir = TempDir::new("tiff_bits");
+        let path = dir.path("twelve.tif");
+        let data: Vec<u16> = vec![0, 4095, 17, 4000];
+        TiffEncoder::new(std::fs::File::create(&path).unwrap())
+            .unwrap()
+            .write_image::<colortype::Gray16>(2, 2, &data)
+            .unwrap();
+        let (_, cam) = read_tiff(&path, Some(12)).unwrap();
+        assert_eq!(cam.bit_depth, Some(12));
+        assert_eq!(cam.saturation(), Some(4095.0));
+        let err = read_tiff(&path, Some(10)).unwrap_err().to_string();
+        assert!(err.contains("page 0") && err.contains("4095") && err.contains("1023"), "{err}");
+        assert!(read_tiff(&path, Some(17)).is_err());
+        assert!(read_tiff(&path, Some(0)).is_err());
+    }
+
+    #[test]
+    fn packed_twelve_bit_tiff_is_unpacked() {
+        let dir = TempDir::new("tiff_packed");
+        let path = dir.path("p12.tif");
+        // 3 pixels per row: 36 bits, padded to 5 bytes per row.
+        let values: Vec<u16> = vec![0, 4095, 0x123, 0xABC, 1, 2048];
+        let t = TinyTiff::gray(3, 2, 12, pack_rows(&values, 3, 12));
+        assert_eq!(t.data.len(), 10);
+        std::fs::write(&path, t.bytes()).unwrap();
+        let (s, cam) = read_tiff(&path, None).unwrap();
+        assert_eq!(cam.bit_depth, Some(12));
+        assert_eq!(s, RawStack::U16(Array3::from_shape_vec((1, 2, 3), values).unwrap()));
+    }
+
+    #[test]
+    fn packed_twelve_bit_with_predictor_is_refused() {
+        let dir = TempDir::new("tiff_packed_pred");
+        let path = dir.path("p12p.tif");
+        let mut t = TinyTiff::gray(2, 1, 12, vec![0, 0, 0]);
+        t.predictor = Some(2);
+        std::fs::write(&path, t.bytes()).unwrap();
+        let err = read_tiff(&path, None).unwrap_err().to_string();
+        assert!(err.contains("packed 12-bit") && err.contains("predictor"), "{err}");
+    }
+
+    #[test]
+    fn signed_samples_are_refused() {
+        let dir = TempDir::new("tiff_signed");
+        let path = dir.path("s16.tif");
+        let mut t = TinyTiff::gray(2, 1, 16, vec![0; 4]);
+        t.sample_format = 2;
+        std::fs::write(&path, t.bytes()).unwrap();
+        let err = read_tiff(&path, None).unwrap_err().to_string();
+        assert!(err.contains("signed 16-bit"), "{err}");
+    }
+
+    #[test]
+    fn empty_truncated_and_foreign_files_give_clear_errors() {
+        let dir = TempDir::new("tiff_bad");
+        let empty = dir.path("empty.tif");
+        std::fs::write(&empty, []).unwrap();
+        assert!(matches!(read_tiff(&empty, None).unwrap_err(), Error::EmptyFile { .. }));
+
+        let png = dir.path("not.tif");
+        std::fs::write(&png, b"\x89PNG\r\n\x1a\n0000000000").unwrap();
+        let err = read_tiff(&png, None).unwrap_err().to_string();
+        assert!(err.contains("not a TIFF"), "{err}");
+
+        let trunc = dir.path("trunc.tif");
+        let bytes = TinyTiff::gray(16, 16, 8, vec![7; 256]).bytes();
+        std::fs::write(&trunc, &bytes[..bytes.len() - 100]).unwrap();
+        let err = read_tiff(&trunc, None).unwrap_err().to_string();
+        assert!(err.contains("trunc.tif") && err.contains("truncated"), "{err}");
+    }
+
+    #[test]
+    fn unpack_handles_odd_bit_depths() {
+        for bits in [9u32, 10, 12, 14, 15] {
+            let values: Vec<u16> = (0..35u32).map(|i| ((i * 2_654_435_761) % (1 << bits)) as u16).collect();
+            let packed = pack_rows(&values, 7, bits);
+            assert_eq!(unpack_rows(&packed, 7, 5, bits), values, "{bits} bits");
+        }
+    }
+
+    #[test]
+    #[ignore = "needs /work/shared/data/speckle/spatial.tif"]
+    fn real_spatial_tif_reads_as_one_8bit_frame() {
+        let path = Path::new("/work/shared/data/speckle/spatial.tif");
+        if !path.exists() {
+            eprintln!("skipping: {} not found", path.display());
+            return;
+        }
+        let (s, cam) = read_tiff(path, None).unwrap();
+        assert_eq!(s.dim(), (1, 1024, 1280));
+        assert_eq!(cam.bit_depth, Some(8));
+        let RawStack::U8(a) = s else { panic!() };
+        let (lo, hi) = a.iter().fold((255u8, 0u8), |(l, h), &v| (l.min(v), h.max(v)));
+        assert_eq!((lo, hi), (82, 248));
+    }
+}

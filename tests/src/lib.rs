@@ -1,0 +1,83 @@
+//! Harness for GPU-vs-CPU tests: which device to test on, and named tolerances.
+//!
+//! The device comes from `BIOGPU_DEVICE` (default `auto`); software adapters such as
+//! lavapipe are allowed here, unlike in the CLI. When no GPU is available a test prints
+//! `SKIPPED (no GPU): ...` and passes, unless `BIOGPU_REQUIRE_GPU=1` (CI and the GPU
+//! bundle set it), in which case the missing device is a failure.
+
+use gpu_runtime::{Device, DeviceRequest};
+
+/// Environment variable that turns a missing GPU into a test failure.
+pub const REQUIRE_GPU_ENV: &str = "BIOGPU_REQUIRE_GPU";
+
+/// The GPU device under test, or `None` (after saying why) when there is none.
+///
+/// # Panics
+/// When no GPU is available and `BIOGPU_REQUIRE_GPU=1`.
+pub fn gpu_under_test(test: &str) -> Option<Device> {
+    let required = std::env::var(REQUIRE_GPU_ENV).is_ok_and(|v| v == "1");
+    let request = DeviceRequest::from_env().unwrap_or_else(|e| panic!("{test}: {e}"));
+    let why = match Device::select(request, true) {
+        Ok(sel) if sel.device.is_gpu() => return Some(sel.device),
+        Ok(sel) => sel.notes.join("; "),
+        Err(e) => e.to_string(),
+    };
+    assert!(!required, "{test}: a GPU is required ({REQUIRE_GPU_ENV}=1) but none is usable: {why}");
+    eprintln!("SKIPPED (no GPU): {test}: {why}; set BIOGPU_DEVICE=wgpu:software with lavapipe installed, or run on a GPU");
+    None
+}
+
+/// A named tolerance: |got - want| <= abs + rel * |want|.
+#[derive(Debug, Clone, Copy)]
+pub struct Tolerance {
+    pub name: &'static str,
+    pub rel: f64,
+    pub abs: f64,
+}
+
+impl Tolerance {
+    pub const fn new(name: &'static str, rel: f64, abs: f64) -> Self {
+        Tolerance { name, rel, abs }
+    }
+
+    pub fn accepts(&self, got: f64, want: f64) -> bool {
+        if got.is_nan() || want.is_nan() {
+            return got.is_nan() && want.is_nan();
+        }
+        if got.is_infinite() || want.is_infinite() {
+            return got == want;
+        }
+        (got - want).abs() <= self.abs + self.rel * want.abs()
+    }
+
+    /// Index and values of the first element outside the tolerance, if any.
+    pub fn first_violation(&self, got: &[f64], want: &[f64]) -> Option<(usize, f64, f64)> {
+        assert_eq!(got.len(), want.len(), "{}: lengths differ", self.name);
+        got.iter().zip(want).enumerate().find(|(_, (g, w))| !self.accepts(**g, **w)).map(|(i, (g, w))| (i, *g, *w))
+    }
+}
+
+/// Assert that `got` matches `want` element-wise within `tol`, naming the first failure.
+#[track_caller]
+pub fn assert_close(what: &str, got: &[f64], want: &[f64], tol: Tolerance) {
+    if let Some((i, g, w)) = tol.first_violation(got, want) {
+        panic!("{what}: element {i}: got {g}, want {w} (tolerance {}: rel {}, abs {})", tol.name, tol.rel, tol.abs);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tolerance_treats_nan_and_inf_strictly() {
+        let t = Tolerance::new("t", 1e-6, 0.0);
+        assert!(t.accepts(1.0, 1.0 + 1e-7));
+        assert!(!t.accepts(1.0, 1.0 + 1e-5));
+        assert!(t.accepts(f64::NAN, f64::NAN));
+        assert!(!t.accepts(f64::NAN, 1.0));
+        assert!(!t.accepts(1.0, f64::NAN));
+        assert!(!t.accepts(f64::INFINITY, 1e300));
+        assert_eq!(t.first_violation(&[1.0, 2.0], &[1.0, 3.0]), Some((1, 2.0, 3.0)));
+    }
+}
