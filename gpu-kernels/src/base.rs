@@ -55,7 +55,11 @@ pub fn block_sum_kernel(input: &Array<f32>, partial: &mut Array<f32>, #[comptime
 /// Scatter-add: element i of `values` is added to bin `bins[i]` of `tally` atomically,
 /// the pattern of Monte Carlo tallies and histograms.
 #[cube(launch)]
-pub fn atomic_accumulate_kernel(values: &Array<f32>, bins: &Array<u32>, tally: &mut Array<Atomic<f32>>) {
+pub fn atomic_accumulate_kernel(
+    values: &Array<f32>,
+    bins: &Array<u32>,
+    tally: &mut Array<Atomic<f32>>,
+) {
     let i = ABSOLUTE_POS;
     if i < values.len() {
         let b = bins[i] as usize;
@@ -69,7 +73,13 @@ pub fn atomic_accumulate_kernel(values: &Array<f32>, bins: &Array<u32>, tally: &
 pub fn fill<R: Runtime>(gpu: &Gpu<R>, out: &GpuArray<f32>, value: f32) -> Result<()> {
     let count = gpu.cube_count_1d("fill", out.len(), CUBE_1D)?;
     gpu.launch("fill", count, |count| {
-        fill_kernel::launch::<R>(gpu.client(), count, CubeDim::new_1d(CUBE_1D), out.arg(), value);
+        fill_kernel::launch::<R>(
+            gpu.client(),
+            count,
+            CubeDim::new_1d(CUBE_1D),
+            out.arg(),
+            value,
+        );
     })
 }
 
@@ -78,7 +88,14 @@ pub fn axpy<R: Runtime>(gpu: &Gpu<R>, a: f32, x: &GpuArray<f32>, y: &GpuArray<f3
     same_len("axpy", x.len(), y.len())?;
     let count = gpu.cube_count_1d("axpy", y.len(), CUBE_1D)?;
     gpu.launch("axpy", count, |count| {
-        axpy_kernel::launch::<R>(gpu.client(), count, CubeDim::new_1d(CUBE_1D), a, x.arg(), y.arg());
+        axpy_kernel::launch::<R>(
+            gpu.client(),
+            count,
+            CubeDim::new_1d(CUBE_1D),
+            a,
+            x.arg(),
+            y.arg(),
+        );
     })
 }
 
@@ -89,11 +106,21 @@ pub fn sum<R: Runtime>(gpu: &Gpu<R>, input: &GpuArray<f32>) -> Result<f64> {
     let cubes = input.len().div_ceil(CUBE_1D as usize).max(1);
     let count = gpu.cube_count_1d("block_sum", input.len().max(1), CUBE_1D)?;
     if !matches!(count, CubeCount::Static(_, 1, 1)) {
-        return Err(Error::InvalidLaunch { kernel: "block_sum".into(), why: "input too large for one pass".into() });
+        return Err(Error::InvalidLaunch {
+            kernel: "block_sum".into(),
+            why: "input too large for one pass".into(),
+        });
     }
     let partial = gpu.empty::<f32>(cubes)?;
     gpu.launch("block_sum", count, |count| {
-        block_sum_kernel::launch::<R>(gpu.client(), count, CubeDim::new_1d(CUBE_1D), input.arg(), partial.arg(), CUBE_1D);
+        block_sum_kernel::launch::<R>(
+            gpu.client(),
+            count,
+            CubeDim::new_1d(CUBE_1D),
+            input.arg(),
+            partial.arg(),
+            CUBE_1D,
+        );
     })?;
     Ok(gpu.download(&partial)?.iter().map(|&v| f64::from(v)).sum())
 }
@@ -110,7 +137,14 @@ pub fn atomic_accumulate<R: Runtime>(
     gpu.launch("atomic_accumulate", count, |count| {
         // SAFETY: an f32 buffer read as Atomic<f32> has the same layout.
         let tally_arg = unsafe { ArrayArg::from_raw_parts(tally.handle().clone(), tally.len()) };
-        atomic_accumulate_kernel::launch::<R>(gpu.client(), count, CubeDim::new_1d(CUBE_1D), values.arg(), bins.arg(), tally_arg);
+        atomic_accumulate_kernel::launch::<R>(
+            gpu.client(),
+            count,
+            CubeDim::new_1d(CUBE_1D),
+            values.arg(),
+            bins.arg(),
+            tally_arg,
+        );
     })
 }
 
@@ -118,6 +152,9 @@ pub(crate) fn same_len(kernel: &str, a: usize, b: usize) -> Result<()> {
     if a == b {
         Ok(())
     } else {
-        Err(Error::InvalidLaunch { kernel: kernel.into(), why: format!("array lengths differ: {a} and {b}") })
+        Err(Error::InvalidLaunch {
+            kernel: kernel.into(),
+            why: format!("array lengths differ: {a} and {b}"),
+        })
     }
 }

@@ -23,18 +23,30 @@ impl std::fmt::Debug for CatalogEntry {
     }
 }
 
-fn entry(module: &'static str, name: &'static str, kernel: impl CubeKernel + 'static) -> CatalogEntry {
-    CatalogEntry { module, name, kernel: Box::new(kernel) }
+fn entry(
+    module: &'static str,
+    name: &'static str,
+    kernel: impl CubeKernel + 'static,
+) -> CatalogEntry {
+    CatalogEntry {
+        module,
+        name,
+        kernel: Box::new(kernel),
+    }
 }
 
 /// Settings as the launch wrappers use them: a 1-D cube of `units`, 32-bit addressing.
 pub(crate) fn settings_1d(units: u32) -> KernelSettings {
-    KernelSettings::default().cube_dim(CubeDim::new_1d(units)).address_type(AddressType::U32)
+    KernelSettings::default()
+        .cube_dim(CubeDim::new_1d(units))
+        .address_type(AddressType::U32)
 }
 
 /// Settings for a 2-D cube.
 pub(crate) fn settings_2d(x: u32, y: u32) -> KernelSettings {
-    KernelSettings::default().cube_dim(CubeDim::new_2d(x, y)).address_type(AddressType::U32)
+    KernelSettings::default()
+        .cube_dim(CubeDim::new_2d(x, y))
+        .address_type(AddressType::U32)
 }
 
 /// An array argument as the launcher registers it (not aliased in place).
@@ -45,17 +57,86 @@ pub(crate) fn array() -> ArrayCompilationArg {
 /// Every kernel in this crate, configured as its launch wrapper configures it.
 pub fn all<R: Runtime>(client: &ComputeClient<R>) -> Vec<CatalogEntry> {
     use crate::base::{atomic_accumulate_kernel, axpy_kernel, block_sum_kernel, fill_kernel};
+    use crate::speckle::{
+        BORDER_REFLECT, BORDER_VALID, BORDER_ZERO, TILE_X, TILE_Y, spatial_contrast_kernel,
+        temporal_contrast_kernel,
+    };
     let s = || settings_1d(crate::CUBE_1D);
     let c = || client.clone();
-    let _ = settings_2d;
-    vec![
-        entry("base", "fill", fill_kernel::FillKernel::<R>::new(s(), c(), array(), ())),
-        entry("base", "axpy", axpy_kernel::AxpyKernel::<R>::new(s(), c(), (), array(), array())),
-        entry("base", "block_sum", block_sum_kernel::BlockSumKernel::<R>::new(s(), c(), array(), array(), crate::CUBE_1D)),
+    let mut entries = vec![
+        entry(
+            "base",
+            "fill",
+            fill_kernel::FillKernel::<R>::new(s(), c(), array(), ()),
+        ),
+        entry(
+            "base",
+            "axpy",
+            axpy_kernel::AxpyKernel::<R>::new(s(), c(), (), array(), array()),
+        ),
+        entry(
+            "base",
+            "block_sum",
+            block_sum_kernel::BlockSumKernel::<R>::new(s(), c(), array(), array(), crate::CUBE_1D),
+        ),
         entry(
             "base",
             "atomic_accumulate",
-            atomic_accumulate_kernel::AtomicAccumulateKernel::<R>::new(s(), c(), array(), array(), array()),
+            atomic_accumulate_kernel::AtomicAccumulateKernel::<R>::new(
+                s(),
+                c(),
+                array(),
+                array(),
+                array(),
+            ),
         ),
-    ]
+    ];
+    // Speckle: the windows the benchmarks use, both pixel packings, every border.
+    for (name, r, bits, border) in [
+        ("spatial_5x5_u16_reflect", 2, 16, BORDER_REFLECT),
+        ("spatial_7x7_u16_reflect", 3, 16, BORDER_REFLECT),
+        ("spatial_31x31_u16_zero", 15, 16, BORDER_ZERO),
+        ("spatial_7x7_u8_valid", 3, 8, BORDER_VALID),
+    ] {
+        let k = spatial_contrast_kernel::SpatialContrastKernel::<R>::new(
+            settings_2d(TILE_X, TILE_Y),
+            c(),
+            array(),
+            array(),
+            array(),
+            array(),
+            (),
+            (),
+            (),
+            (),
+            (),
+            (),
+            (),
+            r,
+            bits,
+            border,
+            true,
+            true,
+        );
+        entries.push(entry("speckle", name, k));
+    }
+    for (name, r) in [("temporal_u16", 0), ("spatiotemporal_5x5_u16", 2)] {
+        let k = temporal_contrast_kernel::TemporalContrastKernel::<R>::new(
+            s(),
+            c(),
+            array(),
+            array(),
+            array(),
+            (),
+            (),
+            (),
+            (),
+            (),
+            r,
+            16,
+            BORDER_REFLECT,
+        );
+        entries.push(entry("speckle", name, k));
+    }
+    entries
 }

@@ -7,6 +7,7 @@
 
 pub mod base;
 pub mod catalog;
+pub mod speckle;
 
 /// Units per cube for 1-D kernels: a multiple of every vendor's SIMD width (32 NVIDIA,
 /// 64 AMD, 8 lavapipe) and small enough for every backend's limit.

@@ -6,6 +6,25 @@
 //! bundle set it), in which case the missing device is a failure.
 
 use gpu_runtime::{Device, DeviceRequest};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+/// GPU tests take turns: CubeCL reports kernel-build faults per process, so two tests
+/// compiling kernels at once could see each other's faults; one device is shared anyway.
+static GPU_TURN: Mutex<()> = Mutex::new(());
+
+/// The device under test, held exclusively for the life of the value.
+#[derive(Debug)]
+pub struct GpuLease {
+    device: Device,
+    _turn: MutexGuard<'static, ()>,
+}
+
+impl std::ops::Deref for GpuLease {
+    type Target = Device;
+    fn deref(&self) -> &Device {
+        &self.device
+    }
+}
 
 /// Environment variable that turns a missing GPU into a test failure.
 pub const REQUIRE_GPU_ENV: &str = "BIOGPU_REQUIRE_GPU";
@@ -14,16 +33,27 @@ pub const REQUIRE_GPU_ENV: &str = "BIOGPU_REQUIRE_GPU";
 ///
 /// # Panics
 /// When no GPU is available and `BIOGPU_REQUIRE_GPU=1`.
-pub fn gpu_under_test(test: &str) -> Option<Device> {
+pub fn gpu_under_test(test: &str) -> Option<GpuLease> {
+    let turn = GPU_TURN.lock().unwrap_or_else(PoisonError::into_inner);
     let required = std::env::var(REQUIRE_GPU_ENV).is_ok_and(|v| v == "1");
     let request = DeviceRequest::from_env().unwrap_or_else(|e| panic!("{test}: {e}"));
     let why = match Device::select(request, true) {
-        Ok(sel) if sel.device.is_gpu() => return Some(sel.device),
+        Ok(sel) if sel.device.is_gpu() => {
+            return Some(GpuLease {
+                device: sel.device,
+                _turn: turn,
+            });
+        }
         Ok(sel) => sel.notes.join("; "),
         Err(e) => e.to_string(),
     };
-    assert!(!required, "{test}: a GPU is required ({REQUIRE_GPU_ENV}=1) but none is usable: {why}");
-    eprintln!("SKIPPED (no GPU): {test}: {why}; set BIOGPU_DEVICE=wgpu:software with lavapipe installed, or run on a GPU");
+    assert!(
+        !required,
+        "{test}: a GPU is required ({REQUIRE_GPU_ENV}=1) but none is usable: {why}"
+    );
+    eprintln!(
+        "SKIPPED (no GPU): {test}: {why}; set BIOGPU_DEVICE=wgpu:software with lavapipe installed, or run on a GPU"
+    );
     None
 }
 
@@ -53,7 +83,11 @@ impl Tolerance {
     /// Index and values of the first element outside the tolerance, if any.
     pub fn first_violation(&self, got: &[f64], want: &[f64]) -> Option<(usize, f64, f64)> {
         assert_eq!(got.len(), want.len(), "{}: lengths differ", self.name);
-        got.iter().zip(want).enumerate().find(|(_, (g, w))| !self.accepts(**g, **w)).map(|(i, (g, w))| (i, *g, *w))
+        got.iter()
+            .zip(want)
+            .enumerate()
+            .find(|(_, (g, w))| !self.accepts(**g, **w))
+            .map(|(i, (g, w))| (i, *g, *w))
     }
 }
 
@@ -61,7 +95,10 @@ impl Tolerance {
 #[track_caller]
 pub fn assert_close(what: &str, got: &[f64], want: &[f64], tol: Tolerance) {
     if let Some((i, g, w)) = tol.first_violation(got, want) {
-        panic!("{what}: element {i}: got {g}, want {w} (tolerance {}: rel {}, abs {})", tol.name, tol.rel, tol.abs);
+        panic!(
+            "{what}: element {i}: got {g}, want {w} (tolerance {}: rel {}, abs {})",
+            tol.name, tol.rel, tol.abs
+        );
     }
 }
 
@@ -78,6 +115,9 @@ mod tests {
         assert!(!t.accepts(f64::NAN, 1.0));
         assert!(!t.accepts(1.0, f64::NAN));
         assert!(!t.accepts(f64::INFINITY, 1e300));
-        assert_eq!(t.first_violation(&[1.0, 2.0], &[1.0, 3.0]), Some((1, 2.0, 3.0)));
+        assert_eq!(
+            t.first_violation(&[1.0, 2.0], &[1.0, 3.0]),
+            Some((1, 2.0, 3.0))
+        );
     }
 }

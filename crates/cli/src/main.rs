@@ -43,8 +43,8 @@ enum Command {
     Devices(commands::devices::Args),
     /// Run each modality on built-in data and check the device against the CPU.
     Demo(commands::demo::Args),
-    /// Laser speckle contrast imaging (not built yet).
-    Speckle(commands::NotBuilt),
+    /// Laser speckle contrast imaging: contrast, flow (tau_c), MESI, ROI time courses.
+    Speckle(Box<commands::speckle::Args>),
     /// Fluorescence lifetime imaging (not built yet).
     Flim(commands::NotBuilt),
     /// Monte Carlo light transport in tetrahedral meshes (not built yet).
@@ -73,7 +73,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Devices(args) => commands::devices::run(&args),
         Command::Demo(args) => commands::demo::run(&args, &select_device(&cli.device)?),
-        Command::Speckle(_) => commands::not_built("speckle", 3),
+        Command::Speckle(args) => commands::speckle::run(*args, &select_device(&cli.device)?),
         Command::Flim(_) => commands::not_built("flim", 4),
         Command::Mc(_) => commands::not_built("mc", 5),
         Command::Perfusion(_) => commands::not_built("perfusion", 6),
@@ -99,7 +99,10 @@ fn init_logging(verbose: u8) {
         _ => "debug,wgpu_core=warn,wgpu_hal=warn,naga=warn,cubecl=info",
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
 }
 
 /// Mesa's Vulkan drivers print "XDG_RUNTIME_DIR is invalid" on headless machines while

@@ -20,7 +20,11 @@ impl<T> std::fmt::Debug for GpuArray<T> {
 
 impl<T: CubeElement> GpuArray<T> {
     pub(crate) fn from_handle(handle: Handle, len: usize) -> Self {
-        GpuArray { handle, len, _elem: PhantomData }
+        GpuArray {
+            handle,
+            len,
+            _elem: PhantomData,
+        }
     }
 
     pub fn len(&self) -> usize {

@@ -7,7 +7,9 @@
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum Error {
     /// The device name could not be parsed.
-    #[error("unknown device `{given}`: expected auto, cpu, cuda, cuda:N, wgpu, wgpu:N or wgpu:software")]
+    #[error(
+        "unknown device `{given}`: expected auto, cpu, cuda, cuda:N, wgpu, wgpu:N or wgpu:software"
+    )]
     BadDeviceName { given: String },
     /// The named device does not exist on this machine.
     #[error("no such device `{name}`: {why}")]
@@ -20,13 +22,21 @@ pub enum Error {
         "out of device memory on {device}: {requested} bytes requested, {available} bytes available; \
          process the data in smaller chunks or set BIOGPU_MEMORY_LIMIT"
     )]
-    OutOfDeviceMemory { device: String, requested: u64, available: u64 },
+    OutOfDeviceMemory {
+        device: String,
+        requested: u64,
+        available: u64,
+    },
     /// A kernel failed to compile for the device.
     #[error("kernel `{kernel}` failed to compile: {message}")]
     KernelCompilation { kernel: String, message: String },
     /// The device cannot run the requested precision.
     #[error("{precision} is not supported on {device}: {why}")]
-    UnsupportedPrecision { precision: &'static str, device: String, why: &'static str },
+    UnsupportedPrecision {
+        precision: &'static str,
+        device: String,
+        why: &'static str,
+    },
     /// A launch was malformed (grid too large, buffer too short, ...).
     #[error("invalid launch of `{kernel}`: {why}")]
     InvalidLaunch { kernel: String, why: String },

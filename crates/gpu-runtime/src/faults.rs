@@ -16,15 +16,24 @@ pub(crate) fn install() {
     INSTALL.call_once(|| {
         let previous = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
-            let on_device_thread = std::thread::current().name().is_some_and(|n| n.starts_with("DS"));
+            let on_device_thread = std::thread::current()
+                .name()
+                .is_some_and(|n| n.starts_with("DS"));
             if on_device_thread {
                 let message = info
                     .payload()
                     .downcast_ref::<String>()
                     .cloned()
-                    .or_else(|| info.payload().downcast_ref::<&str>().map(|s| (*s).to_string()))
+                    .or_else(|| {
+                        info.payload()
+                            .downcast_ref::<&str>()
+                            .map(|s| (*s).to_string())
+                    })
                     .unwrap_or_else(|| "unknown panic".into());
-                let at = info.location().map(|l| format!(" (at {}:{})", l.file(), l.line())).unwrap_or_default();
+                let at = info
+                    .location()
+                    .map(|l| format!(" (at {}:{})", l.file(), l.line()))
+                    .unwrap_or_default();
                 tracing::debug!(%message, "device service thread panicked");
                 if let Ok(mut faults) = FAULTS.lock() {
                     faults.push(format!("{message}{at}"));
@@ -38,5 +47,8 @@ pub(crate) fn install() {
 
 /// Faults recorded since the last call.
 pub(crate) fn take() -> Vec<String> {
-    FAULTS.lock().map(|mut f| std::mem::take(&mut *f)).unwrap_or_default()
+    FAULTS
+        .lock()
+        .map(|mut f| std::mem::take(&mut *f))
+        .unwrap_or_default()
 }

@@ -20,15 +20,24 @@ pub struct Gpu<R: Runtime> {
 
 impl<R: Runtime> std::fmt::Debug for Gpu<R> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Gpu").field("device", &self.info.id).field("budget", &self.budget).finish()
+        f.debug_struct("Gpu")
+            .field("device", &self.info.id)
+            .field("client", &"ComputeClient")
+            .field("budget", &self.budget)
+            .finish()
     }
 }
 
 impl<R: Runtime> Gpu<R> {
-    pub(crate) fn new(client: ComputeClient<R>, info: DeviceInfo) -> Self {
+    pub(crate) fn new(client: ComputeClient<R>, info: DeviceInfo, limit: Option<u64>) -> Self {
         crate::faults::install();
         let budget = MemoryBudget::for_device(&info);
-        Gpu { client, info, budget }
+        let budget = limit.map_or(budget, |l| MemoryBudget::new(l.min(budget.bytes())));
+        Gpu {
+            client,
+            info,
+            budget,
+        }
     }
 
     /// The CubeCL client, for kernel launch wrappers in `gpu-kernels`.
@@ -59,7 +68,9 @@ impl<R: Runtime> Gpu<R> {
         let bytes = (len * std::mem::size_of::<T>()) as u64;
         self.check_alloc(bytes)?;
         // Zero-sized buffers are not portable; keep one element of storage.
-        let handle = self.client.empty((bytes as usize).max(std::mem::size_of::<T>()));
+        let handle = self
+            .client
+            .empty((bytes as usize).max(std::mem::size_of::<T>()));
         Ok(GpuArray::from_handle(handle, len))
     }
 
@@ -67,27 +78,46 @@ impl<R: Runtime> Gpu<R> {
     pub fn download<T: CubeElement>(&self, array: &GpuArray<T>) -> Result<Vec<T>> {
         let bytes = array.len() * std::mem::size_of::<T>();
         let _span = tracing::debug_span!("download", bytes, device = %self.info.id).entered();
-        let raw = self.client.read_one(array.handle().clone()).map_err(|e| self.server_error("download", &e))?;
+        let raw = self
+            .client
+            .read_one(array.handle().clone())
+            .map_err(|e| self.server_error("download", &e))?;
         self.check_faults("download")?;
         let all = T::from_bytes(&raw);
-        all.get(..array.len()).map(<[T]>::to_vec).ok_or_else(|| Error::Backend {
-            device: self.info.id.clone(),
-            message: format!("download returned {} elements, expected {}", all.len(), array.len()),
-        })
+        all.get(..array.len())
+            .map(<[T]>::to_vec)
+            .ok_or_else(|| Error::Backend {
+                device: self.info.id.clone(),
+                message: format!(
+                    "download returned {} elements, expected {}",
+                    all.len(),
+                    array.len()
+                ),
+            })
     }
 
     /// Launch through `launch` (a generated `kernel::launch` call) and surface compilation
     /// and launch errors under the kernel's `name`.
-    pub fn launch(&self, name: &str, count: CubeCount, launch: impl FnOnce(CubeCount)) -> Result<()> {
+    pub fn launch(
+        &self,
+        name: &str,
+        count: CubeCount,
+        launch: impl FnOnce(CubeCount),
+    ) -> Result<()> {
         let _span = tracing::debug_span!("kernel", name, device = %self.info.id).entered();
         self.check_count(name, &count)?;
         launch(count);
-        self.client.flush().map_err(|e| self.server_error(name, &e))?;
+        self.client
+            .flush()
+            .map_err(|e| self.server_error(name, &e))?;
         let faults = crate::faults::take();
         if faults.is_empty() {
             Ok(())
         } else {
-            Err(Error::KernelCompilation { kernel: name.to_string(), message: first_lines(&faults.join(" | "), 6) })
+            Err(Error::KernelCompilation {
+                kernel: name.to_string(),
+                message: first_lines(&faults.join(" | "), 6),
+            })
         }
     }
 
@@ -97,7 +127,10 @@ impl<R: Runtime> Gpu<R> {
         if faults.is_empty() {
             Ok(())
         } else {
-            Err(Error::Backend { device: self.info.id.clone(), message: format!("{what}: {}", first_lines(&faults.join(" | "), 6)) })
+            Err(Error::Backend {
+                device: self.info.id.clone(),
+                message: format!("{what}: {}", first_lines(&faults.join(" | "), 6)),
+            })
         }
     }
 
@@ -122,7 +155,11 @@ impl<R: Runtime> Gpu<R> {
     pub fn cube_count_1d(&self, name: &str, n: usize, cube: u32) -> Result<CubeCount> {
         let cubes = n.div_ceil(cube as usize).max(1);
         let max_x = self.client.properties().hardware.max_cube_count.0 as usize;
-        let (x, y) = if cubes <= max_x { (cubes, 1) } else { (max_x, cubes.div_ceil(max_x)) };
+        let (x, y) = if cubes <= max_x {
+            (cubes, 1)
+        } else {
+            (max_x, cubes.div_ceil(max_x))
+        };
         let count = CubeCount::Static(x as u32, y as u32, 1);
         self.check_count(name, &count)?;
         Ok(count)
@@ -142,11 +179,15 @@ impl<R: Runtime> Gpu<R> {
     }
 
     fn check_alloc(&self, bytes: u64) -> Result<()> {
-        let in_use = self.client.memory_usage().map(|u| u.bytes_in_use).unwrap_or(0);
+        let in_use = self.client.memory_usage().map_or(0, |u| u.bytes_in_use);
         let limit = self.budget.bytes();
         let per_buffer = self.info.max_buffer_bytes.unwrap_or(u64::MAX);
         if bytes > per_buffer {
-            return Err(Error::OutOfDeviceMemory { device: self.info.id.clone(), requested: bytes, available: per_buffer });
+            return Err(Error::OutOfDeviceMemory {
+                device: self.info.id.clone(),
+                requested: bytes,
+                available: per_buffer,
+            });
         }
         if in_use + bytes > limit {
             return Err(Error::OutOfDeviceMemory {
@@ -161,16 +202,22 @@ impl<R: Runtime> Gpu<R> {
     fn server_error(&self, what: &str, e: &ServerError) -> Error {
         let device = self.info.id.clone();
         match e {
-            ServerError::Launch(LaunchError::CompilationError(c)) => {
-                Error::KernelCompilation { kernel: what.to_string(), message: first_lines(&c.to_string(), 12) }
-            }
-            ServerError::Launch(LaunchError::OutOfMemory { reason, .. }) => {
-                Error::Backend { device, message: format!("{what}: out of device memory: {}", first_lines(reason, 3)) }
-            }
-            ServerError::Launch(LaunchError::TooManyResources(r)) => {
-                Error::InvalidLaunch { kernel: what.to_string(), why: first_lines(&r.to_string(), 3) }
-            }
-            other => Error::Backend { device, message: format!("{what}: {}", first_lines(&other.to_string(), 6)) },
+            ServerError::Launch(LaunchError::CompilationError(c)) => Error::KernelCompilation {
+                kernel: what.to_string(),
+                message: first_lines(&c.to_string(), 12),
+            },
+            ServerError::Launch(LaunchError::OutOfMemory { reason, .. }) => Error::Backend {
+                device,
+                message: format!("{what}: out of device memory: {}", first_lines(reason, 3)),
+            },
+            ServerError::Launch(LaunchError::TooManyResources(r)) => Error::InvalidLaunch {
+                kernel: what.to_string(),
+                why: first_lines(&r.to_string(), 3),
+            },
+            other => Error::Backend {
+                device,
+                message: format!("{what}: {}", first_lines(&other.to_string(), 6)),
+            },
         }
     }
 }
@@ -234,11 +281,15 @@ impl crate::Device {
             name: info.id.clone(),
             why: format!("it is not a {} device", std::any::type_name::<R>()),
         })?;
-        let client = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| R::client(&dev))).map_err(|panic| Error::Backend {
-            device: info.id.clone(),
-            message: format!("could not open the device: {}", first_lines(&crate::device::panic_text(&panic), 4)),
-        })?;
-        Ok(Gpu::new(client, info))
+        let client = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| R::client(&dev)))
+            .map_err(|panic| Error::Backend {
+                device: info.id.clone(),
+                message: format!(
+                    "could not open the device: {}",
+                    first_lines(&crate::device::panic_text(&panic), 4)
+                ),
+            })?;
+        Ok(Gpu::new(client, info, self.memory_limit()))
     }
 
     /// Run `job` on this device's runtime. A CPU device gives [`Error::NotAGpu`]: callers
@@ -247,13 +298,19 @@ impl crate::Device {
         use cubecl::cuda::CudaRuntime;
         use cubecl::wgpu::WgpuRuntime;
         let id = self.info().id.clone();
-        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match self.handle() {
-            DeviceHandle::Cuda(_) => job.run(&self.open::<CudaRuntime>()?),
-            DeviceHandle::Wgpu(_) => job.run(&self.open::<WgpuRuntime>()?),
-            DeviceHandle::Cpu => Err(Error::NotAGpu { what: std::any::type_name::<J>().to_string() }),
-        }));
+        let outcome =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match self.handle() {
+                DeviceHandle::Cuda(_) => job.run(&self.open::<CudaRuntime>()?),
+                DeviceHandle::Wgpu(_) => job.run(&self.open::<WgpuRuntime>()?),
+                DeviceHandle::Cpu => Err(Error::NotAGpu {
+                    what: std::any::type_name::<J>().to_string(),
+                }),
+            }));
         outcome.unwrap_or_else(|panic| {
-            Err(Error::Backend { device: id, message: first_lines(&crate::device::panic_text(&panic), 6) })
+            Err(Error::Backend {
+                device: id,
+                message: first_lines(&crate::device::panic_text(&panic), 6),
+            })
         })
     }
 }
@@ -284,7 +341,9 @@ macro_rules! with_gpu {
                 let $gpu = &__device.open::<$crate::cubecl::wgpu::WgpuRuntime>()?;
                 $body
             })(),
-            $crate::Backend::Cpu => Err($crate::Error::NotAGpu { what: "with_gpu!".into() }),
+            $crate::Backend::Cpu => Err($crate::Error::NotAGpu {
+                what: "with_gpu!".into(),
+            }),
         }
     }};
 }

@@ -18,7 +18,9 @@ mod memory;
 mod timing;
 
 pub use buffer::GpuArray;
-pub use device::{Backend, DeviceHandle, DEVICE_ENV, Device, DeviceInfo, DeviceRequest, Inventory, Selection};
+pub use device::{
+    Backend, DEVICE_ENV, Device, DeviceHandle, DeviceInfo, DeviceRequest, Inventory, Selection,
+};
 pub use error::{Error, Result};
 pub use gpu::{Gpu, GpuJob, KnownRuntime};
 pub use memory::{ChunkPlan, MEMORY_LIMIT_ENV, MemoryBudget, parse_bytes};

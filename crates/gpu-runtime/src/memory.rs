@@ -31,12 +31,19 @@ impl MemoryBudget {
     /// The budget for a device: `BIOGPU_MEMORY_LIMIT` if set, else a share of its free memory.
     pub fn for_device(info: &DeviceInfo) -> Self {
         let from_device = match info.backend {
-            Backend::Cuda => info.free_memory.or(info.total_memory).map_or(Self::WGPU_DEFAULT, |f| (f as f64 * Self::CUDA_SHARE) as u64),
+            Backend::Cuda => info
+                .free_memory
+                .or(info.total_memory)
+                .map_or(Self::WGPU_DEFAULT, |f| (f as f64 * Self::CUDA_SHARE) as u64),
             Backend::Wgpu => Self::WGPU_DEFAULT,
             Backend::Cpu => info.free_memory.unwrap_or(Self::WGPU_DEFAULT) / 2,
         };
-        let limit = std::env::var(MEMORY_LIMIT_ENV).ok().and_then(|v| parse_bytes(&v).ok());
-        MemoryBudget { bytes: limit.map_or(from_device, |l| l.min(from_device)) }
+        let limit = std::env::var(MEMORY_LIMIT_ENV)
+            .ok()
+            .and_then(|v| parse_bytes(&v).ok());
+        MemoryBudget {
+            bytes: limit.map_or(from_device, |l| l.min(from_device)),
+        }
     }
 
     pub fn bytes(&self) -> u64 {
@@ -55,7 +62,7 @@ impl MemoryBudget {
     /// ```
     pub fn plan(&self, items: usize, bytes_per_item: u64, fixed_bytes: u64) -> Result<ChunkPlan> {
         let room = self.bytes.saturating_sub(fixed_bytes);
-        let fit = if bytes_per_item == 0 { items as u64 } else { room / bytes_per_item };
+        let fit = room.checked_div(bytes_per_item).unwrap_or(items as u64);
         if items > 0 && fit == 0 {
             return Err(Error::OutOfDeviceMemory {
                 device: "budget".into(),
@@ -92,16 +99,23 @@ impl ChunkPlan {
 
     /// The ranges, in order.
     pub fn chunks(&self) -> impl Iterator<Item = Range<usize>> + '_ {
-        (0..self.items).step_by(self.chunk).map(|s| s..(s + self.chunk).min(self.items))
+        (0..self.items)
+            .step_by(self.chunk)
+            .map(|s| s..(s + self.chunk).min(self.items))
     }
 }
 
 /// Parse a byte count such as `1048576`, `512M`, `512MiB`, `4G`, `1.5GB` (binary units).
 pub fn parse_bytes(text: &str) -> Result<u64> {
     let t = text.trim();
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let bad = || Error::InvalidLaunch { kernel: MEMORY_LIMIT_ENV.into(), why: format!("cannot read `{text}` as a byte count like 512M or 4G") };
+    let bad = || Error::InvalidLaunch {
+        kernel: MEMORY_LIMIT_ENV.into(),
+        why: format!("cannot read `{text}` as a byte count like 512M or 4G"),
+    };
     let value: f64 = num.parse().map_err(|_| bad())?;
     let scale = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1u64,
@@ -142,7 +156,17 @@ mod tests {
     #[test]
     fn a_single_item_larger_than_the_budget_is_an_error() {
         let e = MemoryBudget::new(100).plan(3, 101, 0).unwrap_err();
-        assert!(matches!(e, Error::OutOfDeviceMemory { requested: 101, available: 100, .. }), "{e}");
+        assert!(
+            matches!(
+                e,
+                Error::OutOfDeviceMemory {
+                    requested: 101,
+                    available: 100,
+                    ..
+                }
+            ),
+            "{e}"
+        );
     }
 
     #[test]

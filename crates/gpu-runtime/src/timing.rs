@@ -58,8 +58,14 @@ mod tests {
     fn median_of_odd_and_even_samples() {
         let d = |ms: u64| Duration::from_millis(ms);
         let t = Timing::from_durations(&[d(5), d(1), d(3)]);
-        assert_eq!((t.median_ms, t.min_ms, t.max_ms, t.samples), (3.0, 1.0, 5.0, 3));
-        assert_eq!(Timing::from_durations(&[d(1), d(2), d(4), d(10)]).median_ms, 3.0);
+        assert_eq!(
+            (t.median_ms, t.min_ms, t.max_ms, t.samples),
+            (3.0, 1.0, 5.0, 3)
+        );
+        assert_eq!(
+            Timing::from_durations(&[d(1), d(2), d(4), d(10)]).median_ms,
+            3.0
+        );
     }
 
     #[test]

@@ -12,23 +12,54 @@ pub enum Error {
     #[error("exposure time {value} s is invalid: it must be a finite number greater than zero")]
     InvalidExposure { value: f64 },
     #[error("invalid parameter `{name}` = {value}: {why}")]
-    InvalidParameter { name: &'static str, value: String, why: String },
-    #[error("frame size mismatch in {what}: expected {expected_w}x{expected_h}, got {got_w}x{got_h}")]
-    FrameSizeMismatch { what: String, expected_w: usize, expected_h: usize, got_w: usize, got_h: usize },
-    #[error("image of {width}x{height} is too small for a {window}x{window} window in `valid` border mode")]
-    ImageTooSmall { width: usize, height: usize, window: usize },
+    InvalidParameter {
+        name: &'static str,
+        value: String,
+        why: String,
+    },
+    #[error(
+        "frame size mismatch in {what}: expected {expected_w}x{expected_h}, got {got_w}x{got_h}"
+    )]
+    FrameSizeMismatch {
+        what: String,
+        expected_w: usize,
+        expected_h: usize,
+        got_w: usize,
+        got_h: usize,
+    },
+    #[error(
+        "image of {width}x{height} is too small for a {window}x{window} window in `valid` border mode"
+    )]
+    ImageTooSmall {
+        width: usize,
+        height: usize,
+        window: usize,
+    },
     #[error("{path}: {why}")]
     Format { path: PathBuf, why: String },
     #[error("{path}: file is empty")]
     EmptyFile { path: PathBuf },
     #[error("{path}: truncated: expected {expected} bytes for {what}, found {found}")]
-    Truncated { path: PathBuf, expected: u64, found: u64, what: String },
+    Truncated {
+        path: PathBuf,
+        expected: u64,
+        found: u64,
+        what: String,
+    },
     #[error("{path}: {source}")]
-    Io { path: PathBuf, #[source] source: std::io::Error },
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("GPU: {0}")]
     Gpu(String),
     #[error("pixel type mismatch in {what}: expected {expected}, got {got}")]
-    PixelTypeMismatch { what: String, expected: &'static str, got: &'static str },
+    PixelTypeMismatch {
+        what: String,
+        expected: &'static str,
+        got: &'static str,
+    },
     #[error("frame stream closed: the receiving side was dropped, so no more frames can be sent")]
     StreamClosed,
 }

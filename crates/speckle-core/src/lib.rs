@@ -8,9 +8,15 @@
 //! previews; [`sim`] simulates speckle with known statistics for tests and demos.
 
 pub mod contrast;
+pub mod correct;
+pub mod engine;
 pub mod error;
+pub mod flow;
+pub mod gpu;
 pub mod io;
+pub mod mesi;
 pub mod output;
+pub mod pipeline;
 pub mod roi;
 pub mod sim;
 pub mod types;

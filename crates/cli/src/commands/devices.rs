@@ -15,7 +15,10 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string_pretty(&inv)?);
         return Ok(());
     }
-    println!("{:<14} {:<7} {:<34} {:>10} {:>10} {:>5} {:>6} {:>4}  notes", "ID", "BACKEND", "NAME", "MEMORY", "FREE", "CC", "UNITS", "F64");
+    println!(
+        "{:<14} {:<7} {:<34} {:>10} {:>10} {:>5} {:>6} {:>4}  notes",
+        "ID", "BACKEND", "NAME", "MEMORY", "FREE", "CC", "UNITS", "F64"
+    );
     for d in &inv.devices {
         println!(
             "{:<14} {:<7} {:<34} {:>10} {:>10} {:>5} {:>6} {:>4}  {}",
@@ -24,7 +27,8 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             truncate(&d.name, 34),
             gib(d.total_memory),
             gib(d.free_memory),
-            d.compute_capability.map_or("-".into(), |(a, b)| format!("{a}.{b}")),
+            d.compute_capability
+                .map_or("-".into(), |(a, b)| format!("{a}.{b}")),
             d.compute_units.map_or("-".into(), |u| u.to_string()),
             if d.supports_f64 { "yes" } else { "no" },
             notes(d),
@@ -49,9 +53,15 @@ fn notes(d: &DeviceInfo) -> String {
 }
 
 fn gib(bytes: Option<u64>) -> String {
-    bytes.map_or("-".into(), |b| format!("{:.1} GiB", b as f64 / f64::from(1u32 << 30)))
+    bytes.map_or("-".into(), |b| {
+        format!("{:.1} GiB", b as f64 / f64::from(1u32 << 30))
+    })
 }
 
 fn truncate(s: &str, n: usize) -> String {
-    if s.chars().count() <= n { s.to_string() } else { s.chars().take(n - 1).chain(std::iter::once('…')).collect() }
+    if s.chars().count() <= n {
+        s.to_string()
+    } else {
+        s.chars().take(n - 1).chain(std::iter::once('…')).collect()
+    }
 }

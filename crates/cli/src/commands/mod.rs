@@ -2,6 +2,8 @@
 
 pub mod demo;
 pub mod devices;
+pub mod output;
+pub mod speckle;
 
 /// Arguments of a modality that has not landed yet: accept anything, say so.
 #[derive(Debug, clap::Args)]
@@ -11,5 +13,7 @@ pub struct NotBuilt {
 }
 
 pub fn not_built(name: &str, issue: u32) -> anyhow::Result<()> {
-    anyhow::bail!("`biogpu {name}` is not built yet (tracked in issue {issue}); see README.md for the status of each modality")
+    anyhow::bail!(
+        "`biogpu {name}` is not built yet (tracked in issue {issue}); see README.md for the status of each modality"
+    )
 }

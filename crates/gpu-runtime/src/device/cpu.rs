@@ -29,7 +29,9 @@ fn cpu_name() -> Option<String> {
 
 /// (MemTotal, MemAvailable) in bytes from /proc/meminfo, where it exists.
 fn meminfo() -> (Option<u64>, Option<u64>) {
-    let Ok(text) = std::fs::read_to_string("/proc/meminfo") else { return (None, None) };
+    let Ok(text) = std::fs::read_to_string("/proc/meminfo") else {
+        return (None, None);
+    };
     let field = |name: &str| {
         text.lines()
             .find(|l| l.starts_with(name))

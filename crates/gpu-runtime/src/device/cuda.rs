@@ -35,7 +35,10 @@ pub(super) fn probe() -> Result<Vec<DeviceInfo>> {
     }
     // cudarc panics on a missing driver symbol (an old driver); turn that into an error.
     catch_unwind(AssertUnwindSafe(query_devices)).unwrap_or_else(|panic| {
-        Err(Error::DriverMissing { backend: "CUDA", why: format!("driver query failed: {}", panic_text(&panic)) })
+        Err(Error::DriverMissing {
+            backend: "CUDA",
+            why: format!("driver query failed: {}", panic_text(&panic)),
+        })
     })
 }
 
@@ -45,15 +48,20 @@ fn query_devices() -> Result<Vec<DeviceInfo>> {
         why: format!("{what}: {e}"),
     };
     result::init().map_err(|e| driver_err("cuInit failed", e))?;
-    let count = result::device::get_count().map_err(|e| driver_err("cuDeviceGetCount failed", e))?;
+    let count =
+        result::device::get_count().map_err(|e| driver_err("cuDeviceGetCount failed", e))?;
     if count == 0 {
-        return Err(Error::DriverMissing { backend: "CUDA", why: "the driver reports no CUDA device".into() });
+        return Err(Error::DriverMissing {
+            backend: "CUDA",
+            why: "the driver reports no CUDA device".into(),
+        });
     }
     let version = driver_version();
     (0..count)
         .map(|i| {
             let dev = result::device::get(i).map_err(|e| driver_err("cuDeviceGet failed", e))?;
-            let name = result::device::get_name(dev).unwrap_or_else(|_| "unknown CUDA device".into());
+            let name =
+                result::device::get_name(dev).unwrap_or_else(|_| "unknown CUDA device".into());
             // SAFETY: `dev` is a valid device handle from `device::get`; these calls read properties.
             let (total, major, minor, sms) = unsafe {
                 let attr = |a| result::device::get_attribute(dev, a).unwrap_or(0);
@@ -87,7 +95,10 @@ fn free_memory(dev: sys::CUdevice) -> Option<u64> {
     // and reference counted, so releasing our reference leaves CubeCL's intact.
     unsafe {
         let ctx = result::primary_ctx::retain(dev).ok()?;
-        let free = result::ctx::set_current(ctx).ok().and_then(|()| result::mem_get_info().ok()).map(|(f, _)| f as u64);
+        let free = result::ctx::set_current(ctx)
+            .ok()
+            .and_then(|()| result::mem_get_info().ok())
+            .map(|(f, _)| f as u64);
         let _ = result::primary_ctx::release(dev);
         free
     }

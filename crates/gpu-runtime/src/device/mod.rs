@@ -69,7 +69,9 @@ impl FromStr for DeviceRequest {
     /// ```
     fn from_str(s: &str) -> Result<Self> {
         let t = s.trim().to_ascii_lowercase();
-        let bad = || Error::BadDeviceName { given: s.to_string() };
+        let bad = || Error::BadDeviceName {
+            given: s.to_string(),
+        };
         let (kind, index) = match t.split_once(':') {
             Some((k, i)) => (k, Some(i)),
             None => (t.as_str(), None),
@@ -142,6 +144,7 @@ pub struct DeviceInfo {
 pub struct Device {
     info: DeviceInfo,
     handle: DeviceHandle,
+    memory_limit: Option<u64>,
 }
 
 #[derive(Debug, Clone)]
@@ -173,7 +176,11 @@ pub struct Selection {
 impl Device {
     /// The CPU device (always available).
     pub fn cpu() -> Self {
-        Device { info: cpu::info(), handle: DeviceHandle::Cpu }
+        Device {
+            info: cpu::info(),
+            handle: DeviceHandle::Cpu,
+            memory_limit: None,
+        }
     }
 
     /// Pick a device for `request`. Software wgpu adapters are used only for
@@ -186,14 +193,24 @@ impl Device {
     /// ```
     pub fn select(request: DeviceRequest, allow_software: bool) -> Result<Selection> {
         match request {
-            DeviceRequest::Cpu => Ok(Selection { device: Device::cpu(), notes: vec![] }),
+            DeviceRequest::Cpu => Ok(Selection {
+                device: Device::cpu(),
+                notes: vec![],
+            }),
             DeviceRequest::Cuda(i) => {
                 let devices = cuda::probe()?;
                 let n = devices.len();
                 devices
                     .into_iter()
                     .nth(i)
-                    .map(|info| Selection { device: Device { info, handle: DeviceHandle::Cuda(i) }, notes: vec![] })
+                    .map(|info| Selection {
+                        device: Device {
+                            info,
+                            handle: DeviceHandle::Cuda(i),
+                            memory_limit: None,
+                        },
+                        notes: vec![],
+                    })
                     .ok_or_else(|| Error::NoSuchDevice {
                         name: format!("cuda:{i}"),
                         why: format!("this machine has {n} CUDA device(s)"),
@@ -203,20 +220,30 @@ impl Device {
                 let adapters = wgpu_probe::probe();
                 let hardware: Vec<_> = adapters.iter().filter(|a| !a.info.software).collect();
                 if let Some(a) = hardware.get(i) {
-                    return Ok(Selection { device: a.to_device(), notes: vec![] });
+                    return Ok(Selection {
+                        device: a.to_device(),
+                        notes: vec![],
+                    });
                 }
                 let software = adapters.iter().find(|a| a.info.software);
                 match software {
                     Some(a) if allow_software && i == 0 => Ok(Selection {
                         device: a.to_device(),
-                        notes: vec![format!("wgpu: no hardware adapter; using software adapter {}", a.info.name)],
+                        notes: vec![format!(
+                            "wgpu: no hardware adapter; using software adapter {}",
+                            a.info.name
+                        )],
                     }),
                     _ => Err(Error::NoSuchDevice {
                         name: format!("wgpu:{i}"),
                         why: format!(
                             "{} hardware wgpu adapter(s) found{}",
                             hardware.len(),
-                            if software.is_some() { "; a software adapter exists: ask for wgpu:software" } else { "" }
+                            if software.is_some() {
+                                "; a software adapter exists: ask for wgpu:software"
+                            } else {
+                                ""
+                            }
                         ),
                     }),
                 }
@@ -224,17 +251,24 @@ impl Device {
             DeviceRequest::WgpuSoftware => wgpu_probe::probe()
                 .into_iter()
                 .find(|a| a.info.software)
-                .map(|a| Selection { device: a.to_device(), notes: vec![] })
+                .map(|a| Selection {
+                    device: a.to_device(),
+                    notes: vec![],
+                })
                 .ok_or_else(|| Error::NoSuchDevice {
                     name: "wgpu:software".into(),
-                    why: "no software Vulkan adapter (install mesa-vulkan-drivers for lavapipe)".into(),
+                    why: "no software Vulkan adapter (install mesa-vulkan-drivers for lavapipe)"
+                        .into(),
                 }),
             DeviceRequest::Auto => {
                 let inv = Self::inventory_with_handles();
                 let device = inv.1.into_iter().next().unwrap_or_else(Device::cpu);
                 let mut notes = Vec::new();
                 if device.backend() == Backend::Cpu {
-                    notes.push(format!("no GPU found ({}); running on the CPU", inv.0.notes.join("; ")));
+                    notes.push(format!(
+                        "no GPU found ({}); running on the CPU",
+                        inv.0.notes.join("; ")
+                    ));
                 }
                 Ok(Selection { device, notes })
             }
@@ -259,7 +293,11 @@ impl Device {
         match cuda::probe() {
             Ok(list) => {
                 for (i, info) in list.into_iter().enumerate() {
-                    candidates.push(Device { info: info.clone(), handle: DeviceHandle::Cuda(i) });
+                    candidates.push(Device {
+                        info: info.clone(),
+                        handle: DeviceHandle::Cuda(i),
+                        memory_limit: None,
+                    });
                     devices.push(info);
                 }
             }
@@ -269,7 +307,9 @@ impl Device {
         if adapters.is_empty() {
             notes.push("wgpu: no Vulkan/Metal/DX12 adapter".into());
         } else if adapters.iter().all(|a| a.info.software) {
-            notes.push("wgpu: only a software adapter (not used unless asked for as wgpu:software)".into());
+            notes.push(
+                "wgpu: only a software adapter (not used unless asked for as wgpu:software)".into(),
+            );
         }
         for a in adapters {
             if !a.info.software {
@@ -278,13 +318,33 @@ impl Device {
             devices.push(a.info);
         }
         let cpu = cpu::info();
-        let auto = candidates.first().map_or_else(|| cpu.id.clone(), |d| d.info.id.clone());
+        let auto = candidates
+            .first()
+            .map_or_else(|| cpu.id.clone(), |d| d.info.id.clone());
         devices.push(cpu);
-        (Inventory { devices, auto, notes }, candidates)
+        (
+            Inventory {
+                devices,
+                auto,
+                notes,
+            },
+            candidates,
+        )
     }
 
     pub fn info(&self) -> &DeviceInfo {
         &self.info
+    }
+
+    /// Cap the device memory work on this device may use (on top of what the device and
+    /// `BIOGPU_MEMORY_LIMIT` allow): work is then split into more, smaller chunks.
+    pub fn with_memory_limit(mut self, bytes: u64) -> Self {
+        self.memory_limit = Some(bytes);
+        self
+    }
+
+    pub(crate) fn memory_limit(&self) -> Option<u64> {
+        self.memory_limit
     }
 
     pub fn backend(&self) -> Backend {
@@ -341,7 +401,15 @@ mod tests {
 
     #[test]
     fn rejects_malformed_names_with_the_name() {
-        for s in ["", "gpu", "cuda:x", "cuda:-1", "cpu:0", "auto:1", "wgpu:soft"] {
+        for s in [
+            "",
+            "gpu",
+            "cuda:x",
+            "cuda:-1",
+            "cpu:0",
+            "auto:1",
+            "wgpu:soft",
+        ] {
             let e = s.parse::<DeviceRequest>().unwrap_err();
             assert!(e.to_string().contains(&format!("`{s}`")), "{e}");
         }
@@ -361,9 +429,16 @@ mod tests {
         let inv = Device::inventory();
         assert_eq!(inv.auto, sel.device.info().id);
         assert!(inv.devices.iter().any(|d| d.backend == Backend::Cpu));
-        assert!(!sel.device.info().software, "auto must never pick a software adapter");
+        assert!(
+            !sel.device.info().software,
+            "auto must never pick a software adapter"
+        );
         if sel.device.backend() == Backend::Cpu {
-            assert_eq!(sel.notes.len(), 1, "falling back to the CPU says why, in one line");
+            assert_eq!(
+                sel.notes.len(),
+                1,
+                "falling back to the CPU says why, in one line"
+            );
         }
     }
 }

@@ -14,7 +14,11 @@ pub(super) struct Adapter {
 
 impl Adapter {
     pub fn to_device(&self) -> Device {
-        Device { info: self.info.clone(), handle: DeviceHandle::Wgpu(self.handle.clone()) }
+        Device {
+            info: self.info.clone(),
+            handle: DeviceHandle::Wgpu(self.handle.clone()),
+            memory_limit: None,
+        }
     }
 }
 
@@ -22,7 +26,9 @@ impl Adapter {
 /// Enumerated once per process: creating Vulkan instances is slow and noisy.
 pub(super) fn probe() -> Vec<Adapter> {
     static ADAPTERS: OnceLock<Vec<Adapter>> = OnceLock::new();
-    ADAPTERS.get_or_init(|| catch_unwind(AssertUnwindSafe(enumerate)).unwrap_or_default()).clone()
+    ADAPTERS
+        .get_or_init(|| catch_unwind(AssertUnwindSafe(enumerate)).unwrap_or_default())
+        .clone()
 }
 
 fn enumerate() -> Vec<Adapter> {
@@ -40,8 +46,12 @@ fn enumerate() -> Vec<Adapter> {
         let ai = adapter.get_info();
         let limits = adapter.limits();
         let (handle, software) = match ai.device_type {
-            wgpu::DeviceType::DiscreteGpu => (WgpuDevice::DiscreteGpu(post_inc(&mut discrete)), false),
-            wgpu::DeviceType::IntegratedGpu => (WgpuDevice::IntegratedGpu(post_inc(&mut integrated)), false),
+            wgpu::DeviceType::DiscreteGpu => {
+                (WgpuDevice::DiscreteGpu(post_inc(&mut discrete)), false)
+            }
+            wgpu::DeviceType::IntegratedGpu => {
+                (WgpuDevice::IntegratedGpu(post_inc(&mut integrated)), false)
+            }
             wgpu::DeviceType::VirtualGpu => (WgpuDevice::VirtualGpu(post_inc(&mut virt)), false),
             wgpu::DeviceType::Cpu => (WgpuDevice::Cpu, true),
             wgpu::DeviceType::Other => continue,
@@ -63,10 +73,18 @@ fn enumerate() -> Vec<Adapter> {
                 free_memory: None,
                 compute_capability: None,
                 compute_units: None,
-                max_buffer_bytes: Some(limits.max_storage_buffer_binding_size.min(limits.max_buffer_size)),
+                max_buffer_bytes: Some(
+                    limits
+                        .max_storage_buffer_binding_size
+                        .min(limits.max_buffer_size),
+                ),
                 supports_f64: false,
                 software,
-                driver: Some(format!("{:?} {} {}", ai.backend, ai.driver, ai.driver_info).trim().to_string()),
+                driver: Some(
+                    format!("{:?} {} {}", ai.backend, ai.driver, ai.driver_info)
+                        .trim()
+                        .to_string(),
+                ),
             },
             handle,
         });

@@ -2,9 +2,11 @@
 
 mod params;
 pub mod spatial;
+pub mod temporal;
 
-pub use params::{reflect_index, Border, Window};
+pub use params::{Border, Window, reflect_index};
 pub use spatial::{
-    contrast_shape, flags, spatial_contrast, spatial_contrast_into, spatial_contrast_stack, ContrastMap,
-    ContrastOut, ContrastStack,
+    ContrastMap, ContrastOut, ContrastStack, contrast_shape, flags, spatial_contrast,
+    spatial_contrast_into, spatial_contrast_stack,
 };
+pub use temporal::{TemporalStream, spatiotemporal_contrast, temporal_contrast};

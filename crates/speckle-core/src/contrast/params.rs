@@ -21,14 +21,20 @@ impl Window {
     /// assert!(Window::new(6).is_err());
     /// ```
     pub fn new(size: usize) -> Result<Self> {
-        if size % 2 == 0 {
+        if size.is_multiple_of(2) {
             return Err(Error::InvalidWindow { size, why: "even" });
         }
         if size < Self::MIN {
-            return Err(Error::InvalidWindow { size, why: "too small" });
+            return Err(Error::InvalidWindow {
+                size,
+                why: "too small",
+            });
         }
         if size > Self::MAX {
-            return Err(Error::InvalidWindow { size, why: "too large" });
+            return Err(Error::InvalidWindow {
+                size,
+                why: "too large",
+            });
         }
         Ok(Self { radius: size / 2 })
     }
@@ -94,5 +100,9 @@ pub fn reflect_index(i: isize, n: usize) -> usize {
     }
     let period = 2 * (n as isize - 1);
     let m = i.rem_euclid(period);
-    if m < n as isize { m as usize } else { (period - m) as usize }
+    if m < n as isize {
+        m as usize
+    } else {
+        (period - m) as usize
+    }
 }

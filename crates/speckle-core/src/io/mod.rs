@@ -17,7 +17,6 @@ use std::path::{Path, PathBuf};
 use ndarray::Array2;
 
 pub use self::png::read_png;
-pub(crate) use self::png::write_gray_png;
 pub use self::raw::{ByteOrder, RawDtype, RawFrameReader, RawSpec, read_raw, write_raw};
 pub use self::stream::{
     Frame, FrameReceiver, FrameSender, FrameSource, collect_stack, frame_channel, stack_frames,
@@ -78,8 +77,17 @@ enum Format {
 /// Pick the reader: `.tif`/`.tiff`, `.png`, and `.raw`/`.bin`/`.dat` (or any other
 /// extension when a [`RawSpec`] is given); reject options that do not fit the format.
 fn format_of(path: &Path, opts: &LoadOptions) -> Result<Format> {
-    let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase();
-    let fail = |why: String| Err(Error::Format { path: path.to_path_buf(), why });
+    let ext = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    let fail = |why: String| {
+        Err(Error::Format {
+            path: path.to_path_buf(),
+            why,
+        })
+    };
     let format = match ext.as_str() {
         "tif" | "tiff" => Format::Tiff,
         "png" => Format::Png,
@@ -159,8 +167,19 @@ fn open_raw(
         return Ok((Box::new(reader), camera));
     };
     check_stated_bits(path, spec.dtype, bits)?;
-    let checked = BitDepthCheck { inner: reader, bits, path: path.to_path_buf(), index: 0, done: false };
-    Ok((Box::new(checked), CameraInfo { bit_depth: Some(bits) }))
+    let checked = BitDepthCheck {
+        inner: reader,
+        bits,
+        path: path.to_path_buf(),
+        index: 0,
+        done: false,
+    };
+    Ok((
+        Box::new(checked),
+        CameraInfo {
+            bit_depth: Some(bits),
+        },
+    ))
 }
 
 fn check_stated_bits(path: &Path, dtype: RawDtype, bits: u32) -> Result<()> {
@@ -171,7 +190,10 @@ fn check_stated_bits(path: &Path, dtype: RawDtype, bits: u32) -> Result<()> {
             return Err(Error::InvalidParameter {
                 name: "bit_depth",
                 value: bits.to_string(),
-                why: format!("{} holds f32 pixels, which have no bit depth; leave it unset", path.display()),
+                why: format!(
+                    "{} holds f32 pixels, which have no bit depth; leave it unset",
+                    path.display()
+                ),
             });
         }
     };
@@ -179,7 +201,10 @@ fn check_stated_bits(path: &Path, dtype: RawDtype, bits: u32) -> Result<()> {
         return Err(Error::InvalidParameter {
             name: "bit_depth",
             value: bits.to_string(),
-            why: format!("{} holds {dtype} pixels; the stated depth must be 1..={container}", path.display()),
+            why: format!(
+                "{} holds {dtype} pixels; the stated depth must be 1..={container}",
+                path.display()
+            ),
         });
     }
     Ok(())
@@ -256,7 +281,10 @@ pub fn load_frame(path: impl AsRef<Path>, opts: &LoadOptions) -> Result<Array2<f
         }
         n += 1;
     }
-    let sum = sum.ok_or_else(|| Error::Format { path: path.to_path_buf(), why: "holds no frame".into() })?;
+    let sum = sum.ok_or_else(|| Error::Format {
+        path: path.to_path_buf(),
+        why: "holds no frame".into(),
+    })?;
     Ok(sum.mapv(|v| (v / n as f64) as f32))
 }
 
@@ -269,7 +297,9 @@ mod tests {
     #[test]
     fn load_stack_dispatches_on_extension() {
         let dir = TempDir::new("load_dispatch");
-        let stack = RawStack::U16(Array3::from_shape_fn((2, 3, 4), |(f, r, c)| (f * 100 + r * 10 + c) as u16));
+        let stack = RawStack::U16(Array3::from_shape_fn((2, 3, 4), |(f, r, c)| {
+            (f * 100 + r * 10 + c) as u16
+        }));
         let raw = dir.path("frames.dat");
         write_raw(&raw, &stack, ByteOrder::Little).unwrap();
         let opts = LoadOptions::default().with_raw(RawSpec::new(4, 3, RawDtype::U16));
@@ -278,8 +308,14 @@ mod tests {
         assert_eq!(cam.bit_depth, Some(16));
         let (_, cam) = load_stack(&raw, &opts.clone().with_bit_depth(10)).unwrap();
         assert_eq!(cam.bit_depth, Some(10));
-        let err = load_stack(&raw, &opts.clone().with_bit_depth(7)).unwrap_err().to_string();
-        assert!(err.contains("frame 1") && err.contains("127"), "{err}");
+        // Frame 0 peaks at 23, frame 1 at 123: above the 6-bit maximum 63.
+        let err = load_stack(&raw, &opts.clone().with_bit_depth(6))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("frame 1") && err.contains("123") && err.contains("63"),
+            "{err}"
+        );
 
         // Any extension is read as raw when a spec is given.
         let odd = dir.path("frames.img");
@@ -294,7 +330,11 @@ mod tests {
             ("x.raw", LoadOptions::default(), "raw spec"),
             ("x.tif", raw_opts.clone(), "drop the raw spec"),
             ("x.png", raw_opts, "drop the raw spec"),
-            ("x.tif", LoadOptions::default().with_frame_height(4), "frame_height"),
+            (
+                "x.tif",
+                LoadOptions::default().with_frame_height(4),
+                "frame_height",
+            ),
             ("x.jpg", LoadOptions::default(), "unknown extension"),
         ];
         for (name, opts, want) in cases {
@@ -304,9 +344,42 @@ mod tests {
     }
 
     #[test]
+    fn load_stack_and_open_frames_read_tiff_and_png() {
+        let dir = TempDir::new("load_tiff_png");
+        let stack = RawStack::U16(Array3::from_shape_fn((3, 4, 5), |(f, r, c)| {
+            (f * 1000 + r * 5 + c) as u16
+        }));
+        let tif = dir.path("s.TIF");
+        crate::output::write_raw_stack_tiff(&tif, &stack).unwrap();
+        let (back, cam) = load_stack(&tif, &LoadOptions::default()).unwrap();
+        assert_eq!((back, cam.bit_depth), (stack.clone(), Some(16)));
+        let (src, _) = open_frames(&tif, &LoadOptions::default()).unwrap();
+        assert_eq!(collect_stack(src).unwrap(), stack);
+
+        let png = dir.path("s.png");
+        let file = std::io::BufWriter::new(std::fs::File::create(&png).unwrap());
+        let mut enc = ::png::Encoder::new(file, 5, 12);
+        enc.set_color(::png::ColorType::Grayscale);
+        enc.set_depth(::png::BitDepth::Sixteen);
+        let RawStack::U16(a) = &stack else {
+            unreachable!()
+        };
+        let bytes: Vec<u8> = a.iter().flat_map(|v| v.to_be_bytes()).collect();
+        let mut w = enc.write_header().unwrap();
+        w.write_image_data(&bytes).unwrap();
+        w.finish().unwrap();
+        let opts = LoadOptions::default().with_frame_height(4);
+        assert_eq!(load_stack(&png, &opts).unwrap().0, stack);
+        let (src, _) = open_frames(&png, &opts).unwrap();
+        assert_eq!(src.count(), 3);
+    }
+
+    #[test]
     fn load_frame_averages_a_multi_frame_file() {
         let dir = TempDir::new("load_frame");
-        let stack = RawStack::U8(Array3::from_shape_fn((4, 2, 3), |(f, r, c)| (f * 10 + r * 3 + c) as u8));
+        let stack = RawStack::U8(Array3::from_shape_fn((4, 2, 3), |(f, r, c)| {
+            (f * 10 + r * 3 + c) as u8
+        }));
         let path = dir.path("dark.raw");
         write_raw(&path, &stack, ByteOrder::Little).unwrap();
         let opts = LoadOptions::default().with_raw(RawSpec::new(3, 2, RawDtype::U8));

@@ -26,13 +26,26 @@ pub fn read_png(
     bit_depth: Option<u32>,
 ) -> Result<(RawStack, CameraInfo)> {
     let path = path.as_ref();
-    let fail = |why: String| Error::Format { path: path.to_path_buf(), why };
-    let io_err = |source| Error::Io { path: path.to_path_buf(), source };
+    let fail = |why: String| Error::Format {
+        path: path.to_path_buf(),
+        why,
+    };
+    let io_err = |source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    };
     let file = File::open(path).map_err(io_err)?;
     if file.metadata().map_err(io_err)?.len() == 0 {
-        return Err(Error::EmptyFile { path: path.to_path_buf() });
+        return Err(Error::EmptyFile {
+            path: path.to_path_buf(),
+        });
     }
-    let decoder = Decoder::new_with_limits(BufReader::new(file), Limits { bytes: MAX_PNG_BYTES });
+    let decoder = Decoder::new_with_limits(
+        BufReader::new(file),
+        Limits {
+            bytes: MAX_PNG_BYTES,
+        },
+    );
     let mut reader = decoder.read_info().map_err(|e| png_error(path, e))?;
     let info = reader.info();
     let (width, height) = (info.width as usize, info.height as usize);
@@ -68,15 +81,25 @@ pub fn read_png(
             ),
         });
     }
-    let mut buf = vec![0u8; reader.output_buffer_size().ok_or_else(|| fail("image too large".into()))?];
-    let out = reader.next_frame(&mut buf).map_err(|e| png_error(path, e))?;
+    let mut buf = vec![
+        0u8;
+        reader
+            .output_buffer_size()
+            .ok_or_else(|| fail("image too large".into()))?
+    ];
+    let out = reader
+        .next_frame(&mut buf)
+        .map_err(|e| png_error(path, e))?;
     buf.truncate(out.buffer_size());
     let shape = (height / frame_height, frame_height, width);
     let stack = if container == 8 {
         RawStack::U8(Array3::from_shape_vec(shape, buf).map_err(|e| fail(e.to_string()))?)
     } else {
         // PNG stores 16-bit samples big-endian.
-        let v = buf.chunks_exact(2).map(|c| u16::from_be_bytes([c[0], c[1]])).collect();
+        let v = buf
+            .chunks_exact(2)
+            .map(|c| u16::from_be_bytes([c[0], c[1]]))
+            .collect();
         RawStack::U16(Array3::from_shape_vec(shape, v).map_err(|e| fail(e.to_string()))?)
     };
     let bits = match bit_depth {
@@ -85,7 +108,10 @@ pub fn read_png(
             return Err(Error::InvalidParameter {
                 name: "bit_depth",
                 value: b.to_string(),
-                why: format!("{} stores {container}-bit pixels; the stated depth must be 1..={container}", path.display()),
+                why: format!(
+                    "{} stores {container}-bit pixels; the stated depth must be 1..={container}",
+                    path.display()
+                ),
             });
         }
         Some(b) => {
@@ -104,35 +130,35 @@ pub fn read_png(
             b
         }
     };
-    Ok((stack, CameraInfo { bit_depth: Some(bits) }))
+    Ok((
+        stack,
+        CameraInfo {
+            bit_depth: Some(bits),
+        },
+    ))
 }
 
 fn png_error(path: &Path, e: DecodingError) -> Error {
     match e {
-        DecodingError::IoError(io) if io.kind() == std::io::ErrorKind::UnexpectedEof => Error::Format {
+        DecodingError::IoError(io) if io.kind() == std::io::ErrorKind::UnexpectedEof => {
+            Error::Format {
+                path: path.to_path_buf(),
+                why: "the file ends before the image data are complete (truncated PNG)".into(),
+            }
+        }
+        DecodingError::IoError(source) => Error::Io {
             path: path.to_path_buf(),
-            why: "the file ends before the image data are complete (truncated PNG)".into(),
+            source,
         },
-        DecodingError::IoError(source) => Error::Io { path: path.to_path_buf(), source },
         DecodingError::Format(f) => Error::Format {
             path: path.to_path_buf(),
             why: format!("not a valid PNG file: {f}"),
         },
-        other => Error::Format { path: path.to_path_buf(), why: format!("cannot decode PNG: {other}") },
+        other => Error::Format {
+            path: path.to_path_buf(),
+            why: format!("cannot decode PNG: {other}"),
+        },
     }
-}
-
-/// Write a greyscale 8- or 16-bit PNG of one frame; used by tests and to export raw frames.
-pub(crate) fn write_gray_png(path: &Path, width: u32, height: u32, sixteen: bool, data: &[u8]) -> Result<()> {
-    let io_err = |source| Error::Io { path: path.to_path_buf(), source };
-    let file = std::io::BufWriter::new(File::create(path).map_err(io_err)?);
-    let mut enc = png::Encoder::new(file, width, height);
-    enc.set_color(ColorType::Grayscale);
-    enc.set_depth(if sixteen { BitDepth::Sixteen } else { BitDepth::Eight });
-    let encode_err = |e: png::EncodingError| Error::Format { path: path.to_path_buf(), why: format!("cannot write PNG: {e}") };
-    let mut w = enc.write_header().map_err(encode_err)?;
-    w.write_image_data(data).map_err(encode_err)?;
-    w.finish().map_err(encode_err)
 }
 
 #[cfg(test)]
@@ -140,12 +166,43 @@ mod tests {
     use super::*;
     use crate::io::test_util::TempDir;
 
+    /// Write a greyscale 8- or 16-bit PNG (test fixture).
+    fn write_gray_png(
+        path: &Path,
+        width: u32,
+        height: u32,
+        sixteen: bool,
+        data: &[u8],
+    ) -> Result<()> {
+        let io_err = |source| Error::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let file = std::io::BufWriter::new(File::create(path).map_err(io_err)?);
+        let mut enc = png::Encoder::new(file, width, height);
+        enc.set_color(ColorType::Grayscale);
+        enc.set_depth(if sixteen {
+            BitDepth::Sixteen
+        } else {
+            BitDepth::Eight
+        });
+        let encode_err = |e: png::EncodingError| Error::Format {
+            path: path.to_path_buf(),
+            why: format!("cannot write PNG: {e}"),
+        };
+        let mut w = enc.write_header().map_err(encode_err)?;
+        w.write_image_data(data).map_err(encode_err)?;
+        w.finish().map_err(encode_err)
+    }
+
     #[test]
     fn vertically_stacked_png_splits_into_frames() {
         let dir = TempDir::new("png_split");
         let path = dir.path("stack.png");
         // 3 frames of 2x4 stacked into a 4x6 image; frame k has value 10k + row*4 + col.
-        let data: Vec<u8> = (0..6u8).flat_map(|r| (0..4u8).map(move |c| 10 * (r / 2) + (r % 2) * 4 + c)).collect();
+        let data: Vec<u8> = (0..6u8)
+            .flat_map(|r| (0..4u8).map(move |c| 10 * (r / 2) + (r % 2) * 4 + c))
+            .collect();
         write_gray_png(&path, 4, 6, false, &data).unwrap();
         let (s, cam) = read_png(&path, Some(2), None).unwrap();
         assert_eq!(cam.bit_depth, Some(8));
@@ -165,7 +222,10 @@ mod tests {
         write_gray_png(&path, 2, 2, true, &bytes).unwrap();
         let (s, cam) = read_png(&path, None, None).unwrap();
         assert_eq!(cam.bit_depth, Some(16));
-        assert_eq!(s, RawStack::U16(Array3::from_shape_vec((1, 2, 2), values.to_vec()).unwrap()));
+        assert_eq!(
+            s,
+            RawStack::U16(Array3::from_shape_vec((1, 2, 2), values.to_vec()).unwrap())
+        );
         let err = read_png(&path, None, Some(12)).unwrap_err().to_string();
         assert!(err.contains("65535") && err.contains("4095"), "{err}");
     }
@@ -195,10 +255,20 @@ mod tests {
 
         let empty = dir.path("empty.png");
         std::fs::write(&empty, []).unwrap();
-        assert!(matches!(read_png(&empty, None, None), Err(Error::EmptyFile { .. })));
+        assert!(matches!(
+            read_png(&empty, None, None),
+            Err(Error::EmptyFile { .. })
+        ));
 
         let trunc = dir.path("trunc.png");
-        write_gray_png(&trunc, 64, 64, false, &(0..4096u32).map(|i| (i * 7) as u8).collect::<Vec<_>>()).unwrap();
+        write_gray_png(
+            &trunc,
+            64,
+            64,
+            false,
+            &(0..4096u32).map(|i| (i * 7) as u8).collect::<Vec<_>>(),
+        )
+        .unwrap();
         let bytes = std::fs::read(&trunc).unwrap();
         std::fs::write(&trunc, &bytes[..bytes.len() / 2]).unwrap();
         let err = read_png(&trunc, None, None).unwrap_err().to_string();

@@ -125,7 +125,14 @@ pub struct RawSpec {
 impl RawSpec {
     /// A little-endian, headerless spec reading every frame in the file.
     pub fn new(width: usize, height: usize, dtype: RawDtype) -> Self {
-        Self { width, height, frames: None, dtype, byte_order: ByteOrder::Little, header_bytes: 0 }
+        Self {
+            width,
+            height,
+            frames: None,
+            dtype,
+            byte_order: ByteOrder::Little,
+            header_bytes: 0,
+        }
     }
 
     /// Read exactly `frames` frames.
@@ -149,7 +156,11 @@ impl RawSpec {
     /// Reject zero sizes and frame sizes that overflow.
     pub fn validate(&self) -> Result<()> {
         let bad = |name, value: usize, why: &str| {
-            Err(Error::InvalidParameter { name, value: value.to_string(), why: why.into() })
+            Err(Error::InvalidParameter {
+                name,
+                value: value.to_string(),
+                why: why.into(),
+            })
         };
         if self.width == 0 {
             return bad("width", 0, "a raw frame needs at least one pixel per row");
@@ -158,7 +169,11 @@ impl RawSpec {
             return bad("height", 0, "a raw frame needs at least one row");
         }
         if self.frames == Some(0) {
-            return bad("frames", 0, "ask for at least one frame, or leave frames unset to read all");
+            return bad(
+                "frames",
+                0,
+                "ask for at least one frame, or leave frames unset to read all",
+            );
         }
         self.frame_bytes().map(|_| ())
     }
@@ -180,7 +195,9 @@ impl RawSpec {
     fn frames_in(&self, path: &Path, file_len: u64) -> Result<usize> {
         self.validate()?;
         if file_len == 0 {
-            return Err(Error::EmptyFile { path: path.to_path_buf() });
+            return Err(Error::EmptyFile {
+                path: path.to_path_buf(),
+            });
         }
         let frame_bytes = self.frame_bytes()?;
         let layout = format!(
@@ -194,59 +211,59 @@ impl RawSpec {
             what: format!("{what}; check width, height, dtype and header size"),
         };
         let data = file_len.saturating_sub(self.header_bytes);
-        match self.frames {
-            Some(n) => {
-                let need = (n as u64)
-                    .checked_mul(frame_bytes)
-                    .and_then(|b| b.checked_add(self.header_bytes))
-                    .ok_or_else(|| Error::InvalidParameter {
-                        name: "frames",
-                        value: n.to_string(),
-                        why: "the requested data size overflows".into(),
-                    })?;
-                if file_len < need {
-                    return Err(truncated(need, format!("{n} frames of {layout}")));
-                }
-                if file_len > need {
-                    tracing::debug!(
-                        path = %path.display(),
-                        extra = file_len - need,
-                        "raw file holds more data than the requested frames; the rest is ignored"
-                    );
-                }
-                Ok(n)
+        let Some(n) = self.frames else {
+            if data < frame_bytes {
+                return Err(truncated(
+                    self.header_bytes + frame_bytes,
+                    format!("at least one frame of {layout}"),
+                ));
             }
-            None => {
-                if data < frame_bytes {
-                    return Err(truncated(
-                        self.header_bytes + frame_bytes,
-                        format!("at least one frame of {layout}"),
-                    ));
-                }
-                let whole = data / frame_bytes;
-                if data % frame_bytes != 0 {
-                    let expected = self.header_bytes + (whole + 1) * frame_bytes;
-                    return Err(truncated(
-                        expected,
-                        format!(
-                            "{} whole frames of {layout} (the last frame is cut short after {} bytes)",
-                            whole + 1,
-                            data % frame_bytes
-                        ),
-                    ));
-                }
-                usize::try_from(whole).map_err(|_| Error::Format {
-                    path: path.to_path_buf(),
-                    why: format!("{whole} frames is too many for this platform"),
-                })
+            let whole = data / frame_bytes;
+            if !data.is_multiple_of(frame_bytes) {
+                let expected = self.header_bytes + (whole + 1) * frame_bytes;
+                return Err(truncated(
+                    expected,
+                    format!(
+                        "{} whole frames of {layout} (the last frame is cut short after {} bytes)",
+                        whole + 1,
+                        data % frame_bytes
+                    ),
+                ));
             }
+            return usize::try_from(whole).map_err(|_| Error::Format {
+                path: path.to_path_buf(),
+                why: format!("{whole} frames is too many for this platform"),
+            });
+        };
+        let need = (n as u64)
+            .checked_mul(frame_bytes)
+            .and_then(|b| b.checked_add(self.header_bytes))
+            .ok_or_else(|| Error::InvalidParameter {
+                name: "frames",
+                value: n.to_string(),
+                why: "the requested data size overflows".into(),
+            })?;
+        if file_len < need {
+            return Err(truncated(need, format!("{n} frames of {layout}")));
         }
+        if file_len > need {
+            tracing::debug!(
+                path = %path.display(),
+                extra = file_len - need,
+                "raw file holds more data than the requested frames; the rest is ignored"
+            );
+        }
+        Ok(n)
     }
 }
 
 impl fmt::Display for RawSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "width={},height={},dtype={}", self.width, self.height, self.dtype)?;
+        write!(
+            f,
+            "width={},height={},dtype={}",
+            self.width, self.height, self.dtype
+        )?;
         if let Some(n) = self.frames {
             write!(f, ",frames={n}")?;
         }
@@ -261,10 +278,16 @@ impl fmt::Display for RawSpec {
 impl FromStr for RawSpec {
     type Err = Error;
     fn from_str(s: &str) -> Result<Self> {
-        let bad = |why: String| Error::InvalidParameter { name: "raw spec", value: s.to_string(), why };
+        let bad = |why: String| Error::InvalidParameter {
+            name: "raw spec",
+            value: s.to_string(),
+            why,
+        };
         let number = |key: &str, v: &str| -> Result<u64> {
             v.trim().parse::<u64>().map_err(|_| {
-                bad(format!("`{key}` must be a non-negative whole number, got `{v}`"))
+                bad(format!(
+                    "`{key}` must be a non-negative whole number, got `{v}`"
+                ))
             })
         };
         let (mut width, mut height, mut dtype) = (None, None, None);
@@ -316,11 +339,15 @@ impl RawFrameReader {
     /// Open `path` and check its size against `spec`.
     pub fn open(path: impl AsRef<Path>, spec: &RawSpec) -> Result<Self> {
         let path = path.as_ref();
-        let io_err = |source| Error::Io { path: path.to_path_buf(), source };
+        let io_err = |source| Error::Io {
+            path: path.to_path_buf(),
+            source,
+        };
         let mut file = File::open(path).map_err(io_err)?;
         let len = file.metadata().map_err(io_err)?.len();
         let frames = spec.frames_in(path, len)?;
-        file.seek(SeekFrom::Start(spec.header_bytes)).map_err(io_err)?;
+        file.seek(SeekFrom::Start(spec.header_bytes))
+            .map_err(io_err)?;
         let frame_bytes = spec.frame_bytes()? as usize;
         Ok(Self {
             path: path.to_path_buf(),
@@ -360,17 +387,24 @@ impl RawFrameReader {
                     path: self.path.clone(),
                     expected: offset + self.frame_bytes as u64,
                     found: len,
-                    what: format!("frame {} starting at byte offset {offset} (the file shrank while being read)", self.index),
+                    what: format!(
+                        "frame {} starting at byte offset {offset} (the file shrank while being read)",
+                        self.index
+                    ),
                 }
             } else {
-                Error::Io { path: self.path.clone(), source: e }
+                Error::Io {
+                    path: self.path.clone(),
+                    source: e,
+                }
             });
         }
         let shape = (self.spec.height, self.spec.width);
         let frame = decode(&self.buf, self.spec.dtype, self.spec.byte_order, shape);
         let index = self.index;
         let path = &self.path;
-        self.guard.check(&frame, || format!("frame {index} of {}", path.display()))?;
+        self.guard
+            .check(&frame, || format!("frame {index} of {}", path.display()))?;
         Ok(frame)
     }
 }
@@ -389,7 +423,11 @@ impl Iterator for RawFrameReader {
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
-        let left = if self.done { 0 } else { self.frames - self.index };
+        let left = if self.done {
+            0
+        } else {
+            self.frames - self.index
+        };
         (left, Some(left))
     }
 }
@@ -406,14 +444,20 @@ fn decode(bytes: &[u8], dtype: RawDtype, order: ByteOrder, shape: (usize, usize)
                 ByteOrder::Little => u16::from_le_bytes,
                 ByteOrder::Big => u16::from_be_bytes,
             };
-            Frame::U16(arr(shape, bytes.chunks_exact(2).map(|c| f([c[0], c[1]])).collect()))
+            Frame::U16(arr(
+                shape,
+                bytes.chunks_exact(2).map(|c| f([c[0], c[1]])).collect(),
+            ))
         }
         RawDtype::F32 => {
             let f = match order {
                 ByteOrder::Little => f32::from_le_bytes,
                 ByteOrder::Big => f32::from_be_bytes,
             };
-            let v = bytes.chunks_exact(4).map(|c| f([c[0], c[1], c[2], c[3]])).collect();
+            let v = bytes
+                .chunks_exact(4)
+                .map(|c| f([c[0], c[1], c[2], c[3]]))
+                .collect();
             Frame::F32(arr(shape, v))
         }
     }
@@ -430,7 +474,10 @@ pub fn read_raw(path: impl AsRef<Path>, spec: &RawSpec) -> Result<(RawStack, Cam
 /// simulated frames to tools that read raw dumps. Overwrites `path`.
 pub fn write_raw(path: impl AsRef<Path>, stack: &RawStack, order: ByteOrder) -> Result<()> {
     let path = path.as_ref();
-    let io_err = |source| Error::Io { path: path.to_path_buf(), source };
+    let io_err = |source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    };
     let mut w = BufWriter::new(File::create(path).map_err(io_err)?);
     let result = match stack {
         RawStack::U8(a) => a.iter().try_for_each(|v| w.write_all(&[*v])),
@@ -457,16 +504,28 @@ mod tests {
     use ndarray::Array3;
 
     fn stack_u16() -> RawStack {
-        RawStack::U16(Array3::from_shape_fn((3, 4, 5), |(f, r, c)| (1000 * f + 10 * r + c) as u16 * 7))
+        RawStack::U16(Array3::from_shape_fn((3, 4, 5), |(f, r, c)| {
+            (1000 * f + 10 * r + c) as u16 * 7
+        }))
     }
 
     #[test]
     fn raw_round_trip_every_dtype_and_byte_order() {
         let dir = TempDir::new("raw_round_trip");
         let stacks = [
-            (RawStack::U8(Array3::from_shape_fn((2, 3, 4), |(f, r, c)| (f * 12 + r * 4 + c) as u8)), RawDtype::U8),
+            (
+                RawStack::U8(Array3::from_shape_fn((2, 3, 4), |(f, r, c)| {
+                    (f * 12 + r * 4 + c) as u8
+                })),
+                RawDtype::U8,
+            ),
             (stack_u16(), RawDtype::U16),
-            (RawStack::F32(Array3::from_shape_fn((2, 3, 4), |(f, r, c)| f as f32 - r as f32 * 0.5 + c as f32 * 1e-3)), RawDtype::F32),
+            (
+                RawStack::F32(Array3::from_shape_fn((2, 3, 4), |(f, r, c)| {
+                    f as f32 - r as f32 * 0.5 + c as f32 * 1e-3
+                })),
+                RawDtype::F32,
+            ),
         ];
         for (stack, dtype) in stacks {
             for order in [ByteOrder::Little, ByteOrder::Big] {
@@ -476,7 +535,14 @@ mod tests {
                 let spec = RawSpec::new(w, h, dtype).with_byte_order(order);
                 let (back, cam) = read_raw(&path, &spec).unwrap();
                 assert_eq!(back, stack, "{dtype} {order:?}");
-                assert_eq!(cam.bit_depth, match dtype { RawDtype::U8 => Some(8), RawDtype::U16 => Some(16), RawDtype::F32 => None });
+                assert_eq!(
+                    cam.bit_depth,
+                    match dtype {
+                        RawDtype::U8 => Some(8),
+                        RawDtype::U16 => Some(16),
+                        RawDtype::F32 => None,
+                    }
+                );
             }
         }
     }
@@ -486,8 +552,15 @@ mod tests {
         let dir = TempDir::new("raw_be");
         let path = dir.path("be.raw");
         std::fs::write(&path, [0x01, 0x02, 0xff, 0x00]).unwrap();
-        let (s, _) = read_raw(&path, &RawSpec::new(2, 1, RawDtype::U16).with_byte_order(ByteOrder::Big)).unwrap();
-        assert_eq!(s, RawStack::U16(Array3::from_shape_vec((1, 1, 2), vec![0x0102, 0xff00]).unwrap()));
+        let (s, _) = read_raw(
+            &path,
+            &RawSpec::new(2, 1, RawDtype::U16).with_byte_order(ByteOrder::Big),
+        )
+        .unwrap();
+        assert_eq!(
+            s,
+            RawStack::U16(Array3::from_shape_vec((1, 1, 2), vec![0x0102, 0xff00]).unwrap())
+        );
     }
 
     #[test]
@@ -497,12 +570,18 @@ mod tests {
         let mut bytes = vec![0xAA; 16];
         bytes.extend((0u8..24).collect::<Vec<_>>());
         std::fs::write(&path, &bytes).unwrap();
-        let spec = RawSpec::new(4, 2, RawDtype::U8).with_header_bytes(16).with_frames(2);
+        let spec = RawSpec::new(4, 2, RawDtype::U8)
+            .with_header_bytes(16)
+            .with_frames(2);
         let (s, _) = read_raw(&path, &spec).unwrap();
         let RawStack::U8(a) = s else { panic!() };
         assert_eq!(a.dim(), (2, 2, 4));
         assert_eq!(a[[1, 0, 0]], 8);
-        let (all, _) = read_raw(&path, &RawSpec::new(4, 2, RawDtype::U8).with_header_bytes(16)).unwrap();
+        let (all, _) = read_raw(
+            &path,
+            &RawSpec::new(4, 2, RawDtype::U8).with_header_bytes(16),
+        )
+        .unwrap();
         assert_eq!(all.dim().0, 3);
     }
 
@@ -515,15 +594,48 @@ mod tests {
         let spec = RawSpec::new(4, 2, RawDtype::U16).with_header_bytes(4);
         let err = read_raw(&path, &spec).unwrap_err();
         let msg = err.to_string();
-        assert!(matches!(err, Error::Truncated { expected: 52, found: 44, .. }), "{msg}");
-        assert!(msg.contains("3 whole frames") && msg.contains("16 bytes each"), "{msg}");
+        assert!(
+            matches!(
+                err,
+                Error::Truncated {
+                    expected: 52,
+                    found: 44,
+                    ..
+                }
+            ),
+            "{msg}"
+        );
+        assert!(
+            msg.contains("3 whole frames") && msg.contains("16 bytes each"),
+            "{msg}"
+        );
         // Asking for more frames than present.
         let err = read_raw(&path, &spec.with_frames(5)).unwrap_err();
-        assert!(matches!(err, Error::Truncated { expected: 84, found: 44, .. }), "{err}");
+        assert!(
+            matches!(
+                err,
+                Error::Truncated {
+                    expected: 84,
+                    found: 44,
+                    ..
+                }
+            ),
+            "{err}"
+        );
         // Smaller than one frame.
         std::fs::write(&path, vec![0u8; 10]).unwrap();
         let err = read_raw(&path, &spec).unwrap_err();
-        assert!(matches!(err, Error::Truncated { expected: 20, found: 10, .. }), "{err}");
+        assert!(
+            matches!(
+                err,
+                Error::Truncated {
+                    expected: 20,
+                    found: 10,
+                    ..
+                }
+            ),
+            "{err}"
+        );
     }
 
     #[test]
@@ -538,14 +650,17 @@ mod tests {
 
     #[test]
     fn missing_file_names_the_path() {
-        let err = read_raw("/nonexistent/dir/x.raw", &RawSpec::new(4, 4, RawDtype::U8)).unwrap_err();
+        let err =
+            read_raw("/nonexistent/dir/x.raw", &RawSpec::new(4, 4, RawDtype::U8)).unwrap_err();
         assert!(matches!(err, Error::Io { .. }));
         assert!(err.to_string().contains("/nonexistent/dir/x.raw"));
     }
 
     #[test]
     fn spec_parsing_and_validation() {
-        let s: RawSpec = "w=64, h=32, dtype=f32, frames=10, order=little".parse().unwrap();
+        let s: RawSpec = "w=64, h=32, dtype=f32, frames=10, order=little"
+            .parse()
+            .unwrap();
         assert_eq!(s, RawSpec::new(64, 32, RawDtype::F32).with_frames(10));
         assert_eq!(s.to_string().parse::<RawSpec>().unwrap(), s);
         for bad in [
@@ -560,7 +675,10 @@ mod tests {
             "width",
         ] {
             let err = bad.parse::<RawSpec>().unwrap_err();
-            assert!(matches!(err, Error::InvalidParameter { .. }), "{bad}: {err}");
+            assert!(
+                matches!(err, Error::InvalidParameter { .. }),
+                "{bad}: {err}"
+            );
         }
         let huge = RawSpec::new(usize::MAX, 2, RawDtype::F32);
         assert!(huge.validate().is_err());

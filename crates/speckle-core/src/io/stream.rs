@@ -114,9 +114,11 @@ impl FrameGuard {
                 got_w: dim.1,
                 got_h: dim.0,
             }),
-            Some((_, t)) if dtype != t => {
-                Err(Error::PixelTypeMismatch { what: what(), expected: t, got: dtype })
-            }
+            Some((_, t)) if dtype != t => Err(Error::PixelTypeMismatch {
+                what: what(),
+                expected: t,
+                got: dtype,
+            }),
             Some(_) => Ok(()),
         }
     }
@@ -242,7 +244,12 @@ pub fn frame_channel(capacity: usize) -> (FrameSender, FrameReceiver) {
     let (tx, rx) = sync_channel(capacity);
     (
         FrameSender { tx },
-        FrameReceiver { rx, guard: FrameGuard::default(), index: 0, done: false },
+        FrameReceiver {
+            rx,
+            guard: FrameGuard::default(),
+            index: 0,
+            done: false,
+        },
     )
 }
 
@@ -258,7 +265,9 @@ impl FrameSender {
     /// Fails with [`Error::StreamClosed`] once the receiver is gone, the signal for a camera
     /// loop to stop.
     pub fn send(&self, frame: impl Into<Frame>) -> Result<()> {
-        self.tx.send(Ok(frame.into())).map_err(|_| Error::StreamClosed)
+        self.tx
+            .send(Ok(frame.into()))
+            .map_err(|_| Error::StreamClosed)
     }
 
     /// Send without blocking: `Ok(Some(frame))` hands the frame back when the channel is
@@ -304,7 +313,8 @@ impl Iterator for FrameReceiver {
         let index = self.index;
         self.index += 1;
         let checked = item.and_then(|frame| {
-            self.guard.check(&frame, || format!("frame {index} of the frame channel"))?;
+            self.guard
+                .check(&frame, || format!("frame {index} of the frame channel"))?;
             Ok(frame)
         });
         if checked.is_err() {
@@ -332,7 +342,9 @@ mod tests {
         });
         let stack = collect_stack(rx).unwrap();
         producer.join().unwrap();
-        let RawStack::U16(a) = stack else { panic!("expected u16") };
+        let RawStack::U16(a) = stack else {
+            panic!("expected u16")
+        };
         assert_eq!(a.dim(), (10, 3, 5));
         assert_eq!(a[[7, 2, 4]], 7);
     }
@@ -374,7 +386,14 @@ mod tests {
         tx.send(Frame::U8(Array2::zeros((2, 2)))).unwrap();
         drop(tx);
         let err = collect_stack(rx).unwrap_err();
-        assert!(matches!(err, Error::PixelTypeMismatch { expected: "u16", got: "u8", .. }));
+        assert!(matches!(
+            err,
+            Error::PixelTypeMismatch {
+                expected: "u16",
+                got: "u8",
+                ..
+            }
+        ));
         assert!(err.to_string().contains("frame 1"));
     }
 
@@ -382,7 +401,10 @@ mod tests {
     fn send_fails_once_receiver_is_dropped() {
         let (tx, rx) = frame_channel(1);
         drop(rx);
-        assert!(matches!(tx.send(u16_frame(1, 1, 0)), Err(Error::StreamClosed)));
+        assert!(matches!(
+            tx.send(u16_frame(1, 1, 0)),
+            Err(Error::StreamClosed)
+        ));
     }
 
     #[test]
@@ -395,7 +417,13 @@ mod tests {
         let items: Vec<_> = rx.collect();
         t.join().unwrap();
         assert_eq!(items.len(), 2);
-        assert!(items[1].as_ref().unwrap_err().to_string().contains("camera lost"));
+        assert!(
+            items[1]
+                .as_ref()
+                .unwrap_err()
+                .to_string()
+                .contains("camera lost")
+        );
     }
 
     #[test]
@@ -406,7 +434,9 @@ mod tests {
 
     #[test]
     fn stack_frames_round_trips() {
-        let stack = RawStack::F32(Array3::from_shape_fn((3, 2, 2), |(f, r, c)| (f * 4 + r * 2 + c) as f32));
+        let stack = RawStack::F32(Array3::from_shape_fn((3, 2, 2), |(f, r, c)| {
+            (f * 4 + r * 2 + c) as f32
+        }));
         let back = collect_stack(stack_frames(&stack)).unwrap();
         assert_eq!(back, stack);
     }

@@ -13,8 +13,10 @@ impl TempDir {
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.subsec_nanos());
-        let dir = std::env::temp_dir()
-            .join(format!("speckle-core-{tag}-{}-{n}-{nanos}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!(
+            "speckle-core-{tag}-{}-{n}-{nanos}",
+            std::process::id()
+        ));
         std::fs::create_dir_all(&dir).expect("create temp dir");
         Self(dir)
     }
@@ -31,7 +33,7 @@ impl Drop for TempDir {
 }
 
 /// Fields of a one-page, one-strip, uncompressed little-endian TIFF built byte by byte, for
-/// layouts the `tiff` encoder cannot write (packed 12-bit, odd tags).
+/// layouts the `tiff` encoder cannot write (packed 12-bit, signed samples, predictors).
 pub(crate) struct TinyTiff {
     pub width: u32,
     pub height: u32,
@@ -44,7 +46,15 @@ pub(crate) struct TinyTiff {
 
 impl TinyTiff {
     pub(crate) fn gray(width: u32, height: u32, bits: u16, data: Vec<u8>) -> Self {
-        Self { width, height, bits, photometric: 1, sample_format: 1, predictor: None, data }
+        Self {
+            width,
+            height,
+            bits,
+            photometric: 1,
+            sample_format: 1,
+            predictor: None,
+            data,
+        }
     }
 
     pub(crate) fn bytes(&self) -> Vec<u8> {
@@ -85,25 +95,4 @@ impl TinyTiff {
         out.extend(&self.data);
         out
     }
-}
-
-/// Pack samples MSB-first with `bits` bits each, each row padded to a whole byte.
-pub(crate) fn pack_rows(values: &[u16], width: usize, bits: u32) -> Vec<u8> {
-    let mut out = Vec::new();
-    for row in values.chunks(width) {
-        let (mut acc, mut n) = (0u32, 0u32);
-        for &v in row {
-            acc = (acc << bits) | u32::from(v);
-            n += bits;
-            while n >= 8 {
-                out.push((acc >> (n - 8)) as u8);
-                n -= 8;
-                acc &= (1 << n) - 1;
-            }
-        }
-        if n > 0 {
-            out.push((acc << (8 - n)) as u8);
-        }
-    }
-    out
 }

@@ -12,16 +12,14 @@ pub(crate) struct Canvas<P> {
 
 impl<P: Copy> Canvas<P> {
     pub(crate) fn new(width: usize, height: usize, background: P) -> Self {
-        Self { width, height, pixels: vec![background; width * height] }
-    }
-
-    /// Set one pixel; coordinates outside the canvas are ignored.
-    pub(crate) fn set(&mut self, x: i64, y: i64, p: P) {
-        if x >= 0 && y >= 0 && (x as usize) < self.width && (y as usize) < self.height {
-            self.pixels[y as usize * self.width + x as usize] = p;
+        Self {
+            width,
+            height,
+            pixels: vec![background; width * height],
         }
     }
 
+    #[cfg(test)]
     pub(crate) fn get(&self, x: usize, y: usize) -> P {
         self.pixels[y * self.width + x]
     }
@@ -70,10 +68,19 @@ impl<P: Copy> Canvas<P> {
     }
 
     /// Draw `text` with its top-left corner at (x, y), each font pixel `scale` wide.
+    /// Letters are drawn upper-case, except an `e` after a digit or `.` (an exponent).
     pub(crate) fn text(&mut self, x: i64, y: i64, text: &str, scale: i64, p: P) {
+        let mut prev = ' ';
         for (i, c) in text.chars().enumerate() {
             let gx = x + i as i64 * GLYPH_ADVANCE * scale;
-            for (row, bits) in glyph(c).iter().enumerate() {
+            let exponent = c == 'e' && (prev.is_ascii_digit() || prev == '.');
+            let shown = if exponent {
+                'e'
+            } else {
+                c.to_ascii_uppercase()
+            };
+            prev = c;
+            for (row, bits) in glyph(shown).iter().enumerate() {
                 for col in 0..5 {
                     if bits & (0b10000 >> col) != 0 {
                         self.fill_rect(gx + col * scale, y + row as i64 * scale, scale, scale, p);
@@ -92,11 +99,16 @@ pub(crate) const GLYPH_HEIGHT: i64 = 7;
 /// Width of `text` in canvas pixels at `scale` (no trailing gap).
 pub(crate) fn text_width(text: &str, scale: i64) -> i64 {
     let n = text.chars().count() as i64;
-    if n == 0 { 0 } else { (n * GLYPH_ADVANCE - 1) * scale }
+    if n == 0 {
+        0
+    } else {
+        (n * GLYPH_ADVANCE - 1) * scale
+    }
 }
 
 /// The 5x7 bitmap of `c`: seven rows, the low five bits of each, leftmost pixel in bit 4.
-/// Lower-case letters other than `e` are drawn upper-case; unknown characters as `?`.
+/// `e` is the only lower-case glyph (for exponents); other lower-case letters are drawn
+/// upper-case, unknown characters as `?`.
 fn glyph(c: char) -> [u8; 7] {
     match c {
         '0' => [0x0E, 0x11, 0x13, 0x15, 0x19, 0x11, 0x0E],
@@ -154,11 +166,12 @@ fn glyph(c: char) -> [u8; 7] {
     }
 }
 
-/// Round `x > 0` up to 1, 2 or 5 times a power of ten.
+/// Round `x > 0` up to 1, 2 or 5 times a power of ten (values within 1e-6 above a nice
+/// number, such as 0.2 computed from f32 limits, round down to it).
 fn nice_number(x: f64) -> f64 {
     let exp = x.log10().floor();
     let base = 10f64.powf(exp);
-    let f = x / base;
+    let f = x / base * (1.0 - 1e-6);
     let nice = if f <= 1.0 {
         1.0
     } else if f <= 2.0 {
@@ -203,7 +216,8 @@ pub(crate) fn format_tick(v: f64, step: f64) -> String {
     let mag = v.abs().max(step.abs());
     if !(1e-3..1e5).contains(&mag) {
         // Significant digits needed to tell neighbouring ticks apart.
-        let digits = ((v.abs().log10().floor() - step.abs().log10().floor()).max(0.0) as usize).min(6);
+        let digits =
+            ((v.abs().log10().floor() - step.abs().log10().floor()).max(0.0) as usize).min(6);
         return format!("{v:.digits$e}");
     }
     let decimals = (-(step.abs().log10().floor())).max(0.0) as usize;
@@ -225,6 +239,9 @@ mod tests {
         assert_eq!(t, vec![-2.0, 0.0, 2.0, 4.0, 6.0]);
         let (t, _) = nice_ticks(1.0, 1.0, 5);
         assert_eq!(t, vec![1.0]);
+        // f32 limits such as 0.6 (0.60000002 in f64) still give the 0.2 step.
+        let (t, step) = nice_ticks(0.0, f64::from(0.6f32), 4);
+        assert_eq!((t.len(), step), (4, 0.2));
     }
 
     #[test]
@@ -252,6 +269,18 @@ mod tests {
         assert!((6..11).all(|x| c.get(x, 3) == 1));
         assert_eq!(c.get(6, 2), 0);
         assert_eq!(text_width("1-", 1), 11);
+        // `e` is lower-case only as an exponent.
+        let (mut a, mut b) = (Canvas::new(12, 7, 0u8), Canvas::new(12, 7, 0u8));
+        a.text(0, 0, "1e", 1, 1);
+        b.text(0, 0, "Ee", 1, 1);
+        assert_ne!(
+            a.get(6, 0),
+            b.get(6, 0),
+            "exponent e has an empty top row, E does not"
+        );
+        let mut c = Canvas::new(12, 7, 0u8);
+        c.text(0, 0, "EE", 1, 1);
+        assert_eq!(b.pixels, c.pixels);
     }
 
     #[test]

@@ -27,6 +27,7 @@ use crate::error::{Error, Result};
 /// write_gif("k.gif", k.view(), Colormap::Inferno, Range::Fixed(0.0, 0.5), Duration::from_millis(100))?;
 /// # Ok::<_, speckle_core::Error>(())
 /// ```
+#[allow(clippy::needless_pass_by_value)] // views are passed by value throughout the crate
 pub fn write_gif(
     path: impl AsRef<Path>,
     stack: ArrayView3<'_, f32>,
@@ -58,13 +59,27 @@ pub fn write_gif(
     let too_big = || Error::InvalidParameter {
         name: "stack",
         value: format!("{w}x{h}"),
-        why: format!("the rendered frame ({cw}x{ch}) exceeds the GIF limit of 65535 pixels per side"),
+        why: format!(
+            "the rendered frame ({cw}x{ch}) exceeds the GIF limit of 65535 pixels per side"
+        ),
     };
-    let (gw, gh) = (u16::try_from(cw).map_err(|_| too_big())?, u16::try_from(ch).map_err(|_| too_big())?);
-    let io_err = |source| Error::Io { path: path.to_path_buf(), source };
+    let (gw, gh) = (
+        u16::try_from(cw).map_err(|_| too_big())?,
+        u16::try_from(ch).map_err(|_| too_big())?,
+    );
+    let io_err = |source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    };
     let gif_err = |e: gif::EncodingError| match e {
-        gif::EncodingError::Io(source) => Error::Io { path: path.to_path_buf(), source },
-        other => Error::Format { path: path.to_path_buf(), why: format!("cannot write GIF: {other}") },
+        gif::EncodingError::Io(source) => Error::Io {
+            path: path.to_path_buf(),
+            source,
+        },
+        other => Error::Format {
+            path: path.to_path_buf(),
+            why: format!("cannot write GIF: {other}"),
+        },
     };
     let file = BufWriter::new(File::create(path).map_err(io_err)?);
     let palette: Vec<u8> = first.palette.iter().flatten().copied().collect();
@@ -79,7 +94,10 @@ pub fn write_gif(
     for map in stack.axis_iter(Axis(0)).skip(1) {
         write(render_indexed(map, cmap, lo, hi, show_nan).canvas.pixels)?;
     }
-    enc.into_inner().map_err(gif_err)?.into_inner().map_err(|e| io_err(e.into_error()))?;
+    enc.into_inner()
+        .map_err(gif_err)?
+        .into_inner()
+        .map_err(|e| io_err(e.into_error()))?;
     Ok((lo, hi))
 }
 
@@ -94,21 +112,32 @@ mod tests {
         let dir = TempDir::new("gif");
         let path = dir.path("k.gif");
         let stack = Array3::from_shape_fn((4, 20, 30), |(f, r, c)| (f * 100 + r + c) as f32);
-        let (lo, hi) = write_gif(&path, stack.view(), Colormap::Viridis, Range::Percentile(0.0, 100.0), Duration::from_millis(120)).unwrap();
+        let (lo, hi) = write_gif(
+            &path,
+            stack.view(),
+            Colormap::Viridis,
+            Range::Percentile(0.0, 100.0),
+            Duration::from_millis(120),
+        )
+        .unwrap();
         assert_eq!((lo, hi), (0.0, 348.0), "one range over all frames");
         let mut opts = gif::DecodeOptions::new();
         opts.set_color_output(gif::ColorOutput::Indexed);
         let mut dec = opts.read_info(File::open(&path).unwrap()).unwrap();
         let mut frames = 0;
         let mut first_pixel = Vec::new();
+        let width = usize::from(dec.width());
         while let Some(f) = dec.read_next_frame().unwrap() {
             assert_eq!(f.delay, 12);
-            first_pixel.push(f.buffer[usize::from(dec.width()) * 6 * 10 + 6 * 10]);
+            first_pixel.push(f.buffer[width * 6 * 10 + 6 * 10]);
             frames += 1;
         }
         assert_eq!(frames, 4);
         // The map brightens frame to frame under the fixed range.
-        assert!(first_pixel.windows(2).all(|p| p[0] < p[1]), "{first_pixel:?}");
+        assert!(
+            first_pixel.windows(2).all(|p| p[0] < p[1]),
+            "{first_pixel:?}"
+        );
     }
 
     #[test]
@@ -116,9 +145,36 @@ mod tests {
         let dir = TempDir::new("gif_bad");
         let s = Array3::<f32>::zeros((2, 4, 4));
         let p = dir.path("x.gif");
-        assert!(write_gif(&p, s.view(), Colormap::Grey, Range::default(), Duration::from_millis(2)).is_err());
-        assert!(write_gif(&p, s.view(), Colormap::Grey, Range::default(), Duration::from_secs(1000)).is_err());
+        assert!(
+            write_gif(
+                &p,
+                s.view(),
+                Colormap::Grey,
+                Range::default(),
+                Duration::from_millis(2)
+            )
+            .is_err()
+        );
+        assert!(
+            write_gif(
+                &p,
+                s.view(),
+                Colormap::Grey,
+                Range::default(),
+                Duration::from_secs(1000)
+            )
+            .is_err()
+        );
         let e = Array3::<f32>::zeros((0, 4, 4));
-        assert!(write_gif(&p, e.view(), Colormap::Grey, Range::default(), Duration::from_millis(100)).is_err());
+        assert!(
+            write_gif(
+                &p,
+                e.view(),
+                Colormap::Grey,
+                Range::default(),
+                Duration::from_millis(100)
+            )
+            .is_err()
+        );
     }
 }

@@ -25,17 +25,29 @@ struct Sink(Arc<Mutex<BufWriter<File>>>);
 
 impl Sink {
     fn create(path: &Path) -> Result<Self> {
-        let file = File::create(path).map_err(|source| Error::Io { path: path.to_path_buf(), source })?;
+        let file = File::create(path).map_err(|source| Error::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
         Ok(Self(Arc::new(Mutex::new(BufWriter::new(file)))))
     }
 
-    fn with<T>(&self, f: impl FnOnce(&mut BufWriter<File>) -> std::io::Result<T>) -> std::io::Result<T> {
-        let mut guard = self.0.lock().map_err(|_| std::io::Error::other("TIFF writer poisoned by a panic"))?;
+    fn with<T>(
+        &self,
+        f: impl FnOnce(&mut BufWriter<File>) -> std::io::Result<T>,
+    ) -> std::io::Result<T> {
+        let mut guard = self
+            .0
+            .lock()
+            .map_err(|_| std::io::Error::other("TIFF writer poisoned by a panic"))?;
         f(&mut guard)
     }
 
     fn flush_to(&self, path: &Path) -> Result<()> {
-        self.with(Write::flush).map_err(|source| Error::Io { path: path.to_path_buf(), source })
+        self.with(Write::flush).map_err(|source| Error::Io {
+            path: path.to_path_buf(),
+            source,
+        })
     }
 }
 
@@ -109,10 +121,17 @@ impl TiffStackWriter {
         } else {
             Enc::Standard(TiffEncoder::new(w).map_err(|e| write_error(path, e))?)
         };
-        Ok(Self { path: path.to_path_buf(), sink, enc: Some(enc), dim: None, pages: 0 })
+        Ok(Self {
+            path: path.to_path_buf(),
+            sink,
+            enc: Some(enc),
+            dim: None,
+            pages: 0,
+        })
     }
 
     /// Append one map as a 32-bit float page.
+    #[allow(clippy::needless_pass_by_value)] // views are passed by value throughout the crate
     pub fn write_page(&mut self, map: ArrayView2<'_, f32>) -> Result<()> {
         let (h, w) = map.dim();
         check_size(&self.path, w, h)?;
@@ -174,7 +193,10 @@ fn check_size(path: &Path, w: usize, h: usize) -> Result<()> {
         return Err(Error::InvalidParameter {
             name: "map size",
             value: format!("{w}x{h}"),
-            why: format!("cannot write an empty or oversized page to {}", path.display()),
+            why: format!(
+                "cannot write an empty or oversized page to {}",
+                path.display()
+            ),
         });
     }
     Ok(())
@@ -182,8 +204,14 @@ fn check_size(path: &Path, w: usize, h: usize) -> Result<()> {
 
 fn write_error(path: &Path, e: TiffError) -> Error {
     match e {
-        TiffError::IoError(source) => Error::Io { path: path.to_path_buf(), source },
-        other => Error::Format { path: path.to_path_buf(), why: format!("cannot write TIFF: {other}") },
+        TiffError::IoError(source) => Error::Io {
+            path: path.to_path_buf(),
+            source,
+        },
+        other => Error::Format {
+            path: path.to_path_buf(),
+            why: format!("cannot write TIFF: {other}"),
+        },
     }
 }
 
@@ -194,6 +222,7 @@ fn write_error(path: &Path, e: TiffError) -> Error {
 /// speckle_core::output::write_map_tiff("k.tif", Array2::<f32>::zeros((4, 4)).view())?;
 /// # Ok::<_, speckle_core::Error>(())
 /// ```
+#[allow(clippy::needless_pass_by_value)] // views are passed by value throughout the crate
 pub fn write_map_tiff(path: impl AsRef<Path>, map: ArrayView2<'_, f32>) -> Result<()> {
     let mut w = TiffStackWriter::create(path)?;
     w.write_page(map)?;
@@ -202,10 +231,15 @@ pub fn write_map_tiff(path: impl AsRef<Path>, map: ArrayView2<'_, f32>) -> Resul
 
 /// Write a stack of maps (frame, row, column) as a multi-page 32-bit float TIFF, switching
 /// to BigTIFF when the data exceed about 3.9 GB.
+#[allow(clippy::needless_pass_by_value)] // views are passed by value throughout the crate
 pub fn write_stack_tiff(path: impl AsRef<Path>, stack: ArrayView3<'_, f32>) -> Result<()> {
     let path = path.as_ref();
     let bytes = stack.len() as u64 * 4;
-    let mut w = if bytes > BIG_TIFF_BYTES { TiffStackWriter::create_big(path)? } else { TiffStackWriter::create(path)? };
+    let mut w = if bytes > BIG_TIFF_BYTES {
+        TiffStackWriter::create_big(path)?
+    } else {
+        TiffStackWriter::create(path)?
+    };
     for map in stack.axis_iter(Axis(0)) {
         w.write_page(map)?;
     }
@@ -219,7 +253,11 @@ pub fn write_raw_stack_tiff(path: impl AsRef<Path>, stack: &RawStack) -> Result<
     let (n, h, w) = stack.dim();
     check_size(path, w, h)?;
     if n == 0 {
-        return Err(Error::InvalidParameter { name: "frames", value: "0".into(), why: "nothing to write".into() });
+        return Err(Error::InvalidParameter {
+            name: "frames",
+            value: "0".into(),
+            why: "nothing to write".into(),
+        });
     }
     let sink = Sink::create(path)?;
     let mut enc = TiffEncoder::new(sink.clone()).map_err(|e| write_error(path, e))?;
@@ -232,7 +270,12 @@ pub fn write_raw_stack_tiff(path: impl AsRef<Path>, stack: &RawStack) -> Result<
             page::<_, _, colortype::Gray16>(&mut enc, w, h, &f.iter().copied().collect::<Vec<_>>())
         }),
         RawStack::F32(a) => a.axis_iter(Axis(0)).try_for_each(|f| {
-            page::<_, _, colortype::Gray32Float>(&mut enc, w, h, &f.iter().copied().collect::<Vec<_>>())
+            page::<_, _, colortype::Gray32Float>(
+                &mut enc,
+                w,
+                h,
+                &f.iter().copied().collect::<Vec<_>>(),
+            )
         }),
     }
     .map_err(werr)?;
@@ -251,16 +294,24 @@ mod tests {
     fn float_stack_round_trips_bit_exactly_with_nan() {
         let dir = TempDir::new("out_tiff_stack");
         let path = dir.path("k.tif");
-        let mut stack = Array3::from_shape_fn((3, 5, 7), |(f, r, c)| (f as f32 + 1.0) / (r * 7 + c + 1) as f32);
+        let mut stack = Array3::from_shape_fn((3, 5, 7), |(f, r, c)| {
+            (f as f32 + 1.0) / (r * 7 + c + 1) as f32
+        });
         stack[[1, 2, 3]] = f32::NAN;
         stack[[2, 0, 0]] = f32::INFINITY;
         stack[[0, 4, 6]] = -0.0;
         write_stack_tiff(&path, stack.view()).unwrap();
         let (back, cam) = read_tiff(&path, None).unwrap();
         assert_eq!(cam.bit_depth, None);
-        let RawStack::F32(b) = back else { panic!("f32 expected") };
+        let RawStack::F32(b) = back else {
+            panic!("f32 expected")
+        };
         assert_eq!(b.dim(), stack.dim());
-        assert!(b.iter().zip(&stack).all(|(x, y)| x.to_bits() == y.to_bits()));
+        assert!(
+            b.iter()
+                .zip(&stack)
+                .all(|(x, y)| x.to_bits() == y.to_bits())
+        );
     }
 
     #[test]
@@ -281,11 +332,15 @@ mod tests {
         let mut w = TiffStackWriter::create(dir.path("x.tif")).unwrap();
         w.write_page(Array2::zeros((4, 4)).view()).unwrap();
         let err = w.write_page(Array2::zeros((4, 5)).view()).unwrap_err();
-        assert!(matches!(err, Error::FrameSizeMismatch { .. }) && err.to_string().contains("page 1"), "{err}");
+        assert!(
+            matches!(err, Error::FrameSizeMismatch { .. }) && err.to_string().contains("page 1"),
+            "{err}"
+        );
         assert!(write_map_tiff(dir.path("e.tif"), Array2::zeros((0, 4)).view()).is_err());
         let w = TiffStackWriter::create(dir.path("none.tif")).unwrap();
         assert!(w.finish().is_err());
-        let err = write_map_tiff("/nonexistent/dir/k.tif", Array2::zeros((2, 2)).view()).unwrap_err();
+        let err =
+            write_map_tiff("/nonexistent/dir/k.tif", Array2::zeros((2, 2)).view()).unwrap_err();
         assert!(err.to_string().contains("/nonexistent/dir/k.tif"));
     }
 
@@ -293,8 +348,12 @@ mod tests {
     fn integer_stacks_round_trip() {
         let dir = TempDir::new("out_tiff_int");
         for stack in [
-            RawStack::U8(Array3::from_shape_fn((2, 3, 4), |(f, r, c)| (f * 50 + r * 4 + c) as u8)),
-            RawStack::U16(Array3::from_shape_fn((3, 2, 2), |(f, r, c)| (f * 20000 + r * 2 + c) as u16)),
+            RawStack::U8(Array3::from_shape_fn((2, 3, 4), |(f, r, c)| {
+                (f * 50 + r * 4 + c) as u8
+            })),
+            RawStack::U16(Array3::from_shape_fn((3, 2, 2), |(f, r, c)| {
+                (f * 20000 + r * 2 + c) as u16
+            })),
         ] {
             let path = dir.path(&format!("{}.tif", stack.dtype()));
             write_raw_stack_tiff(&path, &stack).unwrap();

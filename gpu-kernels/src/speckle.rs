@@ -1,0 +1,692 @@
+//! Laser speckle contrast kernels: spatial K over a square window (shared-memory tile with
+//! separable window sums), temporal K over a sliding frame window, and spatio-temporal K.
+//!
+//! **Exactness.** Integer pixels (u8, u16; packed two or four per u32 word, so uploads move
+//! the camera's own bytes) are summed exactly in integers. A pixel v = 256 hi + lo gives
+//! v^2 = 65536 hi^2 + 512 hi lo + lo^2, and the three partial sums each fit a u32 for any
+//! window up to 31x31 (x N frames <= 16 for 31x31, more for smaller windows; the wrappers
+//! check). The variance numerator D = N S2 - S1^2 is then formed exactly in 64-bit integers
+//! emulated with u32 pairs (WGSL has no u64), and only D and S1 are rounded to f32. So K
+//! matches an f64 reference to about 3e-7 relative at any image size: no running float sums.
+
+// CubeCL evaluates `if comptime!(..)` at expansion time; merging it with a runtime
+// condition would turn it into a runtime branch.
+#![allow(clippy::collapsible_if)]
+
+use crate::CUBE_1D;
+use cubecl::prelude::*;
+use gpu_runtime::{Error, Gpu, GpuArray, Result};
+
+/// Border codes shared with `speckle-core`'s `Border`.
+pub const BORDER_REFLECT: u32 = 0;
+pub const BORDER_ZERO: u32 = 1;
+pub const BORDER_VALID: u32 = 2;
+
+/// Output flag bits (same values as speckle-core's `ContrastMap` flags).
+pub const FLAG_UNDEFINED: u32 = 1;
+pub const FLAG_SATURATED: u32 = 2;
+
+/// Output tile of the spatial kernel: 32 x 8 units, one output pixel each.
+pub const TILE_X: u32 = 32;
+pub const TILE_Y: u32 = 8;
+
+/// A 64-bit unsigned integer as two u32 halves.
+#[derive(CubeType, Clone, Copy)]
+struct U64 {
+    hi: u32,
+    lo: u32,
+}
+
+/// Exact a * b as 64 bits, from 16-bit limbs.
+#[cube]
+fn mul_wide(a: u32, b: u32) -> U64 {
+    let a0 = a & 0xFFFF;
+    let a1 = a >> 16;
+    let b0 = b & 0xFFFF;
+    let b1 = b >> 16;
+    let p00 = a0 * b0;
+    let p01 = a0 * b1;
+    let p10 = a1 * b0;
+    let p11 = a1 * b1;
+    let mid = (p00 >> 16) + (p01 & 0xFFFF) + (p10 & 0xFFFF);
+    U64 {
+        hi: p11 + (p01 >> 16) + (p10 >> 16) + (mid >> 16),
+        lo: (p00 & 0xFFFF) | (mid << 16),
+    }
+}
+
+#[cube]
+fn add_wide(x: U64, y: U64) -> U64 {
+    let lo = x.lo + y.lo;
+    let mut carry = 0u32;
+    if lo < x.lo {
+        carry = 1u32;
+    }
+    U64 {
+        hi: x.hi + y.hi + carry,
+        lo,
+    }
+}
+
+#[cube]
+fn sub_wide(x: U64, y: U64) -> U64 {
+    let mut borrow = 0u32;
+    if x.lo < y.lo {
+        borrow = 1u32;
+    }
+    U64 {
+        hi: x.hi - y.hi - borrow,
+        lo: x.lo - y.lo,
+    }
+}
+
+#[cube]
+fn wide_to_f32(x: U64) -> f32 {
+    f32::cast_from(x.hi) * 4294967296.0f32 + f32::cast_from(x.lo)
+}
+
+/// Window sums of one output pixel: S1 = sum v, and sum v^2 as 65536 a + 512 b + c.
+#[derive(CubeType, Clone, Copy)]
+struct Sums {
+    s1: u32,
+    a: u32,
+    b: u32,
+    c: u32,
+}
+
+/// Add one pixel value to the sums.
+#[cube]
+fn accumulate(s: &mut Sums, v: u32) {
+    let hi = v >> 8;
+    let lo = v & 0xFF;
+    s.s1 += v;
+    s.a += hi * hi;
+    s.b += hi * lo;
+    s.c += lo * lo;
+}
+
+/// K = sqrt(D N / (N - 1)) / S1 with D = N S2 - S1^2 exact; NaN when S1 = 0.
+#[cube]
+fn contrast_from_sums(s: Sums, n: u32) -> f32 {
+    let s2 = add_wide(
+        add_wide(
+            U64 {
+                hi: s.a >> 16,
+                lo: s.a << 16,
+            },
+            U64 {
+                hi: s.b >> 23,
+                lo: s.b << 9,
+            },
+        ),
+        U64 { hi: 0u32, lo: s.c },
+    );
+    let ns2 = mul_wide(s2.lo, n);
+    let ns2 = U64 {
+        hi: ns2.hi + s2.hi * n,
+        lo: ns2.lo,
+    };
+    let d = sub_wide(ns2, mul_wide(s.s1, s.s1));
+    // Quiet NaN where the mean is zero; built from a runtime value because CUDA C++
+    // cannot reinterpret a literal.
+    let nan_bits = s.s1 | 0x7FC0_0000u32;
+    let mut k = f32::reinterpret(nan_bits);
+    if s.s1 > 0 {
+        let nf = f32::cast_from(n);
+        k = f32::sqrt(wide_to_f32(d) * (nf / (nf - 1.0f32))) / f32::cast_from(s.s1);
+    }
+    k
+}
+
+/// Pixel `idx` of an image stored `bits` per pixel (8, 16 or 32), packed little-endian.
+#[cube]
+fn pixel(input: &Array<u32>, idx: u32, #[comptime] bits: u32) -> u32 {
+    let per_word = comptime!(32 / bits);
+    let mask = comptime!(if bits == 32 {
+        u32::MAX
+    } else {
+        (1u32 << bits) - 1
+    });
+    (input[(idx / per_word) as usize] >> ((idx % per_word) * bits)) & mask
+}
+
+/// Mirror `i` into 0..n about the edge pixels, any distance out (n >= 1).
+#[cube]
+fn reflect(i: i32, n: i32) -> i32 {
+    let period = 2 * (n - 1);
+    let mut m = 0i32;
+    if period > 0 {
+        m = ((i % period) + period) % period;
+        if m >= n {
+            m = period - m;
+        }
+    }
+    m
+}
+
+/// Value at image coordinates (x, y) under the border rule; `valid` never reads outside.
+#[cube]
+fn bordered(
+    input: &Array<u32>,
+    x: i32,
+    y: i32,
+    w: i32,
+    h: i32,
+    #[comptime] bits: u32,
+    #[comptime] border: u32,
+) -> u32 {
+    let mut v = 0u32;
+    if comptime!(border == BORDER_REFLECT) {
+        v = pixel(input, (reflect(y, h) * w + reflect(x, w)) as u32, bits);
+    } else if x >= 0 && x < w && y >= 0 && y < h {
+        v = pixel(input, (y * w + x) as u32, bits);
+    }
+    v
+}
+
+/// Spatial speckle contrast of one frame (`frame` selects it within a stack).
+///
+/// Each cube computes a `TILE_X x TILE_Y` block: it loads the block plus a `r`-pixel apron
+/// into shared memory, sums columns over `2r + 1` rows, then rows over `2r + 1` columns.
+/// Outputs: K (NaN where the mean is 0), SFI = `sfi_scale / K^2` if `with_sfi`, and flag
+/// bits if `with_flags` (saturated: any window pixel >= `saturation`).
+#[cube(launch)]
+pub fn spatial_contrast_kernel(
+    input: &Array<u32>,
+    k_out: &mut Array<f32>,
+    sfi_out: &mut Array<f32>,
+    flags_out: &mut Array<u32>,
+    width: u32,
+    height: u32,
+    out_width: u32,
+    out_height: u32,
+    frame: u32,
+    sfi_scale: f32,
+    saturation: u32,
+    #[comptime] r: u32,
+    #[comptime] bits: u32,
+    #[comptime] border: u32,
+    #[comptime] with_sfi: bool,
+    #[comptime] with_flags: bool,
+) {
+    let side = comptime!(2 * r + 1);
+    let tile_w = comptime!(TILE_X + 2 * r);
+    let tile_h = comptime!(TILE_Y + 2 * r);
+    let threads = comptime!(TILE_X * TILE_Y);
+    let mut tile = SharedMemory::<u32>::new((tile_w * tile_h) as usize);
+    let mut col_s1 = SharedMemory::<u32>::new((TILE_Y * tile_w) as usize);
+    let mut col_a = SharedMemory::<u32>::new((TILE_Y * tile_w) as usize);
+    let mut col_b = SharedMemory::<u32>::new((TILE_Y * tile_w) as usize);
+    let mut col_c = SharedMemory::<u32>::new((TILE_Y * tile_w) as usize);
+    let mut col_sat = SharedMemory::<u32>::new((TILE_Y * tile_w) as usize);
+
+    let tid = UNIT_POS_Y * TILE_X + UNIT_POS_X;
+    let x0 = (CUBE_POS_X * TILE_X) as i32;
+    let y0 = (CUBE_POS_Y * TILE_Y) as i32;
+    // Input coordinates of the tile's first pixel: `valid` outputs start r pixels in.
+    let shift = comptime!(if border == BORDER_VALID {
+        0i32
+    } else {
+        r as i32
+    });
+    let w = width as i32;
+    let h = height as i32;
+    let frame_base = frame * width * height;
+
+    let mut i = tid;
+    while i < comptime!(tile_w * tile_h) {
+        let tx = (i % tile_w) as i32;
+        let ty = (i / tile_w) as i32;
+        let x = x0 + tx - shift;
+        let y = y0 + ty - shift;
+        let mut v = 0u32;
+        if comptime!(border == BORDER_VALID) {
+            // Tiles at the right/bottom edge overhang the image; those outputs are dropped.
+            if x < w && y < h {
+                v = pixel(input, frame_base + (y * w + x) as u32, bits);
+            }
+        } else {
+            let xr = x;
+            let yr = y;
+            if comptime!(border == BORDER_REFLECT) {
+                v = pixel(
+                    input,
+                    frame_base + (reflect(yr, h) * w + reflect(xr, w)) as u32,
+                    bits,
+                );
+            } else if xr >= 0 && xr < w && yr >= 0 && yr < h {
+                v = pixel(input, frame_base + (yr * w + xr) as u32, bits);
+            }
+        }
+        tile[i as usize] = v;
+        i += threads;
+    }
+    sync_cube();
+
+    let mut j = tid;
+    while j < comptime!(TILE_Y * tile_w) {
+        let cx = j % tile_w;
+        let cy = j / tile_w;
+        let mut s = Sums {
+            s1: 0u32,
+            a: 0u32,
+            b: 0u32,
+            c: 0u32,
+        };
+        let mut sat = 0u32;
+        #[unroll]
+        for dy in 0..side {
+            let v = tile[((cy + dy) * tile_w + cx) as usize];
+            accumulate(&mut s, v);
+            if comptime!(with_flags) {
+                if saturation > 0 && v >= saturation {
+                    sat += 1u32;
+                }
+            }
+        }
+        col_s1[j as usize] = s.s1;
+        col_a[j as usize] = s.a;
+        col_b[j as usize] = s.b;
+        col_c[j as usize] = s.c;
+        col_sat[j as usize] = sat;
+        j += threads;
+    }
+    sync_cube();
+
+    let ox = CUBE_POS_X * TILE_X + UNIT_POS_X;
+    let oy = CUBE_POS_Y * TILE_Y + UNIT_POS_Y;
+    if ox < out_width && oy < out_height {
+        let mut s = Sums {
+            s1: 0u32,
+            a: 0u32,
+            b: 0u32,
+            c: 0u32,
+        };
+        let mut sat = 0u32;
+        let row = UNIT_POS_Y * tile_w + UNIT_POS_X;
+        #[unroll]
+        for dx in 0..side {
+            let at = (row + dx) as usize;
+            s.s1 += col_s1[at];
+            s.a += col_a[at];
+            s.b += col_b[at];
+            s.c += col_c[at];
+            sat += col_sat[at];
+        }
+        let k = contrast_from_sums(s, side * side);
+        let out = (frame * out_width * out_height + oy * out_width + ox) as usize;
+        k_out[out] = k;
+        if comptime!(with_sfi) {
+            sfi_out[out] = sfi_scale / (k * k);
+        }
+        if comptime!(with_flags) {
+            let mut f = 0u32;
+            if s.s1 == 0 {
+                f |= FLAG_UNDEFINED;
+            }
+            if sat > 0 {
+                f |= FLAG_SATURATED;
+            }
+            flags_out[out] = f;
+        }
+    }
+}
+
+/// Temporal (`r = 0`) or spatio-temporal contrast: for each pixel, sums over a
+/// `(2r + 1)^2` spatial window and `frames_n` consecutive frames, sliding along the stack
+/// with exact running sums (add the entering frame, subtract the leaving one).
+/// Output frame t covers input frames t..t + frames_n.
+#[cube(launch)]
+pub fn temporal_contrast_kernel(
+    input: &Array<u32>,
+    k_out: &mut Array<f32>,
+    flags_out: &mut Array<u32>,
+    saturation: u32,
+    width: u32,
+    height: u32,
+    frames: u32,
+    frames_n: u32,
+    #[comptime] r: u32,
+    #[comptime] bits: u32,
+    #[comptime] border: u32,
+) {
+    let side = comptime!(2 * r + 1);
+    let plane = width * height;
+    let mut out_w = width;
+    let mut out_h = height;
+    if comptime!(border == BORDER_VALID) {
+        out_w = width - 2 * r;
+        out_h = height - 2 * r;
+    }
+    let p = ABSOLUTE_POS_X + ABSOLUTE_POS_Y * CUBE_COUNT_X * CUBE_DIM_X;
+    if p < out_w * out_h {
+        let ox = (p % out_w) as i32;
+        let oy = (p / out_w) as i32;
+        let mut cx = ox;
+        let mut cy = oy;
+        if comptime!(border == BORDER_VALID) {
+            cx = ox + r as i32;
+            cy = oy + r as i32;
+        }
+        let w = width as i32;
+        let h = height as i32;
+        let n = side * side * frames_n;
+        let mut s = Sums {
+            s1: 0u32,
+            a: 0u32,
+            b: 0u32,
+            c: 0u32,
+        };
+        let mut sat: u32 = 0u32;
+        // Sums of the leaving frames are kept by subtracting their terms exactly.
+        for t in 0..frames {
+            let base = t * plane;
+            #[unroll]
+            for dy in 0..side {
+                #[unroll]
+                for dx in 0..side {
+                    let v = bordered_frame(
+                        input,
+                        base,
+                        cx + dx as i32 - r as i32,
+                        cy + dy as i32 - r as i32,
+                        w,
+                        h,
+                        bits,
+                        border,
+                    );
+                    accumulate(&mut s, v);
+                    if saturation > 0 && v >= saturation {
+                        sat += 1u32;
+                    }
+                }
+            }
+            if t >= frames_n {
+                let old = (t - frames_n) * plane;
+                #[unroll]
+                for dy in 0..side {
+                    #[unroll]
+                    for dx in 0..side {
+                        let v = bordered_frame(
+                            input,
+                            old,
+                            cx + dx as i32 - r as i32,
+                            cy + dy as i32 - r as i32,
+                            w,
+                            h,
+                            bits,
+                            border,
+                        );
+                        let hi = v >> 8;
+                        let lo = v & 0xFF;
+                        s.s1 -= v;
+                        s.a -= hi * hi;
+                        s.b -= hi * lo;
+                        s.c -= lo * lo;
+                        if saturation > 0 && v >= saturation {
+                            sat -= 1u32;
+                        }
+                    }
+                }
+            }
+            if t + 1 >= frames_n {
+                let out_t = t + 1 - frames_n;
+                let at = (out_t * out_w * out_h + p) as usize;
+                k_out[at] = contrast_from_sums(s, n);
+                let mut f = 0u32;
+                if s.s1 == 0 {
+                    f |= FLAG_UNDEFINED;
+                }
+                if sat > 0 {
+                    f |= FLAG_SATURATED;
+                }
+                flags_out[at] = f;
+            }
+        }
+    }
+}
+
+#[cube]
+fn bordered_frame(
+    input: &Array<u32>,
+    base: u32,
+    x: i32,
+    y: i32,
+    w: i32,
+    h: i32,
+    #[comptime] bits: u32,
+    #[comptime] border: u32,
+) -> u32 {
+    let mut v = 0u32;
+    if comptime!(border == BORDER_REFLECT) {
+        v = pixel(
+            input,
+            base + (reflect(y, h) * w + reflect(x, w)) as u32,
+            bits,
+        );
+    } else if x >= 0 && x < w && y >= 0 && y < h {
+        v = pixel(input, base + (y * w + x) as u32, bits);
+    }
+    v
+}
+
+/// How integer pixels are stored in the uploaded words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PixelBits {
+    /// Four u8 per u32 word.
+    U8,
+    /// Two u16 per u32 word.
+    U16,
+}
+
+impl PixelBits {
+    fn bits(self) -> u32 {
+        match self {
+            PixelBits::U8 => 8,
+            PixelBits::U16 => 16,
+        }
+    }
+    fn max_value(self) -> u64 {
+        match self {
+            PixelBits::U8 => 255,
+            PixelBits::U16 => 65535,
+        }
+    }
+}
+
+/// Geometry and options of a spatial contrast launch.
+#[derive(Debug, Clone, Copy)]
+pub struct SpatialParams {
+    pub width: u32,
+    pub height: u32,
+    pub frames: u32,
+    pub radius: u32,
+    pub border: u32,
+    pub pixel: PixelBits,
+    /// `Some(1 / (2 T))` writes SFI = value / K^2.
+    pub sfi_scale: Option<f32>,
+    /// `Some(level)` writes flags; pixels >= level are saturated.
+    pub saturation: Option<u32>,
+}
+
+impl SpatialParams {
+    /// Output (width, height) for the border mode.
+    pub fn out_dims(&self) -> (u32, u32) {
+        if self.border == BORDER_VALID {
+            (
+                self.width.saturating_sub(2 * self.radius),
+                self.height.saturating_sub(2 * self.radius),
+            )
+        } else {
+            (self.width, self.height)
+        }
+    }
+}
+
+/// Spatial contrast of every frame in `input` (packed pixels, frames back to back).
+/// `k`, `sfi` and `flags` hold `frames * out_w * out_h` values (`sfi`/`flags` may be
+/// one-element placeholders when not requested).
+pub fn spatial_contrast<R: Runtime>(
+    gpu: &Gpu<R>,
+    input: &GpuArray<u32>,
+    p: &SpatialParams,
+    k: &GpuArray<f32>,
+    sfi: &GpuArray<f32>,
+    flags: &GpuArray<u32>,
+) -> Result<()> {
+    let name = "spatial_contrast";
+    let (ow, oh) = p.out_dims();
+    check_window(name, p.radius, 1, p.pixel)?;
+    let pixels = u64::from(p.width) * u64::from(p.height) * u64::from(p.frames);
+    let per_word = u64::from(32 / p.pixel.bits());
+    if (input.len() as u64) * per_word < pixels {
+        return Err(invalid(
+            name,
+            format!(
+                "input holds {} words, {pixels} pixels need {}",
+                input.len(),
+                pixels.div_ceil(per_word)
+            ),
+        ));
+    }
+    let outputs = (u64::from(ow) * u64::from(oh) * u64::from(p.frames)) as usize;
+    if ow == 0 || oh == 0 {
+        return Err(invalid(
+            name,
+            format!("image {}x{} smaller than the window", p.width, p.height),
+        ));
+    }
+    if k.len() < outputs
+        || (p.sfi_scale.is_some() && sfi.len() < outputs)
+        || (p.saturation.is_some() && flags.len() < outputs)
+    {
+        return Err(invalid(
+            name,
+            format!("output buffers shorter than {outputs}"),
+        ));
+    }
+    let count = CubeCount::Static(ow.div_ceil(TILE_X), oh.div_ceil(TILE_Y), 1);
+    for frame in 0..p.frames {
+        gpu.launch(name, count.clone(), |count| {
+            spatial_contrast_kernel::launch::<R>(
+                gpu.client(),
+                count,
+                CubeDim::new_2d(TILE_X, TILE_Y),
+                input.arg(),
+                k.arg(),
+                sfi.arg(),
+                flags.arg(),
+                p.width,
+                p.height,
+                ow,
+                oh,
+                frame,
+                p.sfi_scale.unwrap_or(0.0),
+                p.saturation.unwrap_or(0),
+                p.radius,
+                p.pixel.bits(),
+                p.border,
+                p.sfi_scale.is_some(),
+                p.saturation.is_some(),
+            );
+        })?;
+    }
+    Ok(())
+}
+
+/// Temporal (`radius` 0) or spatio-temporal contrast over windows of `frames_n` frames;
+/// `k` holds `(frames - frames_n + 1) * out_w * out_h` values.
+pub fn temporal_contrast<R: Runtime>(
+    gpu: &Gpu<R>,
+    input: &GpuArray<u32>,
+    width: u32,
+    height: u32,
+    frames: u32,
+    frames_n: u32,
+    radius: u32,
+    border: u32,
+    pixel: PixelBits,
+    saturation: Option<u32>,
+    k: &GpuArray<f32>,
+    flags: &GpuArray<u32>,
+) -> Result<()> {
+    let name = "temporal_contrast";
+    check_window(name, radius, frames_n, pixel)?;
+    if frames_n < 2 || frames_n > frames {
+        return Err(invalid(
+            name,
+            format!("window of {frames_n} frames for a stack of {frames}"),
+        ));
+    }
+    let (ow, oh) = if border == BORDER_VALID {
+        (
+            width.saturating_sub(2 * radius),
+            height.saturating_sub(2 * radius),
+        )
+    } else {
+        (width, height)
+    };
+    if ow == 0 || oh == 0 {
+        return Err(invalid(
+            name,
+            format!("image {width}x{height} smaller than the window"),
+        ));
+    }
+    let outputs = (frames - frames_n + 1) as usize * (ow * oh) as usize;
+    if k.len() < outputs || flags.len() < outputs {
+        return Err(invalid(
+            name,
+            format!("output buffers shorter than {outputs}"),
+        ));
+    }
+    let count = gpu.cube_count_1d(name, (ow * oh) as usize, CUBE_1D)?;
+    gpu.launch(name, count, |count| {
+        temporal_contrast_kernel::launch::<R>(
+            gpu.client(),
+            count,
+            CubeDim::new_1d(CUBE_1D),
+            input.arg(),
+            k.arg(),
+            flags.arg(),
+            saturation.unwrap_or(0),
+            width,
+            height,
+            frames,
+            frames_n,
+            radius,
+            pixel.bits(),
+            border,
+        );
+    })
+}
+
+/// The u32 partial sums overflow beyond `(2r+1)^2 * frames_n * 255^2 >= 2^32`.
+fn check_window(name: &str, radius: u32, frames_n: u32, pixel: PixelBits) -> Result<()> {
+    if radius > 15 {
+        return Err(invalid(
+            name,
+            format!("window {} exceeds 31", 2 * radius + 1),
+        ));
+    }
+    let n = u64::from((2 * radius + 1) * (2 * radius + 1)) * u64::from(frames_n.max(1));
+    let part = if pixel == PixelBits::U16 {
+        255u64 * 255
+    } else {
+        0
+    };
+    let s1 = n * pixel.max_value();
+    if n * part >= 1 << 32 || s1 >= 1 << 32 {
+        return Err(invalid(
+            name,
+            format!("window of {n} pixels is too large for exact 32-bit sums"),
+        ));
+    }
+    Ok(())
+}
+
+fn invalid(kernel: &str, why: String) -> Error {
+    Error::InvalidLaunch {
+        kernel: kernel.into(),
+        why,
+    }
+}

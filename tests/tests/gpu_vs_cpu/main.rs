@@ -1,0 +1,5 @@
+//! GPU-vs-CPU tests for every kernel, in one binary so the GPU bundle stays small.
+//! Device: `BIOGPU_DEVICE` (lavapipe in CI, CUDA on the GPU machine); see biogpu-tests.
+
+mod base_kernels;
+mod speckle;

@@ -1,0 +1,197 @@
+//! Speckle contrast on the GPU against the exact CPU reference, for every mode, window,
+//! border and pixel type, with random images (proptest).
+
+use biogpu_tests::{Tolerance, assert_close, gpu_under_test};
+use ndarray::Array3;
+use proptest::prelude::*;
+use speckle_core::engine::{ContrastParams, ContrastResult, contrast};
+use speckle_core::{Border, RawStack, Window};
+
+/// Integer sums are exact on both paths; the GPU rounds D and S1 to f32 and takes sqrt and
+/// a division in f32: at most about 5 f32 roundings, 3e-7 relative. Stated bound: 1e-6.
+const K_INTEGER: Tolerance = Tolerance::new("K from exact integer sums", 1e-6, 0.0);
+/// SFI = 1 / (2 T K^2): twice K's relative error plus f32 rounding of the GPU's division.
+const SFI: Tolerance = Tolerance::new("SFI from K", 2.5e-6, 0.0);
+
+fn stack_strategy() -> impl Strategy<Value = RawStack> {
+    (
+        1usize..4,
+        1usize..48,
+        1usize..70,
+        any::<bool>(),
+        0u32..4,
+        any::<u64>(),
+    )
+        .prop_map(|(f, h, w, wide, zeros, seed)| {
+            let mut s = seed | 1;
+            let mut next = move || {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                s
+            };
+            // Some stacks carry a zero block, so windows with mean 0 (NaN, flagged) occur.
+            let zero =
+                |t: usize, y: usize, x: usize| zeros == 0 && t == 0 && y < h / 2 && x < w / 3;
+            if wide {
+                let hi = [65535u64, 4095, 60000, 300][(seed % 4) as usize];
+                let lo = hi / [2, 3, 1000, 10][(seed / 4 % 4) as usize];
+                RawStack::U16(Array3::from_shape_fn((f, h, w), |(t, y, x)| {
+                    if zero(t, y, x) {
+                        0
+                    } else {
+                        (lo + next() % (hi - lo + 1)) as u16
+                    }
+                }))
+            } else {
+                RawStack::U8(Array3::from_shape_fn((f, h, w), |(t, y, x)| {
+                    if zero(t, y, x) {
+                        0
+                    } else {
+                        (next() % 256) as u8
+                    }
+                }))
+            }
+        })
+}
+
+fn border_strategy() -> impl Strategy<Value = Border> {
+    prop_oneof![
+        Just(Border::Reflect),
+        Just(Border::Zero),
+        Just(Border::Valid)
+    ]
+}
+
+fn compare(what: &str, gpu: &ContrastResult, cpu: &ContrastResult) {
+    assert_eq!(gpu.k.dim(), cpu.k.dim(), "{what}: shape");
+    let g: Vec<f64> = gpu.k.iter().map(|&v| f64::from(v)).collect();
+    let c: Vec<f64> = cpu.k.iter().map(|&v| f64::from(v)).collect();
+    assert_close(&format!("{what}: K"), &g, &c, K_INTEGER);
+    assert_eq!(gpu.flags, cpu.flags, "{what}: flags");
+    if let (Some(gs), Some(cs)) = (&gpu.sfi, &cpu.sfi) {
+        let g: Vec<f64> = gs.iter().map(|&v| f64::from(v)).collect();
+        let c: Vec<f64> = cs.iter().map(|&v| f64::from(v)).collect();
+        assert_close(&format!("{what}: SFI"), &g, &c, SFI);
+    }
+}
+
+fn cpu() -> gpu_runtime::Device {
+    gpu_runtime::Device::cpu()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 40, ..ProptestConfig::default() })]
+
+    #[test]
+    fn spatial_k_matches_reference_for_any_window_border_and_pixel_type(
+        stack in stack_strategy(),
+        size in prop_oneof![3usize..=9, 3usize..=31],
+        border in border_strategy(),
+        saturate in any::<bool>(),
+    ) {
+        let Some(device) = gpu_under_test("spatial_k_matches_reference") else { return Ok(()) };
+        let size = size | 1;
+        let sat = saturate.then_some(if stack.dtype() == "u8" { 250.0 } else { 60000.0 });
+        let params = ContrastParams::spatial(Window::new(size).unwrap()).with_border(border).with_saturation(sat).with_exposure(5e-3).unwrap();
+        let want = contrast(&stack, &params, &cpu());
+        let got = contrast(&stack, &params, &device);
+        match (got, want) {
+            (Ok(g), Ok(c)) => compare(&format!("{size}x{size} {border:?} {}", stack.dtype()), &g, &c),
+            (Err(_), Err(_)) => {} // e.g. `valid` on an image smaller than the window
+            (g, c) => panic!("GPU and CPU disagree on success: gpu {:?} cpu {:?}", g.map(|_| ()), c.map(|_| ())),
+        }
+    }
+
+    #[test]
+    fn temporal_and_spatiotemporal_k_match_reference(
+        frames in 2usize..10,
+        n in 2usize..10,
+        h in 1usize..24,
+        w in 1usize..30,
+        size in prop_oneof![Just(3usize), Just(5), Just(7)],
+        spatio in any::<bool>(),
+        border in border_strategy(),
+        seed in any::<u32>(),
+    ) {
+        let Some(device) = gpu_under_test("temporal_k_matches_reference") else { return Ok(()) };
+        let n = n.min(frames);
+        let mut s = seed | 1;
+        let stack = RawStack::U16(Array3::from_shape_fn((frames, h, w), |_| { s ^= s << 13; s ^= s >> 17; s ^= s << 5; (s % 4096) as u16 }));
+        let params = if spatio {
+            ContrastParams::spatiotemporal(Window::new(size).unwrap(), n).with_border(border)
+        } else {
+            ContrastParams::temporal(n)
+        }
+        .with_saturation(Some(4000.0));
+        match (contrast(&stack, &params, &device), contrast(&stack, &params, &cpu())) {
+            (Ok(g), Ok(c)) => compare(&format!("temporal n={n} spatio={spatio}"), &g, &c),
+            (Err(_), Err(_)) => {}
+            (g, c) => panic!("GPU and CPU disagree on success: gpu {:?} cpu {:?}", g.map(|_| ()), c.map(|_| ())),
+        }
+    }
+}
+
+#[test]
+fn large_frame_is_exact_where_float_running_sums_fail() {
+    let Some(device) = gpu_under_test("large_frame_is_exact") else {
+        return;
+    };
+    // High mean, small variance: K ~ 1e-3, the regime where float sums lose digits.
+    let (h, w) = (1040, 1392);
+    let stack = RawStack::U16(Array3::from_shape_fn((1, h, w), |(_, y, x)| {
+        (60000 + (x * 7 + y * 13) % 97) as u16
+    }));
+    let params = ContrastParams::spatial(Window::new(7).unwrap());
+    compare(
+        "1392x1040 u16 7x7",
+        &contrast(&stack, &params, &device).unwrap(),
+        &contrast(&stack, &params, &cpu()).unwrap(),
+    );
+}
+
+#[test]
+fn chunked_runs_equal_one_pass() {
+    let Some(device) = gpu_under_test("chunked_runs_equal_one_pass") else {
+        return;
+    };
+    let stack = RawStack::U16(Array3::from_shape_fn((9, 40, 50), |(t, y, x)| {
+        ((t * 131 + y * 17 + x * 29) % 1000 + 5) as u16
+    }));
+    // Room for about two frames at a time: forces several chunks (with temporal overlap).
+    let small = device.clone().with_memory_limit(2 * 40 * 50 * 14);
+    for params in [
+        ContrastParams::spatial(Window::new(5).unwrap()),
+        ContrastParams::temporal(4),
+        ContrastParams::spatiotemporal(Window::new(3).unwrap(), 3),
+    ] {
+        let whole = contrast(&stack, &params, &device).unwrap();
+        let chunked = contrast(&stack, &params, &small).unwrap();
+        assert_eq!(
+            whole.k.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            chunked.k.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            "{:?}",
+            params.mode
+        );
+    }
+}
+
+#[test]
+fn bad_windows_are_clear_errors_on_the_gpu_path_too() {
+    let Some(device) = gpu_under_test("bad_windows_are_clear_errors") else {
+        return;
+    };
+    let stack = RawStack::U16(Array3::from_elem((3, 4, 4), 7));
+    let e = contrast(
+        &stack,
+        &ContrastParams::spatial(Window::new(5).unwrap()).with_border(Border::Valid),
+        &device,
+    )
+    .unwrap_err();
+    assert!(
+        e.to_string().contains("too small") || e.to_string().contains("4x4"),
+        "{e}"
+    );
+    let e = contrast(&stack, &ContrastParams::temporal(5), &device).unwrap_err();
+    assert!(e.to_string().contains("frames"), "{e}");
+}

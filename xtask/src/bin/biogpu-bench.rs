@@ -1,0 +1,49 @@
+//! `biogpu-bench`: the benchmark suite as a stand-alone binary for GPU machines without
+//! Rust. Writes the run as JSON; `cargo xtask bench --import FILE` records it in docs/.
+
+use anyhow::Context;
+use clap::Parser;
+use gpu_runtime::{Device, DeviceRequest};
+use xtask::suite::{self, Options};
+
+#[derive(Debug, Parser)]
+#[command(about = "Run the biogpu benchmark suite and write the results as JSON")]
+struct Args {
+    /// Device to benchmark (auto, cpu, cuda:N, wgpu:N, wgpu:software).
+    #[arg(long, env = gpu_runtime::DEVICE_ENV, default_value = "auto")]
+    device: String,
+    /// Only groups whose name contains this.
+    #[arg(long)]
+    filter: Option<String>,
+    /// Small sizes and few repetitions.
+    #[arg(long)]
+    quick: bool,
+    /// Output JSON file.
+    #[arg(long, default_value = "bench.json")]
+    out: std::path::PathBuf,
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let request: DeviceRequest = args.device.parse()?;
+    let device = Device::select(request, true)?.device;
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    let run = suite::run(
+        &device,
+        &command,
+        &Options {
+            filter: args.filter,
+            quick: args.quick,
+        },
+    )?;
+    std::fs::write(&args.out, serde_json::to_string_pretty(&run)?)
+        .with_context(|| format!("writing {}", args.out.display()))?;
+    for m in &run.measurements {
+        println!(
+            "{:<10} {:<45} {:>12.3} {:<9} median {:.4} ms  {}",
+            m.suite, m.name, m.value, m.unit, m.median_ms, m.note
+        );
+    }
+    println!("wrote {}", args.out.display());
+    Ok(())
+}

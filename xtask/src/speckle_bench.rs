@@ -1,0 +1,278 @@
+//! Speckle benchmarks (issue 3): spatial K + SFI kernel time and end-to-end streaming on
+//! the GPU against the host-link and memory-bandwidth bounds; the same workloads on the CPU;
+//! temporal K over 25 frames and MESI (6 exposures) per megapixel.
+
+use crate::report::Measurement;
+use crate::suite::{Options, measurement};
+use anyhow::Result;
+use gpu_kernels::speckle::{self as kernels, PixelBits, SpatialParams};
+use gpu_runtime::{Device, Gpu, KnownRuntime, Timing, bench, with_gpu};
+use ndarray::{Array2, Array3};
+use speckle_core::engine::{ContrastParams, contrast};
+use speckle_core::io::Frame;
+use speckle_core::mesi::{MesiOptions, MesiParams, fit_mesi_map, simulate_mesi};
+use speckle_core::pipeline::process_stream;
+use speckle_core::{RawStack, Window};
+
+const SIZES: [(usize, usize); 3] = [(1392, 1040), (2048, 2048), (4000, 4000)];
+
+fn frame_u16(w: usize, h: usize, seed: u64) -> Array2<u16> {
+    let mut s = seed | 1;
+    Array2::from_shape_fn((h, w), |_| {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        (200 + s % 3800) as u16
+    })
+}
+
+pub fn run(device: &Device, opts: &Options, earlier: &[Measurement]) -> Result<Vec<Measurement>> {
+    if device.is_gpu() {
+        let link = link_rates(earlier);
+        let bandwidth = earlier
+            .iter()
+            .find(|m| m.name.starts_with("axpy"))
+            .map(|m| m.value);
+        let mut out = with_gpu!(device, |gpu| kernel_times(gpu, opts, bandwidth))?;
+        out.extend(streaming(device, opts, link)?);
+        out.extend(temporal(device, opts)?);
+        Ok(out)
+    } else {
+        let mut out = cpu_spatial(opts)?;
+        out.extend(temporal(device, opts)?);
+        out.extend(mesi(opts)?);
+        Ok(out)
+    }
+}
+
+/// (host→device, device→host) GB/s at 4 MiB, from the runtime group.
+fn link_rates(earlier: &[Measurement]) -> Option<(f64, f64)> {
+    let find = |p: &str| earlier.iter().find(|m| m.name == p).map(|m| m.value);
+    Some((find("host→device 4 MiB")?, find("device→host 4 MiB")?))
+}
+
+/// Kernel-only time: frame resident on the device, K + SFI written, launch + sync timed.
+fn kernel_times<R: KnownRuntime>(
+    gpu: &Gpu<R>,
+    opts: &Options,
+    bandwidth: Option<f64>,
+) -> gpu_runtime::Result<Vec<Measurement>> {
+    let mut out = Vec::new();
+    let sizes: &[(usize, usize)] = if opts.quick { &SIZES[..1] } else { &SIZES };
+    for &(w, h) in sizes {
+        let frame = frame_u16(w, h, 7);
+        let words: Vec<u32> = frame
+            .as_slice()
+            .expect("standard")
+            .chunks(2)
+            .map(|c| u32::from(c[0]) | (u32::from(c[1]) << 16))
+            .collect();
+        let input = gpu.upload(&words)?;
+        let n = w * h;
+        let (k, sfi, flags) = (
+            gpu.empty::<f32>(n)?,
+            gpu.empty::<f32>(n)?,
+            gpu.empty::<u32>(1)?,
+        );
+        for size in [5u32, 7] {
+            let p = SpatialParams {
+                width: w as u32,
+                height: h as u32,
+                frames: 1,
+                radius: size / 2,
+                border: kernels::BORDER_REFLECT,
+                pixel: PixelBits::U16,
+                sfi_scale: Some(100.0),
+                saturation: None,
+            };
+            let t = bench(5, if opts.quick { 5 } else { 50 }, || {
+                kernels::spatial_contrast(gpu, &input, &p, &k, &sfi, &flags)?;
+                gpu.sync()
+            })?;
+            let bytes = (n * (2 + 8)) as f64;
+            let gbs = bytes / t.median_ms / 1e6;
+            let bound = bandwidth.map_or(String::new(), |b| {
+                format!(
+                    "; {:.2}x the time device bandwidth allows ({b:.0} GB/s axpy)",
+                    (bytes / (b * 1e6)).recip() * t.median_ms
+                )
+            });
+            out.push(measurement("speckle", &format!("kernel {w}x{h} u16 {size}x{size} K+SFI"), t.median_ms, "ms", t, format!("{gbs:.0} GB/s effective (2 B in + 8 B out per pixel), incl. launch + sync{bound}")));
+        }
+    }
+    Ok(out)
+}
+
+/// End to end: frames from host memory through the streaming pipeline and back.
+fn streaming(
+    device: &Device,
+    opts: &Options,
+    link: Option<(f64, f64)>,
+) -> Result<Vec<Measurement>> {
+    let (w, h) = SIZES[0];
+    let frames = if opts.quick { 32 } else { 512 };
+    let pool: Vec<Array2<u16>> = (0..8).map(|i| frame_u16(w, h, 100 + i)).collect();
+    let mut out = Vec::new();
+    for (label, exposure, down_bytes) in [("K", None, 4.0), ("K+SFI", Some(5e-3), 8.0)] {
+        let params = ContrastParams::spatial(Window::new(5)?);
+        let params = match exposure {
+            Some(t) => params.with_exposure(t)?,
+            None => params,
+        };
+        let mut times = Vec::new();
+        let mut fps = 0.0;
+        for _rep in 0..if opts.quick { 1 } else { 3 } {
+            let src = (0..frames).map(|i| Ok(Frame::U16(pool[i % pool.len()].clone())));
+            let mut checksum = 0f64;
+            let report = process_stream(src, &params, device, 32, |m| {
+                checksum += f64::from(m.k[[0, 0]]);
+                Ok(())
+            })?;
+            anyhow::ensure!(checksum.is_finite(), "non-finite K in stream");
+            times.push(std::time::Duration::from_secs_f64(
+                report.seconds / frames as f64,
+            ));
+            fps = f64::max(fps, report.frames_per_second);
+        }
+        let t = Timing::from_durations(&times);
+        let per_frame_fps = 1e3 / t.median_ms;
+        let note = match link {
+            Some((up, down)) => {
+                let bound_ms =
+                    (w * h * 2) as f64 / (up * 1e6) + (w * h) as f64 * down_bytes / (down * 1e6);
+                format!(
+                    "{frames} frames, batches of 32; transfer bound {:.0} frames/s at the measured 4 MiB link ({up:.1} up, {down:.1} down GB/s): {:.2}x the bound; best rep {fps:.0} frames/s",
+                    1e3 / bound_ms,
+                    t.median_ms / bound_ms
+                )
+            }
+            None => format!("{frames} frames, batches of 32"),
+        };
+        out.push(measurement(
+            "speckle",
+            &format!("stream {w}x{h} u16 5x5 {label} end to end"),
+            per_frame_fps,
+            "frames/s",
+            t,
+            note,
+        ));
+    }
+    Ok(out)
+}
+
+/// Temporal K over 25 frames, per megapixel of output.
+fn temporal(device: &Device, opts: &Options) -> Result<Vec<Measurement>> {
+    let (w, h, frames) = if opts.quick {
+        (256, 256, 30)
+    } else {
+        (1024, 1024, 50)
+    };
+    let stack = RawStack::U16(Array3::from_shape_fn((frames, h, w), |(t, y, x)| {
+        (200 + (t * 7919 + y * 104_729 + x * 1_299_709) % 3800) as u16
+    }));
+    let params = ContrastParams::temporal(25);
+    let t = bench(1, if opts.quick { 2 } else { 5 }, || {
+        contrast(&stack, &params, device)
+            .map(|_| ())
+            .map_err(|e| gpu_runtime::Error::Backend {
+                device: "speckle".into(),
+                message: e.to_string(),
+            })
+    })?;
+    let outputs = (frames - 24) as f64 * (w * h) as f64 / 1e6;
+    Ok(vec![measurement(
+        "speckle",
+        &format!("temporal K, 25 frames, {w}x{h}x{frames} u16"),
+        outputs / (t.median_ms / 1e3),
+        "Mpx-frames/s",
+        t,
+        format!(
+            "end to end on {} (upload, kernel, download)",
+            device.info().id
+        ),
+    )])
+}
+
+/// CPU spatial K + SFI per frame (the CPU target is <= 3 ms at 1392x1040).
+fn cpu_spatial(opts: &Options) -> Result<Vec<Measurement>> {
+    let mut out = Vec::new();
+    let sizes: &[(usize, usize)] = if opts.quick { &SIZES[..1] } else { &SIZES };
+    for &(w, h) in sizes {
+        let frame = frame_u16(w, h, 3);
+        let (mut k, mut sfi) = (Array2::<f32>::zeros((h, w)), Array2::<f32>::zeros((h, w)));
+        for size in [5usize, 7] {
+            let win = Window::new(size)?;
+            let t = bench(3, if opts.quick { 5 } else { 30 }, || {
+                let o = speckle_core::contrast::ContrastOut::new(k.view_mut())
+                    .sfi(sfi.view_mut(), 5e-3);
+                speckle_core::contrast::spatial_contrast_into(
+                    frame.view(),
+                    win,
+                    speckle_core::Border::Reflect,
+                    None,
+                    o,
+                )
+                .map_err(|e| gpu_runtime::Error::Backend {
+                    device: "cpu".into(),
+                    message: e.to_string(),
+                })
+            })?;
+            out.push(measurement(
+                "speckle",
+                &format!("cpu {w}x{h} u16 {size}x{size} K+SFI"),
+                t.median_ms,
+                "ms",
+                t,
+                format!(
+                    "{} threads, spatial_contrast_into (no allocation)",
+                    rayon_threads()
+                ),
+            ));
+        }
+    }
+    Ok(out)
+}
+
+/// MESI: 6 exposures, beta free, per megapixel.
+fn mesi(opts: &Options) -> Result<Vec<Measurement>> {
+    let (w, h) = if opts.quick { (32, 32) } else { (256, 256) };
+    let exposures = [5e-5, 2e-4, 1e-3, 5e-3, 2e-2, 8e-2];
+    let mut k = Array3::<f32>::zeros((6, h, w));
+    for y in 0..h {
+        for x in 0..w {
+            let p = MesiParams {
+                tau_c: 1e-4 * (1.0 + (x * 31 + y) as f64 % 50.0),
+                rho: 0.9,
+                v_noise: 0.0,
+                beta: 0.6,
+            };
+            for (e, v) in simulate_mesi(&p, &exposures, 0.01, (y * w + x) as u64)
+                .into_iter()
+                .enumerate()
+            {
+                k[[e, y, x]] = v as f32;
+            }
+        }
+    }
+    let t = bench(1, 3, || {
+        fit_mesi_map(k.view(), &exposures, &MesiOptions::default())
+            .map(|_| ())
+            .map_err(|e| gpu_runtime::Error::Backend {
+                device: "cpu".into(),
+                message: e.to_string(),
+            })
+    })?;
+    let mpx = (w * h) as f64 / 1e6;
+    Ok(vec![measurement(
+        "speckle",
+        &format!("cpu MESI fit, 6 exposures, beta free, {w}x{h}"),
+        t.median_ms / 1e3 / mpx,
+        "s/Mpx",
+        t,
+        format!("{} threads, Levenberg-Marquardt per pixel", rayon_threads()),
+    )])
+}
+
+fn rayon_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, std::num::NonZero::get)
+}

@@ -1,0 +1,145 @@
+//! The benchmark suite. Each group measures one thing honestly: warm-up first, device
+//! work synchronised inside the timed region, median of repetitions, fresh non-zero data.
+
+use crate::report::{DeviceSummary, Measurement, Run};
+use anyhow::Result;
+use gpu_kernels::base;
+use gpu_runtime::{Device, Gpu, KnownRuntime, Timing, bench, with_gpu};
+
+/// Options shared by every group.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Run only groups whose name contains this.
+    pub filter: Option<String>,
+    /// Fewer repetitions and smaller sizes (CI smoke run).
+    pub quick: bool,
+}
+
+/// Run every group that applies to `device`.
+pub fn run(device: &Device, command: &str, opts: &Options) -> Result<Run> {
+    let mut measurements = Vec::new();
+    let wanted = |group: &str| opts.filter.as_deref().is_none_or(|f| group.contains(f));
+    if device.is_gpu() && wanted("runtime") {
+        eprintln!("bench: runtime (transfers, memory bandwidth, launch latency) on {device}");
+        measurements.extend(with_gpu!(device, |gpu| runtime_group(gpu, opts))?);
+    }
+    if wanted("speckle") {
+        eprintln!("bench: speckle on {device}");
+        measurements.extend(crate::speckle_bench::run(device, opts, &measurements)?);
+    }
+    Ok(Run {
+        date: crate::report::today(),
+        command: command.to_string(),
+        device: DeviceSummary::from(device.info()),
+        measurements,
+    })
+}
+
+pub(crate) fn measurement(
+    suite: &str,
+    name: &str,
+    value: f64,
+    unit: &str,
+    t: Timing,
+    note: String,
+) -> Measurement {
+    Measurement {
+        suite: suite.into(),
+        name: name.into(),
+        value,
+        unit: unit.into(),
+        median_ms: t.median_ms,
+        min_ms: t.min_ms,
+        max_ms: t.max_ms,
+        samples: t.samples,
+        note,
+    }
+}
+
+/// Host link, device memory bandwidth and launch latency: the bounds every modality's
+/// end-to-end and kernel times are compared with.
+fn runtime_group<R: KnownRuntime>(
+    gpu: &Gpu<R>,
+    opts: &Options,
+) -> gpu_runtime::Result<Vec<Measurement>> {
+    let (reps, mib) = if opts.quick {
+        (3, 16usize)
+    } else {
+        (20, 256usize)
+    };
+    let n = mib << 18; // f32 elements in `mib` MiB
+    let host: Vec<f32> = (0..n).map(|i| (i % 977) as f32 * 0.25 + 1.0).collect();
+    let bytes = (n * 4) as f64;
+    let mut out = Vec::new();
+
+    // Transfers at the sizes the modalities move: a speckle frame (~4 MiB), a FLIM cube
+    // (~128 MiB) and a large chunk. CubeCL stages uploads through pinned memory and reads
+    // through pinned memory up to 100 MB, pageable above.
+    for size_mib in if opts.quick {
+        vec![4usize, 16]
+    } else {
+        vec![4, 32, 128, 256]
+    } {
+        let part = &host[..size_mib << 18];
+        let b = (part.len() * 4) as f64;
+        let t = bench(3, reps, || gpu.upload(part).and_then(|_| gpu.sync()))?;
+        out.push(measurement(
+            "runtime",
+            &format!("host→device {size_mib} MiB"),
+            b / t.median_ms / 1e6,
+            "GB/s",
+            t,
+            "Gpu::upload (CubeCL create_from_slice) + sync".into(),
+        ));
+        let d = gpu.upload(part)?;
+        let t = bench(3, reps, || gpu.download(&d).map(|_| ()))?;
+        out.push(measurement(
+            "runtime",
+            &format!("device→host {size_mib} MiB"),
+            b / t.median_ms / 1e6,
+            "GB/s",
+            t,
+            "Gpu::download (CubeCL read_one) into a Vec".into(),
+        ));
+    }
+    let dev = gpu.upload(&host)?;
+
+    let y = gpu.upload(&host)?;
+    let t = bench(3, reps, || {
+        base::axpy(gpu, 1.0001, &dev, &y)?;
+        gpu.sync()
+    })?;
+    out.push(measurement(
+        "runtime",
+        &format!("axpy {mib} MiB (device bandwidth)"),
+        3.0 * bytes / t.median_ms / 1e6,
+        "GB/s",
+        t,
+        "bytes read + written / time, incl. one launch + sync".into(),
+    ));
+
+    let t = bench(3, reps, || base::sum(gpu, &dev).map(|_| ()))?;
+    out.push(measurement(
+        "runtime",
+        &format!("block sum {mib} MiB"),
+        bytes / t.median_ms / 1e6,
+        "GB/s",
+        t,
+        "incl. download of per-cube partials".into(),
+    ));
+
+    let small = gpu.empty::<f32>(1024)?;
+    let t = bench(10, reps * 5, || {
+        base::fill(gpu, &small, 1.0)?;
+        gpu.sync()
+    })?;
+    out.push(measurement(
+        "runtime",
+        "launch + sync latency (fill 1024)",
+        t.median_ms * 1e3,
+        "µs",
+        t,
+        String::new(),
+    ));
+    Ok(out)
+}
