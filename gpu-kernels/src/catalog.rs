@@ -15,6 +15,8 @@ pub struct CatalogEntry {
     pub name: &'static str,
     /// The configured kernel; `define()` gives its IR.
     pub kernel: Box<dyn CubeKernel>,
+    /// Launched without bounds checks (as the wrapper launches it).
+    pub unchecked: bool,
 }
 
 impl std::fmt::Debug for CatalogEntry {
@@ -32,6 +34,7 @@ fn entry(
         module,
         name,
         kernel: Box::new(kernel),
+        unchecked: module == "speckle",
     }
 }
 

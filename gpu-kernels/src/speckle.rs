@@ -190,7 +190,11 @@ fn bordered(
 /// into shared memory, sums columns over `2r + 1` rows, then rows over `2r + 1` columns.
 /// Outputs: K (NaN where the mean is 0), SFI = `sfi_scale / K^2` if `with_sfi`, and flag
 /// bits if `with_flags` (saturated: any window pixel >= `saturation`).
-#[cube(launch)]
+///
+/// Launched unchecked: every index is in range by construction (tile and apron indices
+/// are bounded by the comptime tile size, input indices by the border rule, outputs by
+/// the `out_width`/`out_height` guard) and the wrapper checks the buffer lengths.
+#[cube(launch_unchecked)]
 pub fn spatial_contrast_kernel(
     input: &Array<u32>,
     k_out: &mut Array<f32>,
@@ -200,7 +204,7 @@ pub fn spatial_contrast_kernel(
     height: u32,
     out_width: u32,
     out_height: u32,
-    frame: u32,
+    first_frame: u32,
     sfi_scale: f32,
     saturation: u32,
     #[comptime] r: u32,
@@ -231,8 +235,15 @@ pub fn spatial_contrast_kernel(
     });
     let w = width as i32;
     let h = height as i32;
+    // One cube layer per frame: a batch of frames is one launch.
+    let frame = first_frame + CUBE_POS_Z;
     let frame_base = frame * width * height;
 
+    // Tiles away from the image edge need no border rule (and no modulo arithmetic).
+    let interior = x0 - shift >= 0
+        && y0 - shift >= 0
+        && x0 - shift + (tile_w as i32) <= w
+        && y0 - shift + (tile_h as i32) <= h;
     let mut i = tid;
     while i < comptime!(tile_w * tile_h) {
         let tx = (i % tile_w) as i32;
@@ -240,7 +251,9 @@ pub fn spatial_contrast_kernel(
         let x = x0 + tx - shift;
         let y = y0 + ty - shift;
         let mut v = 0u32;
-        if comptime!(border == BORDER_VALID) {
+        if interior {
+            v = pixel(input, frame_base + (y * w + x) as u32, bits);
+        } else if comptime!(border == BORDER_VALID) {
             // Tiles at the right/bottom edge overhang the image; those outputs are dropped.
             if x < w && y < h {
                 v = pixel(input, frame_base + (y * w + x) as u32, bits);
@@ -335,8 +348,8 @@ pub fn spatial_contrast_kernel(
 /// Temporal (`r = 0`) or spatio-temporal contrast: for each pixel, sums over a
 /// `(2r + 1)^2` spatial window and `frames_n` consecutive frames, sliding along the stack
 /// with exact running sums (add the entering frame, subtract the leaving one).
-/// Output frame t covers input frames t..t + frames_n.
-#[cube(launch)]
+/// Output frame t covers input frames t..t + frames_n. Launched unchecked, as above.
+#[cube(launch_unchecked)]
 pub fn temporal_contrast_kernel(
     input: &Array<u32>,
     k_out: &mut Array<f32>,
@@ -565,31 +578,40 @@ pub fn spatial_contrast<R: Runtime>(
             format!("output buffers shorter than {outputs}"),
         ));
     }
-    let count = CubeCount::Static(ow.div_ceil(TILE_X), oh.div_ceil(TILE_Y), 1);
-    for frame in 0..p.frames {
-        gpu.launch(name, count.clone(), |count| {
-            spatial_contrast_kernel::launch::<R>(
-                gpu.client(),
-                count,
-                CubeDim::new_2d(TILE_X, TILE_Y),
-                input.arg(),
-                k.arg(),
-                sfi.arg(),
-                flags.arg(),
-                p.width,
-                p.height,
-                ow,
-                oh,
-                frame,
-                p.sfi_scale.unwrap_or(0.0),
-                p.saturation.unwrap_or(0),
-                p.radius,
-                p.pixel.bits(),
-                p.border,
-                p.sfi_scale.is_some(),
-                p.saturation.is_some(),
-            );
+    // Frames go in the grid's z dimension, up to its limit per launch.
+    let max_z = gpu.client().properties().hardware.max_cube_count.2.max(1);
+    let mut first = 0u32;
+    while first < p.frames {
+        let layers = (p.frames - first).min(max_z);
+        let count = CubeCount::Static(ow.div_ceil(TILE_X), oh.div_ceil(TILE_Y), layers);
+        gpu.launch(name, count, |count| {
+            // SAFETY: buffer lengths were checked above; the kernel's indices stay inside
+            // them for every launch geometry (see the kernel's doc comment).
+            unsafe {
+                spatial_contrast_kernel::launch_unchecked::<R>(
+                    gpu.client(),
+                    count,
+                    CubeDim::new_2d(TILE_X, TILE_Y),
+                    input.arg(),
+                    k.arg(),
+                    sfi.arg(),
+                    flags.arg(),
+                    p.width,
+                    p.height,
+                    ow,
+                    oh,
+                    first,
+                    p.sfi_scale.unwrap_or(0.0),
+                    p.saturation.unwrap_or(0),
+                    p.radius,
+                    p.pixel.bits(),
+                    p.border,
+                    p.sfi_scale.is_some(),
+                    p.saturation.is_some(),
+                );
+            };
         })?;
+        first += layers;
     }
     Ok(())
 }
@@ -641,22 +663,25 @@ pub fn temporal_contrast<R: Runtime>(
     }
     let count = gpu.cube_count_1d(name, (ow * oh) as usize, CUBE_1D)?;
     gpu.launch(name, count, |count| {
-        temporal_contrast_kernel::launch::<R>(
-            gpu.client(),
-            count,
-            CubeDim::new_1d(CUBE_1D),
-            input.arg(),
-            k.arg(),
-            flags.arg(),
-            saturation.unwrap_or(0),
-            width,
-            height,
-            frames,
-            frames_n,
-            radius,
-            pixel.bits(),
-            border,
-        );
+        // SAFETY: as for `spatial_contrast`: lengths checked above, indices in range.
+        unsafe {
+            temporal_contrast_kernel::launch_unchecked::<R>(
+                gpu.client(),
+                count,
+                CubeDim::new_1d(CUBE_1D),
+                input.arg(),
+                k.arg(),
+                flags.arg(),
+                saturation.unwrap_or(0),
+                width,
+                height,
+                frames,
+                frames_n,
+                radius,
+                pixel.bits(),
+                border,
+            );
+        };
     })
 }
 

@@ -101,10 +101,15 @@ fn generate_sources(out: &Path) -> Result<Vec<Source>> {
     ))?;
     let mut written = Vec::new();
     for (arch, arch_defs) in ARCHES.into_iter().zip(defs) {
-        for (name, def, addr) in arch_defs {
+        for (name, def, addr, unchecked) in arch_defs {
+            let mode = if unchecked {
+                ExecutionMode::Unchecked
+            } else {
+                ExecutionMode::Checked
+            };
             let opts = options(arch);
             let compiled = CudaCompiler::default()
-                .compile(def, &opts, ExecutionMode::Checked, addr)
+                .compile(def, &opts, mode, addr)
                 .map_err(|e| {
                     anyhow::anyhow!("kernel `{name}` does not compile to CUDA C++: {e}")
                 })?;
@@ -127,6 +132,7 @@ fn definitions(
     String,
     cubecl::prelude::KernelDefinition,
     cubecl::ir::StorageType,
+    bool,
 )> {
     entries
         .into_iter()
@@ -135,6 +141,7 @@ fn definitions(
                 format!("{}__{}", e.module, e.name),
                 e.kernel.define(),
                 e.kernel.address_type(),
+                e.unchecked,
             )
         })
         .collect()

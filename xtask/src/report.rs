@@ -34,6 +34,9 @@ pub struct Run {
     pub command: String,
     pub device: DeviceSummary,
     pub measurements: Vec<Measurement>,
+    /// Validation that went with the run (test results, device listing), one line each.
+    #[serde(default)]
+    pub notes: Vec<String>,
 }
 
 /// Device facts worth keeping with the numbers.
@@ -104,6 +107,12 @@ fn render(runs: &[Run]) -> String {
             d.compute_units.map_or("-".into(), |u| u.to_string()),
             run.command
         );
+        for note in &run.notes {
+            let _ = writeln!(s, "- {note}");
+        }
+        if !run.notes.is_empty() {
+            s.push('\n');
+        }
         s.push_str("| suite | benchmark | result | median ms | min–max ms | n | notes |\n|---|---|---|---|---|---|---|\n");
         for m in &run.measurements {
             let _ = writeln!(

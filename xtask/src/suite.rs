@@ -32,6 +32,7 @@ pub fn run(device: &Device, command: &str, opts: &Options) -> Result<Run> {
         command: command.to_string(),
         device: DeviceSummary::from(device.info()),
         measurements,
+        notes: Vec::new(),
     })
 }
 
@@ -102,6 +103,43 @@ fn runtime_group<R: KnownRuntime>(
             "Gpu::download (CubeCL read_one) into a Vec".into(),
         ));
     }
+    // The same through biogpu's pinned staging (CUDA: page-locked buffers and driver
+    // copies; other backends fall back to CubeCL's transfers).
+    for size_mib in if opts.quick {
+        vec![4usize]
+    } else {
+        vec![4, 32, 128]
+    } {
+        let b = (size_mib << 20) as f64;
+        let mut staging = gpu.host_staging(size_mib << 20);
+        staging
+            .as_bytes_mut()
+            .copy_from_slice(bytemuck_bytes(&host[..size_mib << 18]));
+        let d = gpu.empty::<f32>(size_mib << 18)?;
+        let t = bench(3, reps, || {
+            gpu.upload_staged_into(&staging, &d).or_else(|_| {
+                gpu.upload_staged::<f32>(&staging, size_mib << 18)
+                    .map(|_| ())
+            })
+        })?;
+        out.push(measurement(
+            "runtime",
+            &format!("host→device {size_mib} MiB pinned"),
+            b / t.median_ms / 1e6,
+            "GB/s",
+            t,
+            format!("Gpu::upload_staged_into (pinned: {})", staging.is_pinned()),
+        ));
+        let t = bench(3, reps, || gpu.download_staged(&d, &mut staging))?;
+        out.push(measurement(
+            "runtime",
+            &format!("device→host {size_mib} MiB pinned"),
+            b / t.median_ms / 1e6,
+            "GB/s",
+            t,
+            format!("Gpu::download_staged (pinned: {})", staging.is_pinned()),
+        ));
+    }
     let dev = gpu.upload(&host)?;
 
     let y = gpu.upload(&host)?;
@@ -142,4 +180,8 @@ fn runtime_group<R: KnownRuntime>(
         String::new(),
     ));
     Ok(out)
+}
+
+fn bytemuck_bytes(v: &[f32]) -> &[u8] {
+    <f32 as cubecl::prelude::CubeElement>::as_bytes(v)
 }

@@ -249,7 +249,7 @@ pub trait GpuJob {
 }
 
 /// The CubeCL runtimes biogpu opens, and how a [`Device`](crate::Device) maps to each.
-pub trait KnownRuntime: Runtime {
+pub trait KnownRuntime: Runtime + crate::staging::RawTransfers {
     #[doc(hidden)]
     fn runtime_device(handle: &DeviceHandle) -> Option<Self::Device>;
 }

@@ -15,6 +15,7 @@ mod error;
 mod faults;
 mod gpu;
 mod memory;
+mod staging;
 mod timing;
 
 pub use buffer::GpuArray;
@@ -24,6 +25,7 @@ pub use device::{
 pub use error::{Error, Result};
 pub use gpu::{Gpu, GpuJob, KnownRuntime};
 pub use memory::{ChunkPlan, MEMORY_LIMIT_ENV, MemoryBudget, parse_bytes};
+pub use staging::{HostStaging, RawTransfers};
 pub use timing::{Timing, bench};
 
 /// CubeCL, re-exported so every crate uses the pinned version.

@@ -9,33 +9,59 @@ use crate::types::Pixel;
 use gpu_kernels::speckle::{self as kernels, PixelBits, SpatialParams};
 use gpu_runtime::{Device, with_gpu};
 use ndarray::{Array3, ArrayView3, s};
+use rayon::prelude::*;
 
-/// Integer pixels the kernels take, and how they pack into 32-bit words.
-pub trait PackedPixel: Pixel {
+/// Integer pixels the kernels take. Frames are uploaded as their own little-endian bytes,
+/// read by the kernels as packed 32-bit words (two u16 or four u8 per word).
+pub trait PackedPixel: Pixel + bytemuck::Pod {
     const BITS: PixelBits;
-    fn pack(values: &[Self], out: &mut Vec<u32>);
 }
 
 impl PackedPixel for u8 {
     const BITS: PixelBits = PixelBits::U8;
-    fn pack(values: &[u8], out: &mut Vec<u32>) {
-        out.extend(values.chunks(4).map(|c| {
-            c.iter()
-                .enumerate()
-                .fold(0u32, |w, (i, &b)| w | (u32::from(b) << (8 * i)))
-        }));
-    }
 }
 
 impl PackedPixel for u16 {
     const BITS: PixelBits = PixelBits::U16;
-    fn pack(values: &[u16], out: &mut Vec<u32>) {
-        out.extend(
-            values
-                .chunks(2)
-                .map(|c| u32::from(c[0]) | c.get(1).map_or(0, |&v| u32::from(v) << 16)),
-        );
+}
+
+/// Staging buffers kept per thread across calls: allocating page-locked memory costs
+/// milliseconds, so a stream of batches reuses them.
+mod staging_cache {
+    use gpu_runtime::{Gpu, HostStaging, KnownRuntime};
+    use std::cell::RefCell;
+
+    thread_local!(static SLOTS: RefCell<Vec<Option<HostStaging>>> = const { RefCell::new(Vec::new()) });
+
+    /// A buffer of at least `len` bytes for `slot`, reused when it fits.
+    pub fn take<R: KnownRuntime>(gpu: &Gpu<R>, slot: usize, len: usize) -> HostStaging {
+        let cached = SLOTS.with_borrow_mut(|s| s.get_mut(slot).and_then(Option::take));
+        match cached {
+            Some(buf) if buf.len() >= len && buf.is_pinned() == gpu.host_staging(0).is_pinned() => {
+                buf
+            }
+            _ => gpu.host_staging(len),
+        }
     }
+
+    /// Return a buffer for reuse.
+    pub fn put(slot: usize, buf: HostStaging) {
+        SLOTS.with_borrow_mut(|s| {
+            if s.len() <= slot {
+                s.resize_with(slot + 1, || None);
+            }
+            s[slot] = Some(buf);
+        });
+    }
+}
+
+/// Copy `src` into `dst` in parallel 1 MiB pieces (host memcpy limits streaming otherwise).
+fn par_copy(dst: &mut [u8], src: &[u8]) {
+    const PIECE: usize = 1 << 20;
+    dst[..src.len()]
+        .par_chunks_mut(PIECE)
+        .zip(src.par_chunks(PIECE))
+        .for_each(|(d, s)| d.copy_from_slice(s));
 }
 
 /// Contrast on the GPU `device`, same parameters and result as the CPU reference.
@@ -82,22 +108,28 @@ pub fn contrast<T: PackedPixel>(
         let plan =
             gpu.budget()
                 .plan(out_frames, in_frame + out_frame, overlap as u64 * in_frame)?;
-        let mut words = Vec::new();
+        let want_flags = saturation.is_some();
         for range in plan.chunks() {
             let (first_in, last_in) = (range.start, range.end + overlap);
             let chunk = stack.slice(s![first_in..last_in, .., ..]);
-            words.clear();
             let chunk = chunk.as_standard_layout();
-            T::pack(chunk.as_slice().expect("standard layout"), &mut words);
-            let input = gpu.upload(&words)?;
+            let bytes: &[u8] = bytemuck::cast_slice(chunk.as_slice().expect("standard layout"));
+            let n_words = bytes.len().div_ceil(4);
+            let mut staging_in = staging_cache::take(gpu, 0, n_words * 4);
+            let padded = staging_in.as_bytes_mut();
+            par_copy(padded, bytes);
+            padded[bytes.len()..n_words * 4].fill(0);
+            let input = gpu.upload_staged::<u32>(&staging_in, n_words)?;
+            staging_cache::put(0, staging_in);
             let n_out = range.len() * h_out * w_out;
             let k_dev = gpu.empty::<f32>(n_out)?;
-            let flags_dev = gpu.empty::<u32>(n_out)?;
-            let sfi_dev = if sfi.is_some() {
-                gpu.empty::<f32>(n_out)?
+            // The temporal kernel always writes flags; the spatial one only with a saturation level.
+            let flags_dev = gpu.empty::<u32>(if want_flags || params.mode != Mode::Spatial {
+                n_out
             } else {
-                gpu.empty::<f32>(1)?
-            };
+                1
+            })?;
+            let sfi_dev = gpu.empty::<f32>(if sfi.is_some() { n_out } else { 1 })?;
             match params.mode {
                 Mode::Spatial => {
                     let p = SpatialParams {
@@ -108,7 +140,7 @@ pub fn contrast<T: PackedPixel>(
                         border: border_code(params.border),
                         pixel: T::BITS,
                         sfi_scale: params.exposure_s.map(|t| (1.0 / (2.0 * t)) as f32),
-                        saturation: Some(saturation.unwrap_or(0)),
+                        saturation,
                     };
                     kernels::spatial_contrast(gpu, &input, &p, &k_dev, &sfi_dev, &flags_dev)?;
                 }
@@ -127,28 +159,41 @@ pub fn contrast<T: PackedPixel>(
                     &flags_dev,
                 )?,
             }
-            let k_host = gpu.download(&k_dev)?;
-            let flags_host = gpu.download(&flags_dev)?;
-            copy_into(k.slice_mut(s![range.clone(), .., ..]), &k_host);
-            for (dst, &f) in fl
-                .slice_mut(s![range.clone(), .., ..])
-                .iter_mut()
-                .zip(&flags_host)
-            {
-                *dst = f as u8;
+            let mut staging_out = staging_cache::take(gpu, 1, n_out * 4);
+            gpu.download_staged(&k_dev, &mut staging_out)?;
+            copy_into(k.slice_mut(s![range.clone(), .., ..]), &staging_out);
+            if want_flags {
+                gpu.download_staged(&flags_dev, &mut staging_out)?;
+                let words: &[u32] = bytemuck::cast_slice(&staging_out.as_bytes()[..n_out * 4]);
+                for (dst, &f) in fl
+                    .slice_mut(s![range.clone(), .., ..])
+                    .iter_mut()
+                    .zip(words)
+                {
+                    *dst = f as u8;
+                }
             }
             if let Some(sfi) = sfi.as_mut()
                 && params.mode == Mode::Spatial
             {
-                copy_into(
-                    sfi.slice_mut(s![range.clone(), .., ..]),
-                    &gpu.download(&sfi_dev)?,
-                );
+                gpu.download_staged(&sfi_dev, &mut staging_out)?;
+                copy_into(sfi.slice_mut(s![range.clone(), .., ..]), &staging_out);
             }
+            staging_cache::put(1, staging_out);
         }
         Ok(())
     })
     .map_err(gpu_err)?;
+    if saturation.is_none() {
+        // Without a saturation level the only flag is "undefined", which K's NaN carries.
+        ndarray::Zip::from(&mut fl).and(&k).par_for_each(|f, &k| {
+            *f = if k.is_nan() {
+                crate::contrast::flags::UNDEFINED
+            } else {
+                0
+            }
+        });
+    }
 
     // The temporal kernels write K only; SFI follows from it exactly as on the CPU.
     if let (Some(sfi), Some(t), true) = (
@@ -168,10 +213,11 @@ pub fn contrast<T: PackedPixel>(
     })
 }
 
-fn copy_into(mut dst: ndarray::ArrayViewMut3<f32>, src: &[f32]) {
-    for (d, &v) in dst.iter_mut().zip(src) {
-        *d = v;
-    }
+/// Fill a freshly allocated (standard-layout) output slab from staged f32 bytes.
+fn copy_into(mut dst: ndarray::ArrayViewMut3<f32>, src: &gpu_runtime::HostStaging) {
+    let out = dst.as_slice_mut().expect("output slabs are contiguous");
+    let n = out.len() * 4;
+    par_copy(bytemuck::cast_slice_mut(out), &src.as_bytes()[..n]);
 }
 
 fn border_code(b: Border) -> u32 {
@@ -180,4 +226,168 @@ fn border_code(b: Border) -> u32 {
         Border::Zero => kernels::BORDER_ZERO,
         Border::Valid => kernels::BORDER_VALID,
     }
+}
+
+/// Spatial contrast of a stream of integer frames on a GPU, batch by batch, reusing one
+/// set of pinned host buffers and device arrays: each frame is copied once into pinned
+/// memory, each batch is one upload, one launch and one download, and the sink reads K
+/// (and SFI) straight out of pinned memory. Returns the number of frames processed.
+pub(crate) fn stream_spatial<T: PackedPixel>(
+    first: crate::io::Frame,
+    rest: &std::sync::mpsc::Receiver<Result<crate::io::Frame>>,
+    params: &ContrastParams,
+    device: &Device,
+    batch: usize,
+    sink: &mut dyn FnMut(crate::pipeline::FrameMaps<'_>) -> Result<()>,
+    pixels_of: fn(&crate::io::Frame) -> Option<&ndarray::Array2<T>>,
+) -> Result<usize> {
+    use crate::pipeline::FrameMaps;
+    let frame0 =
+        pixels_of(&first).ok_or_else(|| Error::Gpu("stream: unexpected pixel type".into()))?;
+    let (h, w) = frame0.dim();
+    let (h_out, w_out) = contrast_shape(h, w, params.window, params.border)?;
+    let frame_bytes = h * w * std::mem::size_of::<T>();
+    let words = (batch * frame_bytes).div_ceil(4);
+    let plane = h_out * w_out;
+    let saturation = params
+        .saturation
+        .map(|s| s.ceil().clamp(1.0, f64::from(u32::MAX)) as u32);
+    let mut done = 0usize;
+    let mut pending = Some(first);
+    let gpu_err = |e: gpu_runtime::Error| Error::Gpu(e.to_string());
+    with_gpu!(device, |gpu| {
+        let mut host_in = gpu.host_staging(words * 4);
+        let mut host_k = gpu.host_staging(batch * plane * 4);
+        let mut host_sfi = params
+            .exposure_s
+            .map(|_| gpu.host_staging(batch * plane * 4));
+        let mut host_flags = saturation.map(|_| gpu.host_staging(batch * plane * 4));
+        let mut flags_u8 = vec![
+            0u8;
+            if saturation.is_some() {
+                batch * plane
+            } else {
+                0
+            }
+        ];
+        let input = gpu.empty::<u32>(words)?;
+        let k_dev = gpu.empty::<f32>(batch * plane)?;
+        let sfi_dev = gpu.empty::<f32>(if host_sfi.is_some() { batch * plane } else { 1 })?;
+        let flags_dev = gpu.empty::<u32>(if host_flags.is_some() {
+            batch * plane
+        } else {
+            1
+        })?;
+        let in_place = gpu.can_write_in_place();
+        let mut stream_error = None;
+        loop {
+            // Gather up to `batch` frames, then copy them into pinned memory in parallel.
+            let mut frames: Vec<crate::io::Frame> = Vec::with_capacity(batch);
+            while frames.len() < batch {
+                let frame = match pending.take() {
+                    Some(f) => f,
+                    None => match rest.recv() {
+                        Ok(Ok(f)) => f,
+                        Ok(Err(e)) => {
+                            stream_error = Some(e);
+                            break;
+                        }
+                        Err(_) => break,
+                    },
+                };
+                if pixels_of(&frame).is_none_or(|a| a.dim() != (h, w)) {
+                    let (gh, gw) = frame.dim();
+                    stream_error = Some(Error::FrameSizeMismatch {
+                        what: format!("stream frame {} ({})", done + frames.len(), frame.dtype()),
+                        expected_w: w,
+                        expected_h: h,
+                        got_w: gw,
+                        got_h: gh,
+                    });
+                    break;
+                }
+                frames.push(frame);
+            }
+            let n = frames.len();
+            {
+                host_in.as_bytes_mut()[..n * frame_bytes]
+                    .par_chunks_mut(frame_bytes)
+                    .zip(frames.par_iter())
+                    .for_each(|(dst, f)| {
+                        let px = pixels_of(f).expect("checked above").as_standard_layout();
+                        dst.copy_from_slice(bytemuck::cast_slice(
+                            px.as_slice().expect("standard layout"),
+                        ));
+                    });
+            }
+            drop(frames);
+            if n > 0 {
+                let used_words = (n * frame_bytes).div_ceil(4);
+                host_in.as_bytes_mut()[n * frame_bytes..used_words * 4].fill(0);
+                let dev_in = if in_place {
+                    gpu.upload_staged_into(&host_in, &input)?;
+                    input.clone()
+                } else {
+                    gpu.upload_staged::<u32>(&host_in, used_words)?
+                };
+                let p = SpatialParams {
+                    width: w as u32,
+                    height: h as u32,
+                    frames: n as u32,
+                    radius: params.window.radius() as u32,
+                    border: border_code(params.border),
+                    pixel: T::BITS,
+                    sfi_scale: params.exposure_s.map(|t| (1.0 / (2.0 * t)) as f32),
+                    saturation,
+                };
+                kernels::spatial_contrast(gpu, &dev_in, &p, &k_dev, &sfi_dev, &flags_dev)?;
+                gpu.download_staged(&k_dev, &mut host_k)?;
+                if let Some(hs) = host_sfi.as_mut() {
+                    gpu.download_staged(&sfi_dev, hs)?;
+                }
+                let k_all: &[f32] = bytemuck::cast_slice(&host_k.as_bytes()[..n * plane * 4]);
+                // Flags exist only with a saturation level; otherwise the sole flag,
+                // "undefined", is carried by K's NaN and nothing is computed per pixel.
+                if let Some(hf) = host_flags.as_mut() {
+                    gpu.download_staged(&flags_dev, hf)?;
+                    let words: &[u32] = bytemuck::cast_slice(&hf.as_bytes()[..n * plane * 4]);
+                    flags_u8[..n * plane]
+                        .par_iter_mut()
+                        .zip(words.par_iter())
+                        .for_each(|(d, &f)| *d = f as u8);
+                }
+                let sfi_all: Option<&[f32]> = host_sfi
+                    .as_ref()
+                    .map(|hs| bytemuck::cast_slice(&hs.as_bytes()[..n * plane * 4]));
+                for i in 0..n {
+                    let maps = FrameMaps {
+                        index: done + i,
+                        k: plane_view(k_all, i, (h_out, w_out)),
+                        sfi: sfi_all.map(|all| plane_view(all, i, (h_out, w_out))),
+                        flags: host_flags
+                            .as_ref()
+                            .map(|_| plane_view(&flags_u8, i, (h_out, w_out))),
+                    };
+                    if let Err(e) = sink(maps) {
+                        stream_error = Some(e);
+                        break;
+                    }
+                }
+                done += n;
+            }
+            if stream_error.is_some() || n < batch {
+                break;
+            }
+        }
+        Ok(stream_error)
+    })
+    .map_err(gpu_err)?
+    .map_or(Ok(done), Err)
+}
+
+/// Frame `i` of a batch of `dims`-shaped maps stored back to back.
+fn plane_view<T>(all: &[T], i: usize, dims: (usize, usize)) -> ndarray::ArrayView2<'_, T> {
+    let plane = dims.0 * dims.1;
+    ndarray::ArrayView2::from_shape(dims, &all[i * plane..(i + 1) * plane])
+        .expect("batch planes are contiguous")
 }

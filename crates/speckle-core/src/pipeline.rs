@@ -25,7 +25,9 @@ pub struct FrameMaps<'a> {
     pub index: usize,
     pub k: ArrayView2<'a, f32>,
     pub sfi: Option<ArrayView2<'a, f32>>,
-    pub flags: ArrayView2<'a, u8>,
+    /// Flag bits; `None` on the GPU stream path when no saturation level was given (the
+    /// only flag would then be "undefined", which K's NaN already marks).
+    pub flags: Option<ArrayView2<'a, u8>>,
 }
 
 /// Throughput of a finished stream.
@@ -85,7 +87,46 @@ where
                 }
             }
         });
+        let first = match rx.recv() {
+            Ok(item) => item?,
+            Err(_) => return Ok(()), // empty stream
+        };
+        // Integer frames on a GPU take the zero-copy path; everything else the general one.
+        if device.is_gpu() {
+            match first {
+                Frame::U16(_) => {
+                    done = crate::gpu::stream_spatial::<u16>(
+                        first,
+                        &rx,
+                        params,
+                        device,
+                        batch,
+                        &mut sink,
+                        |f| {
+                            if let Frame::U16(a) = f { Some(a) } else { None }
+                        },
+                    )?;
+                    return Ok(());
+                }
+                Frame::U8(_) => {
+                    done = crate::gpu::stream_spatial::<u8>(
+                        first,
+                        &rx,
+                        params,
+                        device,
+                        batch,
+                        &mut sink,
+                        |f| {
+                            if let Frame::U8(a) = f { Some(a) } else { None }
+                        },
+                    )?;
+                    return Ok(());
+                }
+                Frame::F32(_) => {}
+            }
+        }
         let mut pending: Vec<Frame> = Vec::with_capacity(batch);
+        pending.push(first);
         let mut flush = |pending: &mut Vec<Frame>, done: &mut usize| -> Result<()> {
             if pending.is_empty() {
                 return Ok(());
@@ -98,7 +139,7 @@ where
                     index: *done + i,
                     k,
                     sfi,
-                    flags: r.flags.index_axis(Axis(0), i),
+                    flags: Some(r.flags.index_axis(Axis(0), i)),
                 })?;
             }
             *done += pending.len();

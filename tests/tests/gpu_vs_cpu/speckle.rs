@@ -195,3 +195,55 @@ fn bad_windows_are_clear_errors_on_the_gpu_path_too() {
     let e = contrast(&stack, &ContrastParams::temporal(5), &device).unwrap_err();
     assert!(e.to_string().contains("frames"), "{e}");
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
+
+    #[test]
+    fn streamed_frames_match_the_cpu_in_order(
+        frames in 1usize..12,
+        batch in 1usize..6,
+        h in 3usize..30,
+        w in 3usize..40,
+        wide in any::<bool>(),
+        saturate in any::<bool>(),
+        seed in any::<u32>(),
+    ) {
+        use speckle_core::io::Frame;
+        use speckle_core::pipeline::process_stream;
+        let Some(device) = gpu_under_test("streamed_frames_match_the_cpu_in_order") else { return Ok(()) };
+        let mut s = seed | 1;
+        let mut next = move || { s ^= s << 13; s ^= s >> 17; s ^= s << 5; s };
+        let stack = if wide {
+            RawStack::U16(Array3::from_shape_fn((frames, h, w), |_| (next() % 4096) as u16))
+        } else {
+            RawStack::U8(Array3::from_shape_fn((frames, h, w), |_| (next() % 256) as u8))
+        };
+        let sat = saturate.then_some(250.0);
+        let params = ContrastParams::spatial(Window::new(3).unwrap()).with_saturation(sat).with_exposure(2e-3).unwrap();
+        let want = contrast(&stack, &params, &cpu()).unwrap();
+        let source: Vec<_> = match &stack {
+            RawStack::U16(a) => a.outer_iter().map(|f| Ok(Frame::U16(f.to_owned()))).collect(),
+            RawStack::U8(a) => a.outer_iter().map(|f| Ok(Frame::U8(f.to_owned()))).collect(),
+            RawStack::F32(_) => unreachable!(),
+        };
+        let mut seen = 0usize;
+        let report = process_stream(source.into_iter(), &params, &device, batch, |m| {
+            assert_eq!(m.index, seen, "frames arrive in order");
+            let k: Vec<f64> = m.k.iter().map(|&v| f64::from(v)).collect();
+            let kc: Vec<f64> = want.k.index_axis(ndarray::Axis(0), m.index).iter().map(|&v| f64::from(v)).collect();
+            assert_close("streamed K", &k, &kc, K_INTEGER);
+            match m.flags {
+                Some(f) => assert_eq!(f, want.flags.index_axis(ndarray::Axis(0), m.index), "streamed flags"),
+                None => assert!(sat.is_none(), "flags are given whenever a saturation level is"),
+            }
+            let sfi: Vec<f64> = m.sfi.expect("sfi requested").iter().map(|&v| f64::from(v)).collect();
+            let sc: Vec<f64> = want.sfi.as_ref().unwrap().index_axis(ndarray::Axis(0), m.index).iter().map(|&v| f64::from(v)).collect();
+            assert_close("streamed SFI", &sfi, &sc, SFI);
+            seen += 1;
+            Ok(())
+        }).unwrap();
+        prop_assert_eq!(report.frames, frames);
+        prop_assert_eq!(seen, frames);
+    }
+}

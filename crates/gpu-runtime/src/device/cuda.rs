@@ -118,3 +118,30 @@ pub(crate) fn panic_text(panic: &Box<dyn std::any::Any + Send>) -> String {
         .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_string()))
         .unwrap_or_else(|| "unknown panic".into())
 }
+
+/// Make the primary context of a CUDA device current on this thread (once per thread),
+/// for driver calls made outside CubeCL. A no-op for other backends.
+pub(crate) fn make_current(info: &DeviceInfo) -> Result<()> {
+    use std::cell::Cell;
+    thread_local!(static CURRENT: Cell<Option<i32>> = const { Cell::new(None) });
+    if info.backend != Backend::Cuda {
+        return Ok(());
+    }
+    let ordinal: i32 = info.id.trim_start_matches("cuda:").parse().unwrap_or(0);
+    if CURRENT.get() == Some(ordinal) {
+        return Ok(());
+    }
+    let fail = |e: cudarc::driver::DriverError| Error::Backend {
+        device: info.id.clone(),
+        message: format!("cannot make the CUDA context current: {e}"),
+    };
+    let dev = result::device::get(ordinal).map_err(fail)?;
+    // SAFETY: retaining the primary context of a valid device and making it current; the
+    // reference is kept for the life of the thread, as CubeCL keeps its own.
+    unsafe {
+        let ctx = result::primary_ctx::retain(dev).map_err(fail)?;
+        result::ctx::set_current(ctx).map_err(fail)?;
+    }
+    CURRENT.set(Some(ordinal));
+    Ok(())
+}

@@ -8,7 +8,7 @@
 
 mod cpu;
 mod cuda;
-pub(crate) use cuda::panic_text;
+pub(crate) use cuda::{make_current, panic_text};
 mod wgpu_probe;
 
 use crate::error::{Error, Result};
