@@ -92,6 +92,8 @@ struct Sums {
     a: u32,
     b: u32,
     c: u32,
+    /// Pixels at or above the saturation level.
+    sat: u32,
 }
 
 /// Add one pixel value to the sums.
@@ -285,6 +287,7 @@ pub fn spatial_contrast_kernel(
             a: 0u32,
             b: 0u32,
             c: 0u32,
+            sat: 0u32,
         };
         let mut sat = 0u32;
         #[unroll]
@@ -314,6 +317,7 @@ pub fn spatial_contrast_kernel(
             a: 0u32,
             b: 0u32,
             c: 0u32,
+            sat: 0u32,
         };
         let mut sat = 0u32;
         let row = UNIT_POS_Y * tile_w + UNIT_POS_X;
@@ -389,58 +393,26 @@ pub fn temporal_contrast_kernel(
             a: 0u32,
             b: 0u32,
             c: 0u32,
+            sat: 0u32,
         };
-        let mut sat: u32 = 0u32;
-        // Sums of the leaving frames are kept by subtracting their terms exactly.
+        // Running sums: add the entering frame's window, subtract the leaving one's (exact).
         for t in 0..frames {
-            let base = t * plane;
-            #[unroll]
-            for dy in 0..side {
-                #[unroll]
-                for dx in 0..side {
-                    let v = bordered_frame(
-                        input,
-                        base,
-                        cx + dx as i32 - r as i32,
-                        cy + dy as i32 - r as i32,
-                        w,
-                        h,
-                        bits,
-                        border,
-                    );
-                    accumulate(&mut s, v);
-                    if saturation > 0 && v >= saturation {
-                        sat += 1u32;
-                    }
-                }
-            }
+            let entering = window_sums(input, t * plane, cx, cy, w, h, saturation, r, bits, border);
+            add_sums(&mut s, entering);
             if t >= frames_n {
-                let old = (t - frames_n) * plane;
-                #[unroll]
-                for dy in 0..side {
-                    #[unroll]
-                    for dx in 0..side {
-                        let v = bordered_frame(
-                            input,
-                            old,
-                            cx + dx as i32 - r as i32,
-                            cy + dy as i32 - r as i32,
-                            w,
-                            h,
-                            bits,
-                            border,
-                        );
-                        let hi = v >> 8;
-                        let lo = v & 0xFF;
-                        s.s1 -= v;
-                        s.a -= hi * hi;
-                        s.b -= hi * lo;
-                        s.c -= lo * lo;
-                        if saturation > 0 && v >= saturation {
-                            sat -= 1u32;
-                        }
-                    }
-                }
+                let leaving = window_sums(
+                    input,
+                    (t - frames_n) * plane,
+                    cx,
+                    cy,
+                    w,
+                    h,
+                    saturation,
+                    r,
+                    bits,
+                    border,
+                );
+                sub_sums(&mut s, leaving);
             }
             if t + 1 >= frames_n {
                 let out_t = t + 1 - frames_n;
@@ -450,13 +422,76 @@ pub fn temporal_contrast_kernel(
                 if s.s1 == 0 {
                     f |= FLAG_UNDEFINED;
                 }
-                if sat > 0 {
+                if s.sat > 0 {
                     f |= FLAG_SATURATED;
                 }
                 flags_out[at] = f;
             }
         }
     }
+}
+
+/// Window sums of the frame starting at `base`, centred on (cx, cy).
+#[cube]
+fn window_sums(
+    input: &Array<u32>,
+    base: u32,
+    cx: i32,
+    cy: i32,
+    w: i32,
+    h: i32,
+    saturation: u32,
+    #[comptime] r: u32,
+    #[comptime] bits: u32,
+    #[comptime] border: u32,
+) -> Sums {
+    let side = comptime!(2 * r + 1);
+    let mut s = Sums {
+        s1: 0u32,
+        a: 0u32,
+        b: 0u32,
+        c: 0u32,
+        sat: 0u32,
+    };
+    #[unroll]
+    for dy in 0..side {
+        #[unroll]
+        for dx in 0..side {
+            let v = bordered_frame(
+                input,
+                base,
+                cx + dx as i32 - r as i32,
+                cy + dy as i32 - r as i32,
+                w,
+                h,
+                bits,
+                border,
+            );
+            accumulate(&mut s, v);
+            if saturation > 0 && v >= saturation {
+                s.sat += 1u32;
+            }
+        }
+    }
+    s
+}
+
+#[cube]
+fn add_sums(s: &mut Sums, t: Sums) {
+    s.s1 += t.s1;
+    s.a += t.a;
+    s.b += t.b;
+    s.c += t.c;
+    s.sat += t.sat;
+}
+
+#[cube]
+fn sub_sums(s: &mut Sums, t: Sums) {
+    s.s1 -= t.s1;
+    s.a -= t.a;
+    s.b -= t.b;
+    s.c -= t.c;
+    s.sat -= t.sat;
 }
 
 #[cube]

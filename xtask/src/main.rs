@@ -87,12 +87,7 @@ fn main() -> Result<()> {
                     .unwrap_or_default()
             );
             let run = suite::run(&device, &command, &suite::Options { filter, quick })?;
-            for m in &run.measurements {
-                println!(
-                    "{:<10} {:<45} {:>12.3} {:<9} median {:.4} ms  {}",
-                    m.suite, m.name, m.value, m.unit, m.median_ms, m.note
-                );
-            }
+            report::print(&run);
             if quick {
                 println!("--quick: not recorded");
             } else {

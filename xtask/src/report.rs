@@ -63,6 +63,16 @@ impl From<&DeviceInfo> for DeviceSummary {
     }
 }
 
+/// Print a run's measurements, one line each.
+pub fn print(run: &Run) {
+    for m in &run.measurements {
+        println!(
+            "{:<10} {:<45} {:>12.3} {:<9} median {:.4} ms  {}",
+            m.suite, m.name, m.value, m.unit, m.median_ms, m.note
+        );
+    }
+}
+
 /// Add `run` to the JSON database (replacing an earlier run of the same device name,
 /// suite set and date) and re-render the Markdown.
 pub fn record(docs: &Path, run: Run) -> Result<()> {

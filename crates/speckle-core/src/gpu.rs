@@ -132,16 +132,7 @@ pub fn contrast<T: PackedPixel>(
             let sfi_dev = gpu.empty::<f32>(if sfi.is_some() { n_out } else { 1 })?;
             match params.mode {
                 Mode::Spatial => {
-                    let p = SpatialParams {
-                        width: w as u32,
-                        height: h as u32,
-                        frames: range.len() as u32,
-                        radius: params.window.radius() as u32,
-                        border: border_code(params.border),
-                        pixel: T::BITS,
-                        sfi_scale: params.exposure_s.map(|t| (1.0 / (2.0 * t)) as f32),
-                        saturation,
-                    };
+                    let p = spatial_params::<T>(params, w, h, range.len() as u32, saturation);
                     kernels::spatial_contrast(gpu, &input, &p, &k_dev, &sfi_dev, &flags_dev)?;
                 }
                 Mode::Temporal | Mode::SpatioTemporal => kernels::temporal_contrast(
@@ -211,6 +202,26 @@ pub fn contrast<T: PackedPixel>(
         flags: fl,
         backend,
     })
+}
+
+/// Kernel parameters of spatial contrast for `frames` frames of `w x h` pixels.
+fn spatial_params<T: PackedPixel>(
+    params: &ContrastParams,
+    w: usize,
+    h: usize,
+    frames: u32,
+    saturation: Option<u32>,
+) -> SpatialParams {
+    SpatialParams {
+        width: w as u32,
+        height: h as u32,
+        frames,
+        radius: params.window.radius() as u32,
+        border: border_code(params.border),
+        pixel: T::BITS,
+        sfi_scale: params.exposure_s.map(|t| (1.0 / (2.0 * t)) as f32),
+        saturation,
+    }
 }
 
 /// Fill a freshly allocated (standard-layout) output slab from staged f32 bytes.
@@ -330,16 +341,7 @@ pub(crate) fn stream_spatial<T: PackedPixel>(
                 } else {
                     gpu.upload_staged::<u32>(&host_in, used_words)?
                 };
-                let p = SpatialParams {
-                    width: w as u32,
-                    height: h as u32,
-                    frames: n as u32,
-                    radius: params.window.radius() as u32,
-                    border: border_code(params.border),
-                    pixel: T::BITS,
-                    sfi_scale: params.exposure_s.map(|t| (1.0 / (2.0 * t)) as f32),
-                    saturation,
-                };
+                let p = spatial_params::<T>(params, w, h, n as u32, saturation);
                 kernels::spatial_contrast(gpu, &dev_in, &p, &k_dev, &sfi_dev, &flags_dev)?;
                 gpu.download_staged(&k_dev, &mut host_k)?;
                 if let Some(hs) = host_sfi.as_mut() {

@@ -38,12 +38,7 @@ fn main() -> anyhow::Result<()> {
     )?;
     std::fs::write(&args.out, serde_json::to_string_pretty(&run)?)
         .with_context(|| format!("writing {}", args.out.display()))?;
-    for m in &run.measurements {
-        println!(
-            "{:<10} {:<45} {:>12.3} {:<9} median {:.4} ms  {}",
-            m.suite, m.name, m.value, m.unit, m.median_ms, m.note
-        );
-    }
+    xtask::report::print(&run);
     println!("wrote {}", args.out.display());
     Ok(())
 }
