@@ -166,26 +166,6 @@ fn reflect(i: i32, n: i32) -> i32 {
     m
 }
 
-/// Value at image coordinates (x, y) under the border rule; `valid` never reads outside.
-#[cube]
-fn bordered(
-    input: &Array<u32>,
-    x: i32,
-    y: i32,
-    w: i32,
-    h: i32,
-    #[comptime] bits: u32,
-    #[comptime] border: u32,
-) -> u32 {
-    let mut v = 0u32;
-    if comptime!(border == BORDER_REFLECT) {
-        v = pixel(input, (reflect(y, h) * w + reflect(x, w)) as u32, bits);
-    } else if x >= 0 && x < w && y >= 0 && y < h {
-        v = pixel(input, (y * w + x) as u32, bits);
-    }
-    v
-}
-
 /// Spatial speckle contrast of one frame (`frame` selects it within a stack).
 ///
 /// Each cube computes a `TILE_X x TILE_Y` block: it loads the block plus a `r`-pixel apron
@@ -252,27 +232,13 @@ pub fn spatial_contrast_kernel(
         let ty = (i / tile_w) as i32;
         let x = x0 + tx - shift;
         let y = y0 + ty - shift;
-        let mut v = 0u32;
-        if interior {
-            v = pixel(input, frame_base + (y * w + x) as u32, bits);
-        } else if comptime!(border == BORDER_VALID) {
-            // Tiles at the right/bottom edge overhang the image; those outputs are dropped.
-            if x < w && y < h {
-                v = pixel(input, frame_base + (y * w + x) as u32, bits);
-            }
+        // Edge tiles apply the border rule (`valid` tiles overhang only past the far
+        // edges, where the zero they read feeds outputs that are dropped).
+        let v = if interior {
+            pixel(input, frame_base + (y * w + x) as u32, bits)
         } else {
-            let xr = x;
-            let yr = y;
-            if comptime!(border == BORDER_REFLECT) {
-                v = pixel(
-                    input,
-                    frame_base + (reflect(yr, h) * w + reflect(xr, w)) as u32,
-                    bits,
-                );
-            } else if xr >= 0 && xr < w && yr >= 0 && yr < h {
-                v = pixel(input, frame_base + (yr * w + xr) as u32, bits);
-            }
-        }
+            bordered_frame(input, frame_base, x, y, w, h, bits, border)
+        };
         tile[i as usize] = v;
         i += threads;
     }
@@ -494,6 +460,7 @@ fn sub_sums(s: &mut Sums, t: Sums) {
     s.sat -= t.sat;
 }
 
+/// Value at (x, y) of the frame starting at `base`, under the border rule.
 #[cube]
 fn bordered_frame(
     input: &Array<u32>,
