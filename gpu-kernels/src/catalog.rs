@@ -25,7 +25,7 @@ impl std::fmt::Debug for CatalogEntry {
     }
 }
 
-fn entry(
+pub(crate) fn entry(
     module: &'static str,
     name: &'static str,
     kernel: impl CubeKernel + 'static,
@@ -34,7 +34,7 @@ fn entry(
         module,
         name,
         kernel: Box::new(kernel),
-        unchecked: module == "speckle",
+        unchecked: module != "base",
     }
 }
 
@@ -141,5 +141,8 @@ pub fn all<R: Runtime>(client: &ComputeClient<R>) -> Vec<CatalogEntry> {
         );
         entries.push(entry("speckle", name, k));
     }
+    entries.extend(crate::flim::catalog(client));
+    entries.extend(crate::montecarlo::catalog(client));
+    entries.extend(crate::perfusion::catalog(client));
     entries
 }

@@ -7,6 +7,9 @@
 
 pub mod base;
 pub mod catalog;
+pub mod flim;
+pub mod montecarlo;
+pub mod perfusion;
 pub mod speckle;
 
 /// Units per cube for 1-D kernels: a multiple of every vendor's SIMD width (32 NVIDIA,

@@ -27,6 +27,18 @@ pub fn run(device: &Device, command: &str, opts: &Options) -> Result<Run> {
         eprintln!("bench: speckle on {device}");
         measurements.extend(crate::speckle_bench::run(device, opts, &measurements)?);
     }
+    if wanted("flim") {
+        eprintln!("bench: flim on {device}");
+        measurements.extend(crate::flim_bench::run(device, opts, &measurements)?);
+    }
+    if wanted("montecarlo") {
+        eprintln!("bench: montecarlo on {device}");
+        measurements.extend(crate::montecarlo_bench::run(device, opts, &measurements)?);
+    }
+    if wanted("perfusion") {
+        eprintln!("bench: perfusion on {device}");
+        measurements.extend(crate::perfusion_bench::run(device, opts, &measurements)?);
+    }
     Ok(Run {
         date: crate::report::today(),
         command: command.to_string(),

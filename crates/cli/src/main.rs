@@ -45,12 +45,12 @@ enum Command {
     Demo(commands::demo::Args),
     /// Laser speckle contrast imaging: contrast, flow (tau_c), MESI, ROI time courses.
     Speckle(Box<commands::speckle::Args>),
-    /// Fluorescence lifetime imaging (not built yet).
-    Flim(commands::NotBuilt),
-    /// Monte Carlo light transport in tetrahedral meshes (not built yet).
-    Mc(commands::NotBuilt),
-    /// DCE perfusion fitting (not built yet).
-    Perfusion(commands::NotBuilt),
+    /// Fluorescence lifetime imaging: TCSPC decays to lifetime maps.
+    Flim(Box<commands::flim::Args>),
+    /// Monte Carlo light transport in tetrahedral meshes.
+    Mc(Box<commands::mc::Args>),
+    /// DCE perfusion: voxelwise pharmacokinetic fits.
+    Perfusion(Box<commands::perfusion::Args>),
 }
 
 fn main() -> ExitCode {
@@ -74,9 +74,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Devices(args) => commands::devices::run(&args),
         Command::Demo(args) => commands::demo::run(&args, &select_device(&cli.device)?),
         Command::Speckle(args) => commands::speckle::run(*args, &select_device(&cli.device)?),
-        Command::Flim(_) => commands::not_built("flim", 4),
-        Command::Mc(_) => commands::not_built("mc", 5),
-        Command::Perfusion(_) => commands::not_built("perfusion", 6),
+        Command::Flim(args) => commands::flim::run(*args, &select_device(&cli.device)?),
+        Command::Mc(args) => commands::mc::run(*args, &select_device(&cli.device)?),
+        Command::Perfusion(args) => commands::perfusion::run(*args, &select_device(&cli.device)?),
     }
 }
 

@@ -2,4 +2,7 @@
 //! Device: `BIOGPU_DEVICE` (lavapipe in CI, CUDA on the GPU machine); see biogpu-tests.
 
 mod base_kernels;
+mod flim;
+mod montecarlo;
+mod perfusion;
 mod speckle;

@@ -11,11 +11,29 @@ pub struct Args {
     pub out: std::path::PathBuf,
 }
 
+/// One modality's demo: returns false while the modality has not landed.
+type Demo = fn(&std::path::Path, &Device) -> anyhow::Result<bool>;
+
 pub fn run(args: &Args, device: &Device) -> anyhow::Result<()> {
     println!("device: {device}");
     self_check(device)?;
     speckle(args, device).context("speckle demo")?;
-    println!("modalities not landed yet: flim, mc, perfusion (see README.md)");
+    let mut pending = Vec::new();
+    for (name, demo) in [
+        ("flim", super::flim::demo as Demo),
+        ("mc", super::mc::demo),
+        ("perfusion", super::perfusion::demo),
+    ] {
+        if !demo(&args.out, device).with_context(|| format!("{name} demo"))? {
+            pending.push(name);
+        }
+    }
+    if !pending.is_empty() {
+        println!(
+            "modalities not landed yet: {} (see README.md)",
+            pending.join(", ")
+        );
+    }
     Ok(())
 }
 

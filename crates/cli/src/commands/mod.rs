@@ -2,7 +2,10 @@
 
 pub mod demo;
 pub mod devices;
+pub mod flim;
+pub mod mc;
 pub mod output;
+pub mod perfusion;
 pub mod speckle;
 
 /// Arguments of a modality that has not landed yet: accept anything, say so.

@@ -1,0 +1,1 @@
+//! FLIM: GPU vs CPU (issue 4). Not built yet.

@@ -1,0 +1,1 @@
+//! DCE perfusion: GPU vs CPU (issue 6). Not built yet.
