@@ -61,7 +61,7 @@ pub(crate) fn array() -> ArrayCompilationArg {
 pub fn all<R: Runtime>(client: &ComputeClient<R>) -> Vec<CatalogEntry> {
     use crate::base::{atomic_accumulate_kernel, axpy_kernel, block_sum_kernel, fill_kernel};
     use crate::speckle::{
-        BORDER_REFLECT, BORDER_VALID, BORDER_ZERO, TILE_X, TILE_Y, spatial_contrast_kernel,
+        BORDER_REFLECT, BORDER_VALID, BORDER_ZERO, TILE_X, UNITS_Y, spatial_contrast_kernel,
         temporal_contrast_kernel,
     };
     let s = || settings_1d(crate::CUBE_1D);
@@ -102,7 +102,7 @@ pub fn all<R: Runtime>(client: &ComputeClient<R>) -> Vec<CatalogEntry> {
         ("spatial_7x7_u8_valid", 3, 8, BORDER_VALID),
     ] {
         let k = spatial_contrast_kernel::SpatialContrastKernel::<R>::new(
-            settings_2d(TILE_X, TILE_Y),
+            settings_2d(TILE_X, UNITS_Y),
             c(),
             array(),
             array(),

@@ -2,12 +2,12 @@
 //! separable window sums), temporal K over a sliding frame window, and spatio-temporal K.
 //!
 //! **Exactness.** Integer pixels (u8, u16; packed two or four per u32 word, so uploads move
-//! the camera's own bytes) are summed exactly in integers. A pixel v = 256 hi + lo gives
-//! v^2 = 65536 hi^2 + 512 hi lo + lo^2, and the three partial sums each fit a u32 for any
-//! window up to 31x31 (x N frames <= 16 for 31x31, more for smaller windows; the wrappers
-//! check). The variance numerator D = N S2 - S1^2 is then formed exactly in 64-bit integers
-//! emulated with u32 pairs (WGSL has no u64), and only D and S1 are rounded to f32. So K
-//! matches an f64 reference to about 3e-7 relative at any image size: no running float sums.
+//! the camera's own bytes) are summed exactly in integers: S1 in 32 bits, and S2 (each
+//! v^2 of a 16-bit pixel fits 32 bits) in 64 bits emulated with u32 pairs (WGSL has no
+//! u64), for windows of up to 65,535 pixels (31x31 x 68 frames; the wrappers check). The
+//! variance numerator D = N S2 - S1^2 is formed exactly in 64 bits, and only D and S1 are
+//! rounded to f32. So K matches an f64 reference to about 3e-7 relative at any image size:
+//! no running float sums.
 
 // CubeCL evaluates `if comptime!(..)` at expansion time; merging it with a runtime
 // condition would turn it into a runtime branch.
@@ -26,9 +26,16 @@ pub const BORDER_VALID: u32 = 2;
 pub const FLAG_UNDEFINED: u32 = 1;
 pub const FLAG_SATURATED: u32 = 2;
 
-/// Output tile of the spatial kernel: 32 x 8 units, one output pixel each.
+/// Output tile of the spatial kernel: 32 x 16 pixels, computed by 32 x 8 units (two rows
+/// each; taller tiles read a smaller share of apron pixels). With r = 15 its shared memory
+/// is 31 KB, inside the 32 KB that every backend offers.
 pub const TILE_X: u32 = 32;
-pub const TILE_Y: u32 = 8;
+pub const TILE_Y: u32 = 16;
+/// Units per cube in y.
+pub const UNITS_Y: u32 = 8;
+/// Rows of column sums one unit slides through (TILE_X + 30 columns x TILE_Y / SEGMENT
+/// segments must not exceed the cube's TILE_X * UNITS_Y units).
+const SEGMENT: u32 = 4;
 
 /// A 64-bit unsigned integer as two u32 halves.
 #[derive(CubeType, Clone, Copy)]
@@ -85,13 +92,13 @@ fn wide_to_f32(x: U64) -> f32 {
     f32::cast_from(x.hi) * 4294967296.0f32 + f32::cast_from(x.lo)
 }
 
-/// Window sums of one output pixel: S1 = sum v, and sum v^2 as 65536 a + 512 b + c.
+/// Window sums of one output pixel: S1 = sum v and S2 = sum v^2 (64 bits as two u32;
+/// v^2 of a 16-bit pixel fits 32 bits, so each pixel adds with one carry).
 #[derive(CubeType, Clone, Copy)]
 struct Sums {
     s1: u32,
-    a: u32,
-    b: u32,
-    c: u32,
+    s2_hi: u32,
+    s2_lo: u32,
     /// Pixels at or above the saturation level.
     sat: u32,
 }
@@ -99,33 +106,32 @@ struct Sums {
 /// Add one pixel value to the sums.
 #[cube]
 fn accumulate(s: &mut Sums, v: u32) {
-    let hi = v >> 8;
-    let lo = v & 0xFF;
+    let sq = v * v;
+    let lo = s.s2_lo + sq;
+    if lo < sq {
+        s.s2_hi += 1u32;
+    }
+    s.s2_lo = lo;
     s.s1 += v;
-    s.a += hi * hi;
-    s.b += hi * lo;
-    s.c += lo * lo;
+}
+
+/// Remove one pixel value from the sums (it was added before).
+#[cube]
+fn remove(s: &mut Sums, v: u32) {
+    let sq = v * v;
+    if s.s2_lo < sq {
+        s.s2_hi -= 1u32;
+    }
+    s.s2_lo -= sq;
+    s.s1 -= v;
 }
 
 /// K = sqrt(D N / (N - 1)) / S1 with D = N S2 - S1^2 exact; NaN when S1 = 0.
 #[cube]
 fn contrast_from_sums(s: Sums, n: u32) -> f32 {
-    let s2 = add_wide(
-        add_wide(
-            U64 {
-                hi: s.a >> 16,
-                lo: s.a << 16,
-            },
-            U64 {
-                hi: s.b >> 23,
-                lo: s.b << 9,
-            },
-        ),
-        U64 { hi: 0u32, lo: s.c },
-    );
-    let ns2 = mul_wide(s2.lo, n);
+    let ns2 = mul_wide(s.s2_lo, n);
     let ns2 = U64 {
-        hi: ns2.hi + s2.hi * n,
+        hi: ns2.hi + s.s2_hi * n,
         lo: ns2.lo,
     };
     let d = sub_wide(ns2, mul_wide(s.s1, s.s1));
@@ -198,13 +204,12 @@ pub fn spatial_contrast_kernel(
     let side = comptime!(2 * r + 1);
     let tile_w = comptime!(TILE_X + 2 * r);
     let tile_h = comptime!(TILE_Y + 2 * r);
-    let threads = comptime!(TILE_X * TILE_Y);
+    let threads = comptime!(TILE_X * UNITS_Y);
+    // Column sums, one plane per field of `Sums` (the saturation count only with flags).
+    let planes = comptime!(if with_flags { 4u32 } else { 3u32 });
+    let col_len = comptime!(TILE_Y * tile_w);
     let mut tile = SharedMemory::<u32>::new((tile_w * tile_h) as usize);
-    let mut col_s1 = SharedMemory::<u32>::new((TILE_Y * tile_w) as usize);
-    let mut col_a = SharedMemory::<u32>::new((TILE_Y * tile_w) as usize);
-    let mut col_b = SharedMemory::<u32>::new((TILE_Y * tile_w) as usize);
-    let mut col_c = SharedMemory::<u32>::new((TILE_Y * tile_w) as usize);
-    let mut col_sat = SharedMemory::<u32>::new((TILE_Y * tile_w) as usize);
+    let mut cols = SharedMemory::<u32>::new((planes * col_len) as usize);
 
     let tid = UNIT_POS_Y * TILE_X + UNIT_POS_X;
     let x0 = (CUBE_POS_X * TILE_X) as i32;
@@ -244,75 +249,107 @@ pub fn spatial_contrast_kernel(
     }
     sync_cube();
 
-    let mut j = tid;
-    while j < comptime!(TILE_Y * tile_w) {
-        let cx = j % tile_w;
-        let cy = j / tile_w;
-        let mut s = Sums {
-            s1: 0u32,
-            a: 0u32,
-            b: 0u32,
-            c: 0u32,
-            sat: 0u32,
-        };
-        let mut sat = 0u32;
+    // Column sums over `side` rows, for TILE_Y rows of the tile: each task takes a
+    // segment of SEGMENT rows of one column, sums its first window, then slides down
+    // (add the entering row, remove the leaving one: exact in integers).
+    let tasks = comptime!(tile_w * (TILE_Y / SEGMENT));
+    if tid < tasks {
+        let cx = tid % tile_w;
+        let cy0 = (tid / tile_w) * SEGMENT;
+        let mut s = zero_sums();
         #[unroll]
         for dy in 0..side {
-            let v = tile[((cy + dy) * tile_w + cx) as usize];
+            let v = tile[((cy0 + dy) * tile_w + cx) as usize];
             accumulate(&mut s, v);
             if comptime!(with_flags) {
                 if saturation > 0 && v >= saturation {
-                    sat += 1u32;
+                    s.sat += 1u32;
                 }
             }
         }
-        col_s1[j as usize] = s.s1;
-        col_a[j as usize] = s.a;
-        col_b[j as usize] = s.b;
-        col_c[j as usize] = s.c;
-        col_sat[j as usize] = sat;
-        j += threads;
+        #[unroll]
+        for k in 0..SEGMENT {
+            if k > 0 {
+                let enter = tile[((cy0 + k + side - 1) * tile_w + cx) as usize];
+                let leave = tile[((cy0 + k - 1) * tile_w + cx) as usize];
+                accumulate(&mut s, enter);
+                remove(&mut s, leave);
+                if comptime!(with_flags) {
+                    if saturation > 0 && enter >= saturation {
+                        s.sat += 1u32;
+                    }
+                    if saturation > 0 && leave >= saturation {
+                        s.sat -= 1u32;
+                    }
+                }
+            }
+            let j = (cy0 + k) * tile_w + cx;
+            cols[j as usize] = s.s1;
+            cols[(col_len + j) as usize] = s.s2_hi;
+            cols[(2 * col_len + j) as usize] = s.s2_lo;
+            if comptime!(with_flags) {
+                cols[(3 * col_len + j) as usize] = s.sat;
+            }
+        }
     }
     sync_cube();
 
     let ox = CUBE_POS_X * TILE_X + UNIT_POS_X;
-    let oy = CUBE_POS_Y * TILE_Y + UNIT_POS_Y;
-    if ox < out_width && oy < out_height {
-        let mut s = Sums {
-            s1: 0u32,
-            a: 0u32,
-            b: 0u32,
-            c: 0u32,
-            sat: 0u32,
-        };
-        let mut sat = 0u32;
-        let row = UNIT_POS_Y * tile_w + UNIT_POS_X;
-        #[unroll]
-        for dx in 0..side {
-            let at = (row + dx) as usize;
-            s.s1 += col_s1[at];
-            s.a += col_a[at];
-            s.b += col_b[at];
-            s.c += col_c[at];
-            sat += col_sat[at];
-        }
-        let k = contrast_from_sums(s, side * side);
-        let out = (frame * out_width * out_height + oy * out_width + ox) as usize;
-        k_out[out] = k;
-        if comptime!(with_sfi) {
-            sfi_out[out] = sfi_scale / (k * k);
-        }
-        if comptime!(with_flags) {
-            let mut f = 0u32;
-            if s.s1 == 0 {
-                f |= FLAG_UNDEFINED;
+    #[unroll]
+    for row in 0..comptime!(TILE_Y / UNITS_Y) {
+        let ty = UNIT_POS_Y + row * UNITS_Y;
+        let oy = CUBE_POS_Y * TILE_Y + ty;
+        if ox < out_width && oy < out_height {
+            let mut s = zero_sums();
+            let first = ty * tile_w + UNIT_POS_X;
+            #[unroll]
+            for dx in 0..side {
+                let at = first + dx;
+                let mut t = Sums {
+                    s1: cols[at as usize],
+                    s2_hi: cols[(col_len + at) as usize],
+                    s2_lo: cols[(2 * col_len + at) as usize],
+                    sat: 0u32,
+                };
+                if comptime!(with_flags) {
+                    t.sat = cols[(3 * col_len + at) as usize];
+                }
+                add_sums(&mut s, t);
             }
-            if sat > 0 {
-                f |= FLAG_SATURATED;
+            let k = contrast_from_sums(s, side * side);
+            let out = (frame * out_width * out_height + oy * out_width + ox) as usize;
+            k_out[out] = k;
+            if comptime!(with_sfi) {
+                sfi_out[out] = sfi_scale / (k * k);
             }
-            flags_out[out] = f;
+            if comptime!(with_flags) {
+                flags_out[out] = flags_of(s);
+            }
         }
     }
+}
+
+#[cube]
+fn zero_sums() -> Sums {
+    Sums {
+        s1: 0u32,
+        s2_hi: 0u32,
+        s2_lo: 0u32,
+        sat: 0u32,
+    }
+}
+
+/// Flag bits of a window: undefined (mean 0), saturated (any pixel at the level).
+#[cube]
+fn flags_of(s: Sums) -> u32 {
+    let mut f = 0u32;
+    if s.s1 == 0 {
+        f |= FLAG_UNDEFINED;
+    }
+    if s.sat > 0 {
+        f |= FLAG_SATURATED;
+    }
+    f
 }
 
 /// Temporal (`r = 0`) or spatio-temporal contrast: for each pixel, sums over a
@@ -354,13 +391,7 @@ pub fn temporal_contrast_kernel(
         let w = width as i32;
         let h = height as i32;
         let n = side * side * frames_n;
-        let mut s = Sums {
-            s1: 0u32,
-            a: 0u32,
-            b: 0u32,
-            c: 0u32,
-            sat: 0u32,
-        };
+        let mut s = zero_sums();
         // Running sums: add the entering frame's window, subtract the leaving one's (exact).
         for t in 0..frames {
             let entering = window_sums(input, t * plane, cx, cy, w, h, saturation, r, bits, border);
@@ -384,14 +415,7 @@ pub fn temporal_contrast_kernel(
                 let out_t = t + 1 - frames_n;
                 let at = (out_t * out_w * out_h + p) as usize;
                 k_out[at] = contrast_from_sums(s, n);
-                let mut f = 0u32;
-                if s.s1 == 0 {
-                    f |= FLAG_UNDEFINED;
-                }
-                if s.sat > 0 {
-                    f |= FLAG_SATURATED;
-                }
-                flags_out[at] = f;
+                flags_out[at] = flags_of(s);
             }
         }
     }
@@ -412,13 +436,7 @@ fn window_sums(
     #[comptime] border: u32,
 ) -> Sums {
     let side = comptime!(2 * r + 1);
-    let mut s = Sums {
-        s1: 0u32,
-        a: 0u32,
-        b: 0u32,
-        c: 0u32,
-        sat: 0u32,
-    };
+    let mut s = zero_sums();
     #[unroll]
     for dy in 0..side {
         #[unroll]
@@ -444,19 +462,26 @@ fn window_sums(
 
 #[cube]
 fn add_sums(s: &mut Sums, t: Sums) {
+    let lo = s.s2_lo + t.s2_lo;
+    let mut carry = 0u32;
+    if lo < t.s2_lo {
+        carry = 1u32;
+    }
+    s.s2_hi += t.s2_hi + carry;
+    s.s2_lo = lo;
     s.s1 += t.s1;
-    s.a += t.a;
-    s.b += t.b;
-    s.c += t.c;
     s.sat += t.sat;
 }
 
 #[cube]
 fn sub_sums(s: &mut Sums, t: Sums) {
+    let mut borrow = 0u32;
+    if s.s2_lo < t.s2_lo {
+        borrow = 1u32;
+    }
+    s.s2_hi -= t.s2_hi + borrow;
+    s.s2_lo -= t.s2_lo;
     s.s1 -= t.s1;
-    s.a -= t.a;
-    s.b -= t.b;
-    s.c -= t.c;
     s.sat -= t.sat;
 }
 
@@ -593,7 +618,7 @@ pub fn spatial_contrast<R: Runtime>(
                 spatial_contrast_kernel::launch_unchecked::<R>(
                     gpu.client(),
                     count,
-                    CubeDim::new_2d(TILE_X, TILE_Y),
+                    CubeDim::new_2d(TILE_X, UNITS_Y),
                     input.arg(),
                     k.arg(),
                     sfi.arg(),
@@ -695,14 +720,10 @@ fn check_window(name: &str, radius: u32, frames_n: u32, pixel: PixelBits) -> Res
             format!("window {} exceeds 31", 2 * radius + 1),
         ));
     }
+    // S1 must fit 32 bits, and N S2 (< N^2 2^32) 64 bits.
     let n = u64::from((2 * radius + 1) * (2 * radius + 1)) * u64::from(frames_n.max(1));
-    let part = if pixel == PixelBits::U16 {
-        255u64 * 255
-    } else {
-        0
-    };
     let s1 = n * pixel.max_value();
-    if n * part >= 1 << 32 || s1 >= 1 << 32 {
+    if n >= 1 << 16 || s1 >= 1 << 32 {
         return Err(invalid(
             name,
             format!("window of {n} pixels is too large for exact 32-bit sums"),

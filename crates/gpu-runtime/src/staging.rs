@@ -123,9 +123,12 @@ impl RawTransfers for cubecl::cuda::CudaRuntime {
             .get_resource(dst.clone())
             .map_err(|e| e.to_string())?;
         let ptr = res.resource().ptr;
-        // SAFETY: `ptr` addresses at least `src.len()` bytes of the handle's allocation (the
-        // callers size the handle from `src`); the primary context is current on this thread.
-        unsafe { cudarc::driver::result::memcpy_htod_sync(ptr, src) }.map_err(|e| e.to_string())?;
+        copy_stream::run(|stream| {
+            // SAFETY: `ptr` addresses at least `src.len()` bytes of the handle's allocation
+            // (the callers size the handle from `src`); `run` synchronises the stream before
+            // `src` can be touched again.
+            unsafe { cudarc::driver::result::memcpy_htod_async(ptr, src, stream) }
+        })?;
         Ok(true)
     }
 
@@ -138,9 +141,60 @@ impl RawTransfers for cubecl::cuda::CudaRuntime {
             .get_resource(src.clone())
             .map_err(|e| e.to_string())?;
         let ptr = res.resource().ptr;
-        // SAFETY: as above, in the other direction.
-        unsafe { cudarc::driver::result::memcpy_dtoh_sync(dst, ptr) }.map_err(|e| e.to_string())?;
+        copy_stream::run(|stream| {
+            // SAFETY: as above, in the other direction.
+            unsafe { cudarc::driver::result::memcpy_dtoh_async(dst, ptr, stream) }
+        })?;
         Ok(true)
+    }
+}
+
+/// One non-blocking CUDA stream per host thread (and context) for biogpu's own copies.
+///
+/// The synchronous driver copies run on the legacy default stream, which serialises every
+/// thread's copies: one thread's upload could not overlap another's download. CubeCL
+/// already gives each host thread its own stream for kernels; with copies on per-thread
+/// streams too, threads that each run upload, kernel, download overlap all three.
+mod copy_stream {
+    use cudarc::driver::{result, sys};
+    use std::cell::RefCell;
+
+    /// Streams of this thread, keyed by the context they belong to.
+    struct Streams(Vec<(usize, sys::CUstream)>);
+
+    impl Drop for Streams {
+        fn drop(&mut self) {
+            for &(_, stream) in &self.0 {
+                // SAFETY: created by `run` on this thread, destroyed once at thread exit.
+                let _ = unsafe { result::stream::destroy(stream) };
+            }
+        }
+    }
+
+    thread_local! {
+        static STREAMS: RefCell<Streams> = const { RefCell::new(Streams(Vec::new())) };
+    }
+
+    /// Enqueue `copy` on this thread's stream for the current context and wait for it.
+    pub(super) fn run(
+        copy: impl FnOnce(sys::CUstream) -> Result<(), result::DriverError>,
+    ) -> Result<(), String> {
+        let err = |e: result::DriverError| e.to_string();
+        // The context `with_context` made current on this thread.
+        let ctx = result::ctx::get_current().map_err(err)?;
+        let key = ctx.map_or(0, |c| c as usize);
+        let stream = STREAMS.with_borrow_mut(|streams| {
+            if let Some(&(_, s)) = streams.0.iter().find(|(k, _)| *k == key) {
+                return Ok(s);
+            }
+            let s = result::stream::create(result::stream::StreamKind::NonBlocking)?;
+            streams.0.push((key, s));
+            Ok(s)
+        });
+        let stream = stream.map_err(err)?;
+        copy(stream).map_err(err)?;
+        // SAFETY: the stream belongs to this thread and is alive.
+        unsafe { result::stream::synchronize(stream) }.map_err(err)
     }
 }
 

@@ -33,6 +33,17 @@ impl Timing {
             samples: ms.len(),
         }
     }
+
+    /// The same timings per item, when each timed run processed `items` items.
+    pub fn per_item(self, items: usize) -> Self {
+        let n = items.max(1) as f64;
+        Timing {
+            median_ms: self.median_ms / n,
+            min_ms: self.min_ms / n,
+            max_ms: self.max_ms / n,
+            samples: self.samples,
+        }
+    }
 }
 
 /// Run `f` `warmup` times untimed, then `reps` times timed. `f` must itself wait for any

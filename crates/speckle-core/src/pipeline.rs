@@ -4,10 +4,11 @@
 //!
 //! A reader thread pulls frames into a bounded channel (a slow consumer blocks the
 //! producer: back-pressure, never unbounded buffering); the calling thread gathers batches
-//! of `batch` frames and runs [`engine::contrast`](crate::engine::contrast) on them (on a
-//! GPU, one upload, one launch per frame and one download per batch, with CubeCL staging
-//! transfers through pinned memory), then hands each frame's maps to the sink in order.
-//! Reading the next batch overlaps the device work on this one.
+//! of `batch` frames and hands each frame's maps to the sink in order. Integer frames on a
+//! GPU go through `gpu_stream`: pinned host buffers, one upload, one launch and one
+//! download per batch, with consecutive batches overlapped on separate streams. Float
+//! frames, and any frame on the CPU, run [`engine::contrast`](crate::engine::contrast) per
+//! batch.
 
 use crate::engine::{ContrastParams, Mode, contrast};
 use crate::error::{Error, Result};
@@ -29,6 +30,16 @@ pub struct FrameMaps<'a> {
     /// only flag would then be "undefined", which K's NaN already marks).
     pub flags: Option<ArrayView2<'a, u8>>,
 }
+
+/// The GPU streaming path for one pixel type.
+type StreamFn = fn(
+    Frame,
+    &std::sync::mpsc::Receiver<Result<Frame>>,
+    &ContrastParams,
+    &Device,
+    usize,
+    &mut dyn FnMut(FrameMaps<'_>) -> Result<()>,
+) -> Result<usize>;
 
 /// Throughput of a finished stream.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
@@ -91,38 +102,16 @@ where
             Ok(item) => item?,
             Err(_) => return Ok(()), // empty stream
         };
-        // Integer frames on a GPU take the zero-copy path; everything else the general one.
+        // Integer frames on a GPU take the overlapped zero-copy path; the rest the general one.
         if device.is_gpu() {
-            match first {
-                Frame::U16(_) => {
-                    done = crate::gpu::stream_spatial::<u16>(
-                        first,
-                        &rx,
-                        params,
-                        device,
-                        batch,
-                        &mut sink,
-                        |f| {
-                            if let Frame::U16(a) = f { Some(a) } else { None }
-                        },
-                    )?;
-                    return Ok(());
-                }
-                Frame::U8(_) => {
-                    done = crate::gpu::stream_spatial::<u8>(
-                        first,
-                        &rx,
-                        params,
-                        device,
-                        batch,
-                        &mut sink,
-                        |f| {
-                            if let Frame::U8(a) = f { Some(a) } else { None }
-                        },
-                    )?;
-                    return Ok(());
-                }
-                Frame::F32(_) => {}
+            let overlapped = match first {
+                Frame::U16(_) => Some(crate::gpu_stream::stream_spatial::<u16> as StreamFn),
+                Frame::U8(_) => Some(crate::gpu_stream::stream_spatial::<u8> as StreamFn),
+                Frame::F32(_) => None,
+            };
+            if let Some(stream) = overlapped {
+                done = stream(first, &rx, params, device, batch, &mut sink)?;
+                return Ok(());
             }
         }
         let mut pending: Vec<Frame> = Vec::with_capacity(batch);

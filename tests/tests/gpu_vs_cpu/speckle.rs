@@ -2,7 +2,7 @@
 //! border and pixel type, with random images (proptest).
 
 use biogpu_tests::{Tolerance, assert_close, gpu_under_test};
-use ndarray::Array3;
+use ndarray::{Array2, Array3};
 use proptest::prelude::*;
 use speckle_core::engine::{ContrastParams, ContrastResult, contrast};
 use speckle_core::{Border, RawStack, Window};
@@ -246,4 +246,69 @@ proptest! {
         prop_assert_eq!(report.frames, frames);
         prop_assert_eq!(seen, frames);
     }
+}
+
+/// A bad frame mid-stream ends the stream with an error naming it, after every frame
+/// before it reached the sink in order (several batches in flight on the GPU path).
+#[test]
+fn a_bad_frame_mid_stream_is_named_after_the_good_ones_are_delivered() {
+    use speckle_core::io::Frame;
+    use speckle_core::pipeline::process_stream;
+    let Some(device) = gpu_under_test("a_bad_frame_mid_stream_is_named") else {
+        return;
+    };
+    let good = |t: u16| {
+        Frame::U16(Array2::from_shape_fn((9, 11), |(y, x)| {
+            (x as u16 * 7 + y as u16 * 3 + t) % 97 + 1
+        }))
+    };
+    let mut source: Vec<_> = (0..7).map(|t| Ok(good(t))).collect();
+    source.push(Ok(Frame::U16(Array2::from_elem((9, 10), 5))));
+    source.push(Ok(good(8)));
+    let params = ContrastParams::spatial(Window::new(3).unwrap());
+    let mut seen = Vec::new();
+    let err = process_stream(source.into_iter(), &params, &device, 2, |m| {
+        seen.push(m.index);
+        Ok(())
+    })
+    .unwrap_err();
+    assert_eq!(
+        seen,
+        (0..7).collect::<Vec<_>>(),
+        "good frames first, in order"
+    );
+    let msg = err.to_string();
+    assert!(msg.contains("frame 7") && msg.contains("10"), "{msg}");
+
+    // A sink that fails stops the stream at once with its own error.
+    let source = (0..9).map(|t| Ok(good(t)));
+    let mut calls = 0;
+    let err = process_stream(source, &params, &device, 2, |m| {
+        calls += 1;
+        if m.index == 3 {
+            return Err(speckle_core::Error::Gpu("sink full".into()));
+        }
+        Ok(())
+    })
+    .unwrap_err();
+    assert_eq!(calls, 4);
+    assert!(err.to_string().contains("sink full"), "{err}");
+
+    // Host buffers are reused between streams: maps one stream asked for (SFI, flags)
+    // never reach the sink of a later stream that did not.
+    let rich = params
+        .with_exposure(5e-3)
+        .unwrap()
+        .with_saturation(Some(90.0));
+    let extras = |p: &ContrastParams| {
+        let mut seen = Vec::new();
+        process_stream((0..5).map(|t| Ok(good(t))), p, &device, 2, |m| {
+            seen.push((m.sfi.is_some(), m.flags.is_some()));
+            Ok(())
+        })
+        .unwrap();
+        seen
+    };
+    assert_eq!(extras(&rich), vec![(true, true); 5]);
+    assert_eq!(extras(&params), vec![(false, false); 5]);
 }
