@@ -141,6 +141,7 @@ pub fn all<R: Runtime>(client: &ComputeClient<R>) -> Vec<CatalogEntry> {
         );
         entries.push(entry("speckle", name, k));
     }
+    entries.extend(crate::speckle_flow::catalog(client));
     entries.extend(crate::flim::catalog(client));
     entries.extend(crate::montecarlo::catalog(client));
     entries.extend(crate::perfusion::catalog(client));

@@ -385,6 +385,23 @@ pub fn tau_c_map(
     })
 }
 
+/// [`tau_c_map`] on `device`: one GPU thread per pixel (f32 Newton inversion, see
+/// `gpu_kernels::speckle_flow`) where the device is a GPU, the CPU reference otherwise.
+pub fn tau_c_map_on(
+    k: ArrayView2<f32>,
+    exposure_s: f64,
+    beta: f64,
+    model: FlowModel,
+    device: &gpu_runtime::Device,
+) -> Result<TauMap> {
+    if !device.is_gpu() {
+        return tau_c_map(k, exposure_s, beta, model);
+    }
+    let t = check_exposure(exposure_s)?;
+    let beta = check_beta(beta)?;
+    crate::gpu_flow::tau_c_map(k, t, beta, model, device)
+}
+
 /// Where beta comes from (see [`calibrate_beta`]).
 #[derive(Debug, Clone, Copy)]
 pub enum BetaSource<'a> {

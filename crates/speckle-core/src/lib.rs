@@ -13,6 +13,7 @@ pub mod engine;
 pub mod error;
 pub mod flow;
 pub mod gpu;
+mod gpu_flow;
 mod gpu_stream;
 pub mod io;
 pub mod mesi;

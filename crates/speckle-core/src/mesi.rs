@@ -559,13 +559,23 @@ fn row_chunks(a: &mut Map, w: usize) -> rayon::slice::ChunksMut<'_, f32> {
     a.as_slice_mut().expect("standard layout").par_chunks_mut(w)
 }
 
-/// Fit every pixel of a multi-exposure K stack (exposure, row, column), rows in parallel.
-pub fn fit_mesi_map(
+/// [`fit_mesi_map`] on `device`: one GPU thread per pixel (f32, see
+/// `gpu_kernels::speckle_flow`) where the device is a GPU, the CPU reference otherwise.
+pub fn fit_mesi_map_on(
     k: ArrayView3<f32>,
     exposures_s: &[f64],
     opts: &MesiOptions,
+    device: &gpu_runtime::Device,
 ) -> Result<MesiMaps> {
-    let (ne, h, w) = k.dim();
+    if !device.is_gpu() {
+        return fit_mesi_map(k, exposures_s, opts);
+    }
+    check_inputs(k.dim().0, exposures_s, opts)?;
+    crate::gpu_flow::fit_mesi_map(k, exposures_s, opts, device)
+}
+
+/// The stack's exposure count, the times and beta make a well-posed fit.
+fn check_inputs(ne: usize, exposures_s: &[f64], opts: &MesiOptions) -> Result<()> {
     if ne != exposures_s.len() {
         return Err(Error::InvalidParameter {
             name: "exposures",
@@ -596,6 +606,17 @@ pub fn fit_mesi_map(
             why: "must be finite and > 0".into(),
         });
     }
+    Ok(())
+}
+
+/// Fit every pixel of a multi-exposure K stack (exposure, row, column), rows in parallel.
+pub fn fit_mesi_map(
+    k: ArrayView3<f32>,
+    exposures_s: &[f64],
+    opts: &MesiOptions,
+) -> Result<MesiMaps> {
+    let (ne, h, w) = k.dim();
+    check_inputs(ne, exposures_s, opts)?;
     let mut maps = MesiMaps {
         tau_c: Array2::zeros((h, w)),
         rho: Array2::zeros((h, w)),

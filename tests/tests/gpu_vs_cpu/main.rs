@@ -6,3 +6,4 @@ mod flim;
 mod montecarlo;
 mod perfusion;
 mod speckle;
+mod speckle_flow;

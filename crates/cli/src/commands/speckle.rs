@@ -6,9 +6,9 @@ use gpu_runtime::Device;
 use indicatif::{ProgressBar, ProgressStyle};
 use ndarray::{Array3, Axis, s};
 use speckle_core::engine::{ContrastParams, ContrastResult, Mode, contrast};
-use speckle_core::flow::{BetaSource, FlowModel, calibrate_beta, tau_c_map};
+use speckle_core::flow::{BetaSource, FlowModel, calibrate_beta, tau_c_map_on};
 use speckle_core::io::{LoadOptions, RawSpec, load_frame, load_stack};
-use speckle_core::mesi::{MesiOptions, fit_mesi_map};
+use speckle_core::mesi::{MesiOptions, fit_mesi_map_on};
 use speckle_core::output::{Colormap, Range, render_png, write_gif, write_stack_tiff};
 use speckle_core::roi::{Roi, time_course};
 use speckle_core::{Border, CameraInfo, RawStack, Window, correct};
@@ -320,7 +320,7 @@ fn run_flow(a: &FlowArgs, device: &Device) -> anyhow::Result<()> {
         }
         (None, None) => calibrate_beta(k_avg.view(), BetaSource::Percentile(99.0))?,
     };
-    let tau = tau_c_map(k_avg.view(), exposure, beta, model)?;
+    let tau = tau_c_map_on(k_avg.view(), exposure, beta, model, device)?;
     let tau_ms = tau.tau_c.mapv(|t| t * 1e3);
     write_maps(
         &out,
@@ -381,7 +381,7 @@ fn run_mesi(a: &MesiArgs, device: &Device) -> anyhow::Result<()> {
     let opts = a
         .beta
         .map_or_else(MesiOptions::default, MesiOptions::fixed_beta);
-    let fit = fit_mesi_map(k.view(), &a.exposures, &opts)?;
+    let fit = fit_mesi_map_on(k.view(), &a.exposures, &opts, device)?;
     write_maps(
         &out,
         &a.output,

@@ -1,0 +1,820 @@
+//! Flow maps from speckle contrast, one pixel per unit, in f32: the decorrelation time
+//! tau_c by inverting the Lorentzian or Gaussian K^2(T / tau_c) model, and the per-pixel
+//! multi-exposure (MESI) Levenberg-Marquardt fit.
+//!
+//! Both are ports of speckle-core's f64 CPU references (`flow::tau_c`, `mesi::fit_mesi`):
+//! same model terms (series below the cancellation point, closed forms above), same
+//! bracketed Newton inversion, same bounded LM with an active set and the same statuses.
+//! What changes with f32 is stated where it matters: the convergence tests use tolerances
+//! above f32 rounding, so a GPU fit stops where f32 can no longer tell the steps apart.
+
+// CubeCL evaluates `if comptime!(..)` at expansion time; merging it with a runtime
+// condition would turn it into a runtime branch.
+#![allow(clippy::collapsible_if)]
+
+use crate::CUBE_1D;
+use crate::catalog::{CatalogEntry, array, entry, settings_1d};
+use cubecl::prelude::*;
+use gpu_runtime::{Error, Gpu, GpuArray, Result};
+
+/// Flag bits of a tau_c pixel (speckle-core's `contrast::flags` values).
+pub const FLAG_UNDEFINED: u32 = 1;
+pub const FLAG_NO_MOTION: u32 = 4;
+pub const FLAG_NO_CONTRAST: u32 = 8;
+
+/// MESI statuses (speckle-core's `mesi::FitStatus` values).
+pub const STATUS_CONVERGED: u32 = 0;
+pub const STATUS_MAX_ITERATIONS: u32 = 1;
+pub const STATUS_FAILED: u32 = 2;
+pub const STATUS_INVALID: u32 = 3;
+
+/// Most exposures a MESI fit takes (speckle-core's `mesi::MAX_EXPOSURES`).
+pub const MAX_EXPOSURES: u32 = 32;
+
+/// Smallest convergence tolerance that means anything in f32 (relative cost change and
+/// step; the CPU's default 1e-10 would never be met and every fit would run to the cap).
+pub const F32_TOLERANCE: f32 = 1e-6;
+/// Relative K^2 residuals this small are f32 rounding: the data are fitted exactly.
+const ROUNDOFF_RESIDUAL: f32 = 1e-6;
+/// Gradient cosine accepted as stationary when no step reduces the cost (CPU: 1e-6).
+const STALL_COSINE: f32 = 1e-3;
+const BETA_MIN: f32 = 1e-6;
+const BETA_MAX: f32 = 10.0;
+
+/// `f = K^2 / beta` at x, with `g = 1 - f` and `s = x df/dx`, each without cancellation.
+#[derive(CubeType, Clone, Copy)]
+struct Terms {
+    f: f32,
+    g: f32,
+    s: f32,
+}
+
+/// Lorentzian model terms at `x >= 0`: series for `2x < 0.5` (10 terms reach f32
+/// rounding there), closed form above.
+#[cube]
+fn lorentzian(x: f32) -> Terms {
+    let v = 2.0f32 * x;
+    let mut t = Terms {
+        f: 0.0f32,
+        g: 0.0f32,
+        s: 0.0f32,
+    };
+    if v < 0.5f32 {
+        // g = v sum_{j>=1} 2 (-v)^(j-1) / (j+2)!,  s = -v sum_{j>=1} 2 j (-v)^(j-1) / (j+2)!
+        let mut term = f32::new(1.0 / 3.0);
+        let mut sg = 0.0f32;
+        let mut ss = 0.0f32;
+        #[unroll]
+        for j in 1..11u32 {
+            sg += term;
+            ss += term * f32::cast_from(j);
+            term = term * (-v) / f32::cast_from(j + 3);
+        }
+        t.g = v * sg;
+        t.f = 1.0f32 - t.g;
+        t.s = -v * ss;
+    } else {
+        let em1 = 1.0f32 - f32::exp(-v);
+        let f = 2.0f32 * (v - em1) / (v * v);
+        t.f = f;
+        t.g = 1.0f32 - f;
+        t.s = 2.0f32 * em1 / v - 2.0f32 * f;
+    }
+    t
+}
+
+/// Gaussian model terms at `x >= 0`: series for `2x^2 < 0.5`, closed form (with erf) above.
+#[cube]
+fn gaussian(x: f32) -> Terms {
+    let u = 2.0f32 * x * x;
+    let mut t = Terms {
+        f: 0.0f32,
+        g: 0.0f32,
+        s: 0.0f32,
+    };
+    if u < 0.5f32 {
+        // g = u sum_{m>=2} (-u)^(m-2) / (m! (2m-1)),  s = -u sum_{m>=2} 2 (m-1) (same terms)
+        let mut a = 0.5f32; // (-u)^(m-2) / m! at m = 2
+        let mut sg = 0.0f32;
+        let mut ss = 0.0f32;
+        #[unroll]
+        for m in 2..12u32 {
+            let term = a / f32::cast_from(2 * m - 1);
+            sg += term;
+            ss += term * f32::cast_from(2 * (m - 1));
+            a = a * (-u) / f32::cast_from(m + 1);
+        }
+        t.g = u * sg;
+        t.f = 1.0f32 - t.g;
+        t.s = -u * ss;
+    } else {
+        let e = Erf::erf(1.414_213_5f32 * x);
+        let c = 2.506_628_3f32; // sqrt(2 pi)
+        let f = (f32::exp(-u) - 1.0f32 + c * x * e) / u;
+        t.f = f;
+        t.g = 1.0f32 - f;
+        t.s = c * e / (2.0f32 * x) - 2.0f32 * f;
+    }
+    t
+}
+
+#[cube]
+fn model_terms(x: f32, #[comptime] gaussian_model: bool) -> Terms {
+    if comptime!(gaussian_model) {
+        gaussian(x)
+    } else {
+        lorentzian(x)
+    }
+}
+
+/// x = T / tau_c at which `K^2 / beta = q` (with `d = 1 - q` given separately): Newton on
+/// ln x, kept inside a shrinking bracket (bisection where Newton leaves it), solving on
+/// ln(1 - f) near the static end (q >= 0.5) and on ln f elsewhere, as the CPU does.
+#[cube]
+fn x_from_k2(q: f32, d: f32, #[comptime] gaussian_model: bool) -> f32 {
+    let upper = q >= 0.5f32;
+    let mut x0 = 1.5f32 * d;
+    if upper {
+        if comptime!(gaussian_model) {
+            x0 = f32::sqrt(3.0f32 * d);
+        }
+    } else {
+        let mut c = 1.0f32;
+        if comptime!(gaussian_model) {
+            c = 1.253_314_1f32; // sqrt(pi / 2)
+        }
+        x0 = (c + f32::sqrt(f32::max(c * c - 2.0f32 * q, 0.0f32))) / (2.0f32 * q);
+    }
+    let mut target = f32::ln(q);
+    if upper {
+        target = f32::ln(d);
+    }
+    let mut lo = f32::new(-87.0);
+    let mut hi = 88.0f32;
+    let mut y = f32::clamp(f32::ln(x0), lo, hi);
+    let mut done = false;
+    for _ in 0..100u32 {
+        if done {
+            break;
+        }
+        let t = model_terms(f32::exp(y), gaussian_model);
+        let mut r = target - f32::ln(t.f);
+        let mut dr = -t.s / t.f;
+        if upper {
+            r = f32::ln(t.g) - target;
+            dr = -t.s / t.g;
+        }
+        if r == 0.0f32 {
+            done = true;
+        } else {
+            if r > 0.0f32 {
+                hi = y;
+            } else {
+                lo = y;
+            }
+            let newton = y - r / dr;
+            let mut next = 0.5f32 * (lo + hi);
+            // The comparisons are false for NaN or infinite Newton steps.
+            if newton >= lo && newton <= hi {
+                next = newton;
+            }
+            let step = f32::abs(next - y);
+            y = next;
+            if step <= 1e-6f32 * f32::max(f32::abs(y), 1.0f32) || hi - lo <= 1e-6f32 {
+                done = true;
+            }
+        }
+    }
+    f32::exp(y)
+}
+
+/// tau_c (s) of every pixel from K, exposure T (s) and beta, with flag bits:
+/// NaN or negative K -> NaN, UNDEFINED; K^2 >= beta -> +inf, NO_MOTION; K = 0 -> 0,
+/// NO_CONTRAST. `special` holds the bits of +inf (0x7F80_0000) and is passed in because
+/// CUDA C++ cannot reinterpret a literal. Launched unchecked: the wrapper checks lengths.
+#[cube(launch_unchecked)]
+pub fn tau_c_kernel(
+    k: &Array<f32>,
+    tau: &mut Array<f32>,
+    flags: &mut Array<u32>,
+    n: u32,
+    exposure: f32,
+    beta: f32,
+    inf_bits: u32,
+    #[comptime] gaussian_model: bool,
+) {
+    let p = ABSOLUTE_POS_X + ABSOLUTE_POS_Y * CUBE_COUNT_X * CUBE_DIM_X;
+    if p < n {
+        let kv = k[p as usize];
+        let k2 = kv * kv;
+        let mut out = f32::reinterpret(inf_bits | 0x0040_0000u32); // NaN
+        let mut flag = u32::new(FLAG_UNDEFINED as i64);
+        if kv >= 0.0f32 {
+            if k2 >= beta {
+                out = f32::reinterpret(inf_bits);
+                flag = FLAG_NO_MOTION;
+            } else if k2 == 0.0f32 {
+                out = 0.0f32;
+                flag = FLAG_NO_CONTRAST;
+            } else {
+                let x = x_from_k2(k2 / beta, (beta - k2) / beta, gaussian_model);
+                out = exposure / x;
+                flag = 0u32;
+            }
+        }
+        tau[p as usize] = out;
+        flags[p as usize] = flag;
+    }
+}
+
+/// Launch [`tau_c_kernel`] over `k.len()` pixels.
+pub fn tau_c<R: Runtime>(
+    gpu: &Gpu<R>,
+    k: &GpuArray<f32>,
+    exposure_s: f32,
+    beta: f32,
+    gaussian_model: bool,
+    tau: &GpuArray<f32>,
+    flags: &GpuArray<u32>,
+) -> Result<()> {
+    let name = "tau_c";
+    let n = k.len();
+    if tau.len() < n || flags.len() < n {
+        return Err(invalid(name, format!("output buffers shorter than {n}")));
+    }
+    if !(exposure_s.is_finite() && exposure_s > 0.0 && beta.is_finite() && beta > 0.0) {
+        return Err(invalid(
+            name,
+            format!("exposure {exposure_s} s and beta {beta} must be finite and > 0"),
+        ));
+    }
+    let count = gpu.cube_count_1d(name, n, CUBE_1D)?;
+    gpu.launch(name, count, |count| {
+        // SAFETY: output lengths checked above; the kernel touches index p < n only.
+        unsafe {
+            tau_c_kernel::launch_unchecked::<R>(
+                gpu.client(),
+                count,
+                CubeDim::new_1d(CUBE_1D),
+                k.arg(),
+                tau.arg(),
+                flags.arg(),
+                n as u32,
+                exposure_s,
+                beta,
+                0x7F80_0000u32,
+                gaussian_model,
+            );
+        };
+    })
+}
+
+/// Per-pixel MESI data and bounds.
+#[derive(CubeType, Clone, Copy)]
+struct Fit {
+    pixel: u32,
+    pixels: u32,
+    n: u32,
+    beta_fixed: f32,
+    ln_tau_lo: f32,
+    ln_tau_hi: f32,
+}
+
+/// Clamp a trial point into the bounds (projection), as the CPU does.
+#[cube]
+fn project(fit: Fit, p: &mut Array<f32>, #[comptime] free_beta: bool) {
+    p[0] = f32::clamp(p[0], fit.ln_tau_lo, fit.ln_tau_hi);
+    p[1] = f32::clamp(p[1], 0.0f32, 1.0f32);
+    p[2] = f32::max(p[2], 0.0f32);
+    if comptime!(free_beta) {
+        p[3] = f32::clamp(p[3], BETA_MIN, BETA_MAX);
+    }
+}
+
+/// Cost `sum r_i^2` of relative K^2 residuals; with `jac`, also J^T J (upper triangle,
+/// row-major 4x4), J^T r and the squared column norms of J.
+#[cube]
+fn mesi_eval(
+    k: &Array<f32>,
+    exposures: &Array<f32>,
+    fit: Fit,
+    p: &Array<f32>,
+    a: &mut Array<f32>,
+    g: &mut Array<f32>,
+    cn: &mut Array<f32>,
+    #[comptime] jac: bool,
+    #[comptime] free_beta: bool,
+) -> f32 {
+    let np = comptime!(if free_beta { 4u32 } else { 3u32 });
+    let tau = f32::exp(p[0]);
+    let rho = p[1];
+    let v = p[2];
+    let mut beta = fit.beta_fixed;
+    if comptime!(free_beta) {
+        beta = p[3];
+    }
+    let a2 = rho * rho;
+    let a1 = 4.0f32 * rho * (1.0f32 - rho);
+    let a0 = (1.0f32 - rho) * (1.0f32 - rho);
+    let mut j = Array::<f32>::new(4usize);
+    if comptime!(jac) {
+        #[unroll]
+        for u in 0..4u32 {
+            g[u as usize] = 0.0f32;
+            cn[u as usize] = 0.0f32;
+            #[unroll]
+            for w in 0..4u32 {
+                a[(u * 4 + w) as usize] = 0.0f32;
+            }
+        }
+    }
+    let mut cost = 0.0f32;
+    for i in 0..fit.n {
+        let kv = k[(i * fit.pixels + fit.pixel) as usize];
+        let d = kv * kv;
+        let x = exposures[i as usize] / tau;
+        let lt = lorentzian(x);
+        let mt = lorentzian(0.5f32 * x);
+        let l = lt.f;
+        let m = 0.5f32 * mt.f;
+        let core = a2 * l + a1 * m + a0;
+        let inv_d = 1.0f32 / d;
+        let r = (beta * core + v - d) * inv_d;
+        cost += r * r;
+        if comptime!(jac) {
+            // d m / d ln tau = -x dm/dx; x dM/dx = s_L(x/2) / 2.
+            j[0] = -beta * (a2 * lt.s + 2.0f32 * rho * (1.0f32 - rho) * mt.s) * inv_d;
+            j[1] = beta
+                * (2.0f32 * rho * l + 4.0f32 * (1.0f32 - 2.0f32 * rho) * m
+                    - 2.0f32 * (1.0f32 - rho))
+                * inv_d;
+            j[2] = inv_d;
+            j[3] = core * inv_d;
+            #[unroll]
+            for u in 0..np {
+                g[u as usize] += j[u as usize] * r;
+                cn[u as usize] += j[u as usize] * j[u as usize];
+                for w in u..np {
+                    a[(u * 4 + w) as usize] += j[u as usize] * j[w as usize];
+                }
+            }
+        }
+    }
+    cost
+}
+
+/// Whether parameter `u` sits on a bound that the descent direction `-g` points out of.
+#[cube]
+fn blocked(fit: Fit, p: &Array<f32>, g: &Array<f32>, u: u32) -> bool {
+    let mut b = (p[3] <= BETA_MIN && g[3] > 0.0f32) || (p[3] >= BETA_MAX && g[3] < 0.0f32);
+    if u == 0 {
+        b = (p[0] <= fit.ln_tau_lo && g[0] > 0.0f32) || (p[0] >= fit.ln_tau_hi && g[0] < 0.0f32);
+    } else if u == 1 {
+        b = (p[1] <= 0.0f32 && g[1] > 0.0f32) || (p[1] >= 1.0f32 && g[1] < 0.0f32);
+    } else if u == 2 {
+        b = p[2] <= 0.0f32 && g[2] > 0.0f32;
+    }
+    b
+}
+
+/// Largest cosine between residuals and a column of J over unblocked parameters.
+#[cube]
+fn gradient_cosine(
+    fit: Fit,
+    p: &Array<f32>,
+    g: &Array<f32>,
+    cn: &Array<f32>,
+    cost: f32,
+    #[comptime] free_beta: bool,
+) -> f32 {
+    let np = comptime!(if free_beta { 4u32 } else { 3u32 });
+    let mut worst = 0.0f32;
+    if cost > 0.0f32 {
+        #[unroll]
+        for u in 0..np {
+            if !blocked(fit, p, g, u) && cn[u as usize] > 0.0f32 {
+                worst = f32::max(
+                    worst,
+                    f32::abs(g[u as usize]) / f32::sqrt(cn[u as usize] * cost),
+                );
+            }
+        }
+    }
+    worst
+}
+
+/// Solve `m x = b` (m symmetric positive definite, upper triangle of a row-major 4x4, size
+/// `np`) by Cholesky; false when m is not positive definite.
+#[cube]
+fn cholesky_solve(m: &Array<f32>, b: &Array<f32>, x: &mut Array<f32>, #[comptime] np: u32) -> bool {
+    let mut l = Array::<f32>::new(16usize);
+    let mut y = Array::<f32>::new(4usize);
+    let mut ok = true;
+    for i in 0..np {
+        for jj in 0..i + 1 {
+            let mut s = m[(jj * 4 + i) as usize];
+            for q in 0..jj {
+                s -= l[(i * 4 + q) as usize] * l[(jj * 4 + q) as usize];
+            }
+            if i == jj {
+                if !(s > 0.0f32) {
+                    ok = false;
+                    s = 1.0f32;
+                }
+                l[(i * 4 + i) as usize] = f32::sqrt(s);
+            } else {
+                l[(i * 4 + jj) as usize] = s / l[(jj * 4 + jj) as usize];
+            }
+        }
+    }
+    for i in 0..np {
+        let mut s = b[i as usize];
+        for q in 0..i {
+            s -= l[(i * 4 + q) as usize] * y[q as usize];
+        }
+        y[i as usize] = s / l[(i * 4 + i) as usize];
+    }
+    for ii in 0..np {
+        let i = np - 1 - ii;
+        let mut s = y[i as usize];
+        for q in i + 1..np {
+            s -= l[(q * 4 + i) as usize] * x[q as usize];
+        }
+        x[i as usize] = s / l[(i * 4 + i) as usize];
+    }
+    ok
+}
+
+/// Data-driven start (the CPU's `initial_guess`): tau_c where K^2 crosses half-way, rho
+/// from the long-exposure plateau, v_noise = 0.
+#[cube]
+fn initial_guess(
+    k: &Array<f32>,
+    exposures: &Array<f32>,
+    fit: Fit,
+    p: &mut Array<f32>,
+    #[comptime] free_beta: bool,
+) {
+    let mut i_min = 0u32;
+    let mut i_max = 0u32;
+    for i in 0..fit.n {
+        if exposures[i as usize] < exposures[i_min as usize] {
+            i_min = i;
+        }
+        if exposures[i as usize] > exposures[i_max as usize] {
+            i_max = i;
+        }
+    }
+    let k_min = k[(i_min * fit.pixels + fit.pixel) as usize];
+    let k_max = k[(i_max * fit.pixels + fit.pixel) as usize];
+    let d_short = k_min * k_min;
+    let d_long = k_max * k_max;
+    let mut beta = fit.beta_fixed;
+    let mut hi = fit.beta_fixed;
+    if comptime!(free_beta) {
+        beta = f32::clamp(f32::max(d_short, d_long), BETA_MIN, BETA_MAX);
+        hi = d_short;
+    }
+    let lo = f32::min(d_long, beta);
+    let rho = f32::clamp(1.0f32 - f32::sqrt(lo / beta), 0.05f32, 0.95f32);
+    let half = 0.5f32 * (hi + lo);
+    let mut t_above = 0.0f32;
+    let mut t_below = 3.0e38f32;
+    for i in 0..fit.n {
+        let kv = k[(i * fit.pixels + fit.pixel) as usize];
+        let t = exposures[i as usize];
+        if kv * kv >= half {
+            t_above = f32::max(t_above, t);
+        } else {
+            t_below = f32::min(t_below, t);
+        }
+    }
+    let t_short = exposures[i_min as usize];
+    let mut t_half = f32::sqrt(t_above * t_below);
+    if t_above == 0.0f32 {
+        // Every exposure is in the tail: K^2 - plateau ~ beta (4 rho - 3 rho^2) tau / T.
+        let amp = beta * (4.0f32 * rho - 3.0f32 * rho * rho);
+        t_half = f32::max(
+            t_short * f32::max(d_short - lo, 1e-12f32) / amp,
+            t_short * 1e-3f32,
+        ) * 1.5f32;
+    } else if t_below >= 3.0e38f32 {
+        t_half = exposures[i_max as usize] * 3.0f32;
+    }
+    p[0] = f32::ln(t_half / 1.5f32);
+    p[1] = rho;
+    p[2] = 0.0f32;
+    p[3] = beta;
+    project(fit, p, free_beta);
+}
+
+/// One MESI fit per pixel (the CPU's `fit_mesi`, in f32). `k` holds the contrast stack
+/// exposure-major (`k[e * pixels + p]`, coalesced across a warp), `exposures` the times in
+/// seconds (checked finite and > 0 by the wrapper). `out` receives five planes of `pixels`
+/// values: tau_c (s), rho, v_noise, beta, residual sum of squares; `status` the status in
+/// its low byte and the iterations above it. `nan_bits` is 0x7FC0_0000 (CUDA C++ cannot
+/// reinterpret a literal).
+#[cube(launch_unchecked)]
+pub fn mesi_fit_kernel(
+    k: &Array<f32>,
+    exposures: &Array<f32>,
+    out: &mut Array<f32>,
+    status: &mut Array<u32>,
+    pixels: u32,
+    n: u32,
+    beta_fixed: f32,
+    max_iterations: u32,
+    tol: f32,
+    nan_bits: u32,
+    #[comptime] free_beta: bool,
+) {
+    let pix = ABSOLUTE_POS_X + ABSOLUTE_POS_Y * CUBE_COUNT_X * CUBE_DIM_X;
+    if pix < pixels {
+        let np = comptime!(if free_beta { 4u32 } else { 3u32 });
+        let mut t_min = 3.0e38f32;
+        let mut t_max = 0.0f32;
+        let mut valid = true;
+        for i in 0..n {
+            let kv = k[(i * pixels + pix) as usize];
+            // False for NaN: only finite positive contrasts are fitted.
+            if !(kv > 0.0f32 && kv <= 1.0e18f32) {
+                valid = false;
+            }
+            t_min = f32::min(t_min, exposures[i as usize]);
+            t_max = f32::max(t_max, exposures[i as usize]);
+        }
+        let fit = Fit {
+            pixel: pix,
+            pixels,
+            n,
+            beta_fixed,
+            ln_tau_lo: f32::ln(t_min * 1e-3f32),
+            ln_tau_hi: f32::ln(t_max * 1e3f32),
+        };
+        let nan = f32::reinterpret(nan_bits);
+        let mut result = u32::new(STATUS_INVALID as i64);
+        let mut iterations = 0u32;
+        let mut p = Array::<f32>::new(4usize);
+        let mut cost = nan;
+        if valid {
+            let mut a = Array::<f32>::new(16usize);
+            let mut g = Array::<f32>::new(4usize);
+            let mut cn = Array::<f32>::new(4usize);
+            let mut m = Array::<f32>::new(16usize);
+            let mut rhs = Array::<f32>::new(4usize);
+            let mut delta = Array::<f32>::new(4usize);
+            let mut trial = Array::<f32>::new(4usize);
+            initial_guess(k, exposures, fit, &mut p, free_beta);
+            cost = mesi_eval(
+                k, exposures, fit, &p, &mut a, &mut g, &mut cn, true, free_beta,
+            );
+            let mut lambda = 1e-3f32;
+            result = STATUS_MAX_ITERATIONS;
+            let floor = f32::cast_from(n) * ROUNDOFF_RESIDUAL * ROUNDOFF_RESIDUAL;
+            let mut running = true;
+            while running && iterations < max_iterations {
+                iterations += 1u32;
+                if !(cost <= 3.0e38f32) {
+                    result = STATUS_FAILED;
+                    running = false;
+                } else if cost <= floor || gradient_cosine(fit, &p, &g, &cn, cost, free_beta) <= tol
+                {
+                    result = STATUS_CONVERGED;
+                    running = false;
+                } else {
+                    // Damped normal equations; blocked parameters are held (identity rows).
+                    #[unroll]
+                    for u in 0..np {
+                        #[unroll]
+                        for w in 0..4u32 {
+                            m[(u * 4 + w) as usize] = a[(u * 4 + w) as usize];
+                        }
+                    }
+                    #[unroll]
+                    for u in 0..np {
+                        if blocked(fit, &p, &g, u) {
+                            #[unroll]
+                            for w in 0..np {
+                                m[(u * 4 + w) as usize] = 0.0f32;
+                                m[(w * 4 + u) as usize] = 0.0f32;
+                            }
+                            m[(u * 4 + u) as usize] = 1.0f32;
+                            rhs[u as usize] = 0.0f32;
+                        } else {
+                            let d = a[(u * 4 + u) as usize];
+                            m[(u * 4 + u) as usize] =
+                                d + lambda * f32::max(d, 1e-12f32 * (1.0f32 + d));
+                            rhs[u as usize] = -g[u as usize];
+                        }
+                    }
+                    if !cholesky_solve(&m, &rhs, &mut delta, np) {
+                        lambda *= 10.0f32;
+                        if lambda > 1e16f32 {
+                            result = STATUS_FAILED;
+                            running = false;
+                        }
+                    } else {
+                        #[unroll]
+                        for u in 0..4u32 {
+                            trial[u as usize] = p[u as usize];
+                        }
+                        #[unroll]
+                        for u in 0..np {
+                            trial[u as usize] += delta[u as usize];
+                        }
+                        project(fit, &mut trial, free_beta);
+                        let trial_cost = mesi_eval(
+                            k, exposures, fit, &trial, &mut m, &mut rhs, &mut delta, false,
+                            free_beta,
+                        );
+                        if trial_cost <= 3.0e38f32 && trial_cost < cost {
+                            let mut step_small = true;
+                            #[unroll]
+                            for u in 0..np {
+                                if f32::abs(trial[u as usize] - p[u as usize])
+                                    > tol * (f32::abs(p[u as usize]) + tol)
+                                {
+                                    step_small = false;
+                                }
+                            }
+                            let cost_small = cost - trial_cost <= tol * trial_cost;
+                            #[unroll]
+                            for u in 0..4u32 {
+                                p[u as usize] = trial[u as usize];
+                            }
+                            cost = mesi_eval(
+                                k, exposures, fit, &p, &mut a, &mut g, &mut cn, true, free_beta,
+                            );
+                            lambda = f32::max(lambda * 0.1f32, 1e-12f32);
+                            if step_small || cost_small {
+                                result = STATUS_CONVERGED;
+                                running = false;
+                            }
+                        } else {
+                            lambda *= 10.0f32;
+                            if lambda > 1e16f32 {
+                                // No descent left: a minimum only if the gradient is ~zero.
+                                result = STATUS_FAILED;
+                                if cost <= floor
+                                    || gradient_cosine(fit, &p, &g, &cn, cost, free_beta)
+                                        <= STALL_COSINE
+                                {
+                                    result = STATUS_CONVERGED;
+                                }
+                                running = false;
+                            }
+                        }
+                    }
+                }
+            }
+            let at_bound = p[0] <= fit.ln_tau_lo + 1e-6f32 * f32::abs(fit.ln_tau_lo)
+                || p[0] >= fit.ln_tau_hi - 1e-6f32 * f32::abs(fit.ln_tau_hi);
+            let finite = cost <= 3.0e38f32
+                && f32::abs(p[0]) <= 3.0e38f32
+                && f32::abs(p[1]) <= 3.0e38f32
+                && f32::abs(p[2]) <= 3.0e38f32
+                && f32::abs(p[3]) <= 3.0e38f32;
+            if !finite || (result == STATUS_CONVERGED && at_bound) {
+                result = STATUS_FAILED;
+            }
+        }
+        let mut tau = nan;
+        let mut rho = nan;
+        let mut v = nan;
+        let mut beta = nan;
+        if valid {
+            tau = f32::exp(p[0]);
+            rho = p[1];
+            v = p[2];
+            beta = fit.beta_fixed;
+            if comptime!(free_beta) {
+                beta = p[3];
+            }
+        }
+        out[pix as usize] = tau;
+        out[(pixels + pix) as usize] = rho;
+        out[(2 * pixels + pix) as usize] = v;
+        out[(3 * pixels + pix) as usize] = beta;
+        out[(4 * pixels + pix) as usize] = cost;
+        status[pix as usize] = result | (iterations << 8);
+    }
+}
+
+/// Options of [`mesi_fit`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MesiFitParams {
+    /// Pixels in each exposure's plane.
+    pub pixels: u32,
+    /// Known beta, or `None` to fit it (then >= 4 exposures).
+    pub beta: Option<f32>,
+    /// Iteration cap.
+    pub max_iterations: u32,
+    /// Relative tolerance; raised to [`F32_TOLERANCE`] if smaller.
+    pub tolerance: f32,
+}
+
+/// Launch [`mesi_fit_kernel`]: `k` holds `exposures.len() * pixels` contrasts
+/// (exposure-major), `out` `5 * pixels` values, `status` `pixels` words.
+pub fn mesi_fit<R: Runtime>(
+    gpu: &Gpu<R>,
+    k: &GpuArray<f32>,
+    exposures: &GpuArray<f32>,
+    p: &MesiFitParams,
+    out: &GpuArray<f32>,
+    status: &GpuArray<u32>,
+) -> Result<()> {
+    let name = "mesi_fit";
+    let n = exposures.len();
+    let pixels = p.pixels as usize;
+    let need = if p.beta.is_some() { 3 } else { 4 };
+    if n < need || n > MAX_EXPOSURES as usize {
+        return Err(invalid(
+            name,
+            format!("{n} exposures; the fit needs {need} to {MAX_EXPOSURES}"),
+        ));
+    }
+    if k.len() < n * pixels || out.len() < 5 * pixels || status.len() < pixels {
+        return Err(invalid(
+            name,
+            format!("buffers too short for {pixels} pixels x {n} exposures"),
+        ));
+    }
+    if let Some(b) = p.beta
+        && !(b.is_finite() && b > 0.0)
+    {
+        return Err(invalid(name, format!("beta {b} must be finite and > 0")));
+    }
+    if pixels == 0 {
+        return Ok(());
+    }
+    let count = gpu.cube_count_1d(name, pixels, CUBE_1D)?;
+    gpu.launch(name, count, |count| {
+        // SAFETY: lengths checked above; the kernel reads k[e * pixels + p] for e < n and
+        // writes out[q * pixels + p] for q < 5 and status[p], all with p < pixels.
+        unsafe {
+            mesi_fit_kernel::launch_unchecked::<R>(
+                gpu.client(),
+                count,
+                CubeDim::new_1d(CUBE_1D),
+                k.arg(),
+                exposures.arg(),
+                out.arg(),
+                status.arg(),
+                p.pixels,
+                n as u32,
+                p.beta.unwrap_or(0.0),
+                p.max_iterations,
+                p.tolerance.max(F32_TOLERANCE),
+                0x7FC0_0000u32,
+                p.beta.is_none(),
+            );
+        };
+    })
+}
+
+fn invalid(kernel: &str, why: String) -> Error {
+    Error::InvalidLaunch {
+        kernel: kernel.into(),
+        why,
+    }
+}
+
+/// This module's kernels, configured as their launch wrappers configure them.
+pub(crate) fn catalog<R: Runtime>(client: &ComputeClient<R>) -> Vec<CatalogEntry> {
+    let s = || settings_1d(CUBE_1D);
+    let mut entries = Vec::new();
+    for (name, gaussian_model) in [("tau_c_lorentzian", false), ("tau_c_gaussian", true)] {
+        let k = tau_c_kernel::TauCKernel::<R>::new(
+            s(),
+            client.clone(),
+            array(),
+            array(),
+            array(),
+            (),
+            (),
+            (),
+            (),
+            gaussian_model,
+        );
+        entries.push(entry("speckle_flow", name, k));
+    }
+    for (name, free_beta) in [("mesi_fit_beta_known", false), ("mesi_fit_beta_free", true)] {
+        let k = mesi_fit_kernel::MesiFitKernel::<R>::new(
+            s(),
+            client.clone(),
+            array(),
+            array(),
+            array(),
+            array(),
+            (),
+            (),
+            (),
+            (),
+            (),
+            (),
+            free_beta,
+        );
+        entries.push(entry("speckle_flow", name, k));
+    }
+    entries
+}
