@@ -27,7 +27,7 @@ impl PackedPixel for u16 {
 
 /// Staging buffers kept per thread across calls: allocating page-locked memory costs
 /// milliseconds, so a stream of batches reuses them.
-mod staging_cache {
+pub(crate) mod staging_cache {
     use gpu_runtime::{Gpu, HostStaging, KnownRuntime};
     use std::cell::RefCell;
 

@@ -1,10 +1,11 @@
 //! The GPU path of the flow maps: tau_c inversion and MESI fits with the
 //! `gpu_kernels::speckle_flow` kernels (f32), in chunks of pixels that fit device memory,
-//! through page-locked staging buffers. Results follow the CPU references
+//! through page-locked staging buffers kept between calls (allocating them costs ms). Results follow the CPU references
 //! (`flow::tau_c_map`, `mesi::fit_mesi_map`) within the tolerances stated in
 //! tests/tests/gpu_vs_cpu/speckle_flow.rs.
 
 use crate::error::{Error, Result};
+use crate::gpu::staging_cache;
 use crate::flow::{FlowModel, TauMap};
 use crate::mesi::{BetaMode, MesiMaps, MesiOptions};
 use gpu_kernels::speckle_flow::{self as kernels, MesiFitParams};
@@ -41,7 +42,7 @@ pub(crate) fn tau_c_map(
         let flags_out = flags.as_slice_mut().expect("standard layout");
         for range in plan.chunks() {
             let n = range.len();
-            let mut staging = gpu.host_staging(n * 4);
+            let mut staging = staging_cache::take(gpu, 2, n * 4);
             staging.as_bytes_mut()[..n * 4]
                 .copy_from_slice(bytemuck::cast_slice(&src[range.clone()]));
             let k_dev = gpu.upload_staged::<f32>(&staging, n)?;
@@ -63,6 +64,7 @@ pub(crate) fn tau_c_map(
                 .par_iter_mut()
                 .zip(words.par_iter())
                 .for_each(|(d, &f)| *d = f as u8);
+            staging_cache::put(2, staging);
         }
         Ok(())
     })
@@ -127,7 +129,7 @@ fn fit_chunk<R: KnownRuntime>(
 ) -> gpu_runtime::Result<()> {
     let n = range.len();
     // Exposure-major, as the kernel reads it: plane e of the chunk is src[e][range].
-    let mut staging = gpu.host_staging(n * ne.max(5) * 4);
+    let mut staging = staging_cache::take(gpu, 2, n * ne.max(5) * 4);
     staging.as_bytes_mut()[..n * ne * 4]
         .par_chunks_mut(n * 4)
         .enumerate()
@@ -167,5 +169,6 @@ fn fit_chunk<R: KnownRuntime>(
     {
         *d = (s & 0xFF) as u8;
     }
+    staging_cache::put(2, staging);
     Ok(())
 }
