@@ -123,7 +123,7 @@ pub fn run(
         let escaped = gpu.empty::<f32>(scene.boundary.max(1))?;
         let totals = gpu.empty::<f32>(3)?;
         // Persistent threads: about 2048 per SM on CUDA; fewer on wgpu (lavapipe is a CPU).
-        let cubes: u32 = if software { 64 } else { 4096 };
+        let cubes: u32 = sim.params.gpu_cubes.unwrap_or(if software { 64 } else { 4096 }).max(1);
         let threads = u64::from(cubes * k::UNITS);
         // Batches of ~1/20 of the run (progress, Ctrl-C), at least 16 photons per thread,
         // at most 2^31 (u32 photon offsets inside a batch).

@@ -199,6 +199,7 @@ impl Simulation {
             prwin: spec.prwin,
             time_limit_ns: spec.time_limit_ns,
             seed: spec.seed,
+            gpu_cubes: None,
         })
         .map(|mut s| {
             s.outputs = spec.outputs.clone();

@@ -33,6 +33,9 @@ pub struct Params {
     pub time_limit_ns: Option<f64>,
     /// Seed of all photon streams.
     pub seed: u64,
+    /// GPU launch size in cubes of 128 threads (persistent threads); None = the default
+    /// (4096 on CUDA, 64 on wgpu). Results do not depend on it beyond f32 summation order.
+    pub gpu_cubes: Option<u32>,
 }
 
 impl Default for Params {
@@ -42,6 +45,7 @@ impl Default for Params {
             prwin: 10.0,
             time_limit_ns: None,
             seed: 1,
+            gpu_cubes: None,
         }
     }
 }
