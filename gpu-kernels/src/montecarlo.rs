@@ -91,11 +91,32 @@ fn uniform(r: &mut Rng) -> f32 {
     ((result >> 8u32) + 1u32) as f32 * (1.0f32 / 16_777_216.0f32)
 }
 
+/// Fixed-point scale of the tallies: weights are added as round(v * 2^24) into 64-bit
+/// integers (two u32 words: low word, then a carry into the high word), so sums are exact,
+/// independent of the order of the atomics, and never lose small drops to a large f32 sum.
+/// Resolution 6e-8 of a packet weight per add; capacity 2^40 packet weights per entry.
+pub const FIXED_SCALE: f32 = 16_777_216.0;
+/// The accumulation cache is flushed before it exceeds this weight (so one add fits u32).
+pub const CACHE_LIMIT: f32 = 64.0;
+
+#[cube]
+fn add_fixed(tally: &mut Array<Atomic<u32>>, idx: u32, v: f32) {
+    let x = (v * 16_777_216.0f32 + 0.5f32) as u32;
+    let i = (idx as usize) * 2;
+    let old = tally[i].fetch_add(x);
+    if old > 0xFFFF_FFFFu32 - x {
+        tally[i + 1].fetch_add(1u32);
+    }
+}
+
 /// Transport photons `first + i` for `i < n_photons` (persistent threads, `stride` = total
 /// threads of the launch). `params` = [wmin, prwin, tmax_ns, inv_c (ns/mm)]; `ints` =
 /// [n_photons, first_lo, first_hi, seed_lo, seed_hi, n_sources, stride, max_events].
-/// `totals` = [roulette, expired, lost] weight sums.
-#[cube(launch_unchecked)]
+/// `totals` = [roulette, expired, lost] weight sums (f32: one add per thread).
+/// `absorbed` and `escaped` hold two u32 words per entry (see [`FIXED_SCALE`]).
+/// Built with fast math (reciprocal division, `__logf`/`__sinf`/`__cosf`): MC noise is far
+/// above their ~1e-6 relative error; no value in the kernel is NaN or infinite.
+#[cube(launch_unchecked, fast_math = FastMath::all())]
 pub fn mc_transport_kernel(
     faces: &Array<f32>,
     neigh: &Array<i32>,
@@ -105,8 +126,8 @@ pub fn mc_transport_kernel(
     src_tet: &Array<u32>,
     params: &Array<f32>,
     ints: &Array<u32>,
-    absorbed: &mut Array<Atomic<f32>>,
-    escaped: &mut Array<Atomic<f32>>,
+    absorbed: &mut Array<Atomic<u32>>,
+    escaped: &mut Array<Atomic<u32>>,
     totals: &mut Array<Atomic<f32>>,
 ) {
     let n_photons = ints[0];
@@ -123,6 +144,7 @@ pub fn mc_transport_kernel(
     let inv_c = params[3];
     let n_out = mats[4];
     let two_pi = 6.283_185_3f32;
+    let pi = 3.141_592_7f32;
 
     let mut cache_tet = 0u32;
     let mut cache_w = 0.0f32;
@@ -158,7 +180,7 @@ pub fn mc_transport_kernel(
         let mut dz = srcs[sb + 10];
         if kind == 1u32 {
             let cz = 2.0f32 * uniform(&mut rng) - 1.0f32;
-            let phi = two_pi * uniform(&mut rng);
+            let phi = two_pi * uniform(&mut rng) - pi;
             let sz = f32::sqrt(f32::max(1.0f32 - cz * cz, 0.0f32));
             dx = sz * f32::cos(phi);
             dy = sz * f32::sin(phi);
@@ -172,7 +194,7 @@ pub fn mc_transport_kernel(
             let vy = dz * ux - dx * uz;
             let vz = dx * uy - dy * ux;
             let c = 1.0f32 - uniform(&mut rng) * (1.0f32 - srcs[sb + 2]);
-            let phi = two_pi * uniform(&mut rng);
+            let phi = two_pi * uniform(&mut rng) - pi;
             let sn = f32::sqrt(f32::max(1.0f32 - c * c, 0.0f32));
             let cp = f32::cos(phi);
             let sp = f32::sin(phi);
@@ -228,9 +250,9 @@ pub fn mc_transport_kernel(
                 pz += l * dz;
                 s = 0.0f32;
                 let dw = w * absorb;
-                if t != cache_tet {
+                if t != cache_tet || cache_w > 64.0f32 {
                     if cache_w > 0.0f32 {
-                        absorbed[cache_tet as usize].fetch_add(cache_w);
+                        add_fixed(absorbed, cache_tet, cache_w);
                     }
                     cache_tet = t;
                     cache_w = 0.0f32;
@@ -245,7 +267,7 @@ pub fn mc_transport_kernel(
                     ct = f32::max(f32::min(ct, 1.0f32), -1.0f32);
                 }
                 let st = f32::sqrt(f32::max(1.0f32 - ct * ct, 0.0f32));
-                let phi = two_pi * uniform(&mut rng);
+                let phi = two_pi * uniform(&mut rng) - pi;
                 let cp = f32::cos(phi);
                 let sp = f32::sin(phi);
                 if f32::abs(dz) > 0.99999f32 {
@@ -321,7 +343,7 @@ pub fn mc_transport_kernel(
                 }
                 if !reflected {
                     if nb <= 0i32 {
-                        escaped[(-nb) as usize].fetch_add(w);
+                        add_fixed(escaped, (-nb) as u32, w);
                         alive = false;
                     } else {
                         t = nb as u32;
@@ -337,7 +359,7 @@ pub fn mc_transport_kernel(
         photon += stride;
     }
     if cache_w > 0.0f32 {
-        absorbed[cache_tet as usize].fetch_add(cache_w);
+        add_fixed(absorbed, cache_tet, cache_w);
     }
     if roulette != 0.0f32 {
         totals[0].fetch_add(roulette);
@@ -381,14 +403,14 @@ pub struct McBatch {
     pub cubes: u32,
 }
 
-/// Transport one batch, adding into `absorbed` (`scene.tets` floats), `escaped`
-/// (`scene.boundary` floats) and `totals` (3 floats).
+/// Transport one batch, adding into `absorbed` (2 x `scene.tets` words), `escaped`
+/// (2 x `scene.boundary` words, fixed point, see [`FIXED_SCALE`]) and `totals` (3 floats).
 pub fn transport<R: Runtime>(
     gpu: &Gpu<R>,
     scene: &McScene,
     batch: &McBatch,
-    absorbed: &GpuArray<f32>,
-    escaped: &GpuArray<f32>,
+    absorbed: &GpuArray<u32>,
+    escaped: &GpuArray<u32>,
     totals: &GpuArray<f32>,
 ) -> Result<()> {
     let name = "mc_transport";
@@ -399,8 +421,8 @@ pub fn transport<R: Runtime>(
     if scene.faces.len() < scene.tets * FACE_FLOATS
         || scene.neigh.len() < scene.tets * 4
         || scene.region.len() < scene.tets
-        || absorbed.len() < scene.tets
-        || escaped.len() < scene.boundary.max(1)
+        || absorbed.len() < 2 * scene.tets
+        || escaped.len() < 2 * scene.boundary.max(1)
         || totals.len() < 3
         || scene.srcs.len() < scene.sources as usize * SRC_FLOATS
         || scene.src_tet.len() < scene.sources as usize
@@ -426,9 +448,10 @@ pub fn transport<R: Runtime>(
     let count = CubeCount::Static(batch.cubes, 1, 1);
     gpu.launch(name, count, |count| {
         // SAFETY: lengths checked above; the host builds neighbours, regions and source
-        // tetrahedra in range (montecarlo-core validates the mesh), and f32 buffers read as
-        // Atomic<f32> have the same layout.
+        // tetrahedra in range (montecarlo-core validates the mesh), and u32/f32 buffers read
+        // as Atomic<u32>/Atomic<f32> have the same layout.
         unsafe {
+            let atomic_u = |a: &GpuArray<u32>| ArrayArg::from_raw_parts(a.handle().clone(), a.len());
             let atomic = |a: &GpuArray<f32>| ArrayArg::from_raw_parts(a.handle().clone(), a.len());
             mc_transport_kernel::launch_unchecked::<R>(
                 gpu.client(),
@@ -442,8 +465,8 @@ pub fn transport<R: Runtime>(
                 scene.src_tet.arg(),
                 params.arg(),
                 ints.arg(),
-                atomic(absorbed),
-                atomic(escaped),
+                atomic_u(absorbed),
+                atomic_u(escaped),
                 atomic(totals),
             );
         }

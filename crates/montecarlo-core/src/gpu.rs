@@ -1,6 +1,6 @@
 //! The GPU path: packs the mesh (f32 SoA), materials and sources, runs
 //! `gpu_kernels::montecarlo` in batches (progress and Ctrl-C between batches), and adds each
-//! batch's f32 tallies into f64 on the host (so f32 sums never span more than one batch).
+//! batch's exact fixed-point tallies (64-bit integers of 2^-24 weight units) into f64.
 
 use crate::error::{Error, Result};
 use crate::sim::Simulation;
@@ -119,11 +119,12 @@ pub fn run(
     let software = matches!(device.backend(), gpu_runtime::Backend::Wgpu);
     with_gpu!(device, |gpu| {
         let scene = upload_scene(gpu, &packed, sim)?;
-        let absorbed = gpu.empty::<f32>(scene.tets)?;
-        let escaped = gpu.empty::<f32>(scene.boundary.max(1))?;
+        let zeros_a = vec![0u32; 2 * scene.tets];
+        let zeros_e = vec![0u32; 2 * scene.boundary.max(1)];
         let totals = gpu.empty::<f32>(3)?;
         // Persistent threads: about 2048 per SM on CUDA; fewer on wgpu (lavapipe is a CPU).
-        let cubes: u32 = sim.params.gpu_cubes.unwrap_or(if software { 64 } else { 4096 }).max(1);
+        // 16384 cubes was fastest of 1024..16384 on an H100 (docs/montecarlo.md).
+        let cubes: u32 = sim.params.gpu_cubes.unwrap_or(if software { 64 } else { 16384 }).max(1);
         let threads = u64::from(cubes * k::UNITS);
         // Batches of ~1/20 of the run (progress, Ctrl-C), at least 16 photons per thread,
         // at most 2^31 (u32 photon offsets inside a batch).
@@ -135,8 +136,8 @@ pub fn run(
                 break;
             }
             let n = batch.min(sim.photons - done);
-            fill(gpu, &absorbed, 0.0)?;
-            fill(gpu, &escaped, 0.0)?;
+            let absorbed = gpu.upload(&zeros_a)?;
+            let escaped = gpu.upload(&zeros_e)?;
             fill(gpu, &totals, 0.0)?;
             let b = McBatch {
                 first: done,
@@ -153,11 +154,12 @@ pub fn run(
             let a = gpu.download(&absorbed)?;
             let e = gpu.download(&escaped)?;
             let t = gpu.download(&totals)?;
-            for (dst, v) in tally.absorbed.iter_mut().zip(&a) {
-                *dst += f64::from(*v);
+            let fixed = |w: &[u32]| ((u64::from(w[1]) << 32) | u64::from(w[0])) as f64 / f64::from(k::FIXED_SCALE);
+            for (dst, v) in tally.absorbed.iter_mut().zip(a.chunks_exact(2)) {
+                *dst += fixed(v);
             }
-            for (dst, v) in tally.escaped.iter_mut().zip(&e) {
-                *dst += f64::from(*v);
+            for (dst, v) in tally.escaped.iter_mut().zip(e.chunks_exact(2)) {
+                *dst += fixed(v);
             }
             tally.roulette += f64::from(t[0]);
             tally.expired += f64::from(t[1]);

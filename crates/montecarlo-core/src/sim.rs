@@ -219,9 +219,11 @@ impl Simulation {
         if photons == 0 {
             return Err(Error::Invalid("photons must be at least 1".into()));
         }
-        if !(params.wmin > 0.0 && params.wmin < 1.0) || !(params.prwin > 1.0 && params.prwin.is_finite()) {
+        if !(params.wmin > 0.0 && params.wmin < 1.0)
+            || !(params.prwin > 1.0 && params.wmin * params.prwin <= 1.0)
+        {
             return Err(Error::Invalid(format!(
-                "roulette needs 0 < wmin < 1 and prwin > 1 (got wmin {}, prwin {})",
+                "roulette needs 0 < wmin < 1, prwin > 1 and wmin x prwin <= 1 (got wmin {}, prwin {})",
                 params.wmin, params.prwin
             )));
         }
