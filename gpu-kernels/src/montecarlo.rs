@@ -19,6 +19,10 @@
 //! integer hash as montecarlo-core's `rng::photon_state`, so a photon's stream does not
 //! depend on the batch or thread that runs it.
 
+// Kernel code is expanded by CubeCL, which has no `rotate_left`, `clamp` or float constant
+// paths for every backend; the spelled-out forms are what it compiles.
+#![allow(clippy::manual_rotate, clippy::approx_constant, clippy::manual_clamp)]
+
 use crate::catalog::{CatalogEntry, array, entry, settings_1d};
 use cubecl::prelude::*;
 use gpu_runtime::{Error, Gpu, GpuArray, Result};
@@ -451,7 +455,8 @@ pub fn transport<R: Runtime>(
         // tetrahedra in range (montecarlo-core validates the mesh), and u32/f32 buffers read
         // as Atomic<u32>/Atomic<f32> have the same layout.
         unsafe {
-            let atomic_u = |a: &GpuArray<u32>| ArrayArg::from_raw_parts(a.handle().clone(), a.len());
+            let atomic_u =
+                |a: &GpuArray<u32>| ArrayArg::from_raw_parts(a.handle().clone(), a.len());
             let atomic = |a: &GpuArray<f32>| ArrayArg::from_raw_parts(a.handle().clone(), a.len());
             mc_transport_kernel::launch_unchecked::<R>(
                 gpu.client(),

@@ -56,7 +56,13 @@ fn timos_model(name: &str) -> Result<Option<Simulation>> {
     let mesh = timos::read_mesh(&base.join(format!("{stem}.mesh")))?;
     let optics = timos::read_opt(&base.join(format!("{stem}.opt")))?;
     let (src, _) = timos::read_source(&base.join(format!("{stem}.source")))?;
-    Ok(Some(Simulation::new(mesh, optics, &src, 1, Params::default())?))
+    Ok(Some(Simulation::new(
+        mesh,
+        optics,
+        &src,
+        1,
+        Params::default(),
+    )?))
 }
 
 fn run_n(sim: &mut Simulation, device: &Device, photons: u64, seed: u64) -> Result<McResult> {
@@ -77,7 +83,11 @@ fn budget(rate: f64, seconds: f64, max: u64) -> u64 {
 pub fn run(device: &Device, opts: &Options, _earlier: &[Measurement]) -> Result<Vec<Measurement>> {
     let mut out = Vec::new();
     if device.is_gpu() {
-        let (max, secs) = if opts.quick { (2_000_000, 3.0) } else { (100_000_000, 15.0) };
+        let (max, secs) = if opts.quick {
+            (2_000_000, 3.0)
+        } else {
+            (100_000_000, 15.0)
+        };
         for (name, n_out, mcx) in [("cube60", 1.37, 0.177), ("cube60b", 1.0, 0.272)] {
             let mut sim = cube60(n_out)?;
             // Warm-up (kernel build) and a rate estimate.
@@ -85,7 +95,10 @@ pub fn run(device: &Device, opts: &Options, _earlier: &[Measurement]) -> Result<
             let n = budget(warm.summary.photons_per_ms, secs, max);
             let r = run_n(&mut sim, device, n, 1)?;
             let s = &r.summary;
-            eprintln!("  {name}: {} photons, {:.0} photons/ms, absorbed {:.4}", s.photons, s.photons_per_ms, s.absorbed);
+            eprintln!(
+                "  {name}: {} photons, {:.0} photons/ms, absorbed {:.4}",
+                s.photons, s.photons_per_ms, s.absorbed
+            );
             out.push(measurement(
                 "montecarlo",
                 &format!("{name} 135k tets, {n} photons, 5 ns"),
@@ -104,18 +117,22 @@ pub fn run(device: &Device, opts: &Options, _earlier: &[Measurement]) -> Result<
         for cubes in [1024u32, 2048, 4096, 8192, 16384] {
             sim.params.gpu_cubes = Some(cubes);
             let r = run_n(&mut sim, device, sweep_n, 5)?;
-            eprintln!("  cube60 {cubes} cubes: {:.0} photons/ms", r.summary.photons_per_ms);
+            eprintln!(
+                "  cube60 {cubes} cubes: {:.0} photons/ms",
+                r.summary.photons_per_ms
+            );
             out.push(measurement(
                 "montecarlo",
                 &format!("cube60 launch of {cubes}x128 threads, {sweep_n} photons"),
                 r.summary.photons_per_ms,
                 "photons/ms",
                 timing(&r),
-                "launch-size sweep (default 4096 cubes)".into(),
+                "launch-size sweep (default 16384 cubes)".into(),
             ));
         }
         for name in ["cube_5med", "fourlayer"] {
-            let Some(mut sim) = timos_model(name).with_context(|| format!("loading {name}"))? else {
+            let Some(mut sim) = timos_model(name).with_context(|| format!("loading {name}"))?
+            else {
                 eprintln!("  {name}: {DATA_ENV} not set: skipped");
                 continue;
             };
@@ -131,7 +148,10 @@ pub fn run(device: &Device, opts: &Options, _earlier: &[Measurement]) -> Result<
             let fl = |x: &McResult| x.fluence(&sim.mesh, &sim.optics);
             let (l1_gpu, l1_cpu) = (l1_norm(&fl(&a), &fl(&g)), l1_norm(&fl(&a), &fl(&b)));
             let s = &r.summary;
-            eprintln!("  {name}: {} photons, {:.0} photons/ms, L1 GPU-CPU {l1_gpu:.4}, CPU-CPU {l1_cpu:.4}", s.photons, s.photons_per_ms);
+            eprintln!(
+                "  {name}: {} photons, {:.0} photons/ms, L1 GPU-CPU {l1_gpu:.4}, CPU-CPU {l1_cpu:.4}",
+                s.photons, s.photons_per_ms
+            );
             out.push(measurement(
                 "montecarlo",
                 &format!("{name} {} tets, {n} photons", sim.mesh.len()),

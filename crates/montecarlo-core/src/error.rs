@@ -7,9 +7,13 @@ use std::path::PathBuf;
 pub enum Error {
     #[error("tetrahedron {tet} (1-based) {why}")]
     BadTet { tet: usize, why: String },
-    #[error("face with nodes {nodes:?} (1-based) is shared by {count} tetrahedra (non-manifold mesh)")]
+    #[error(
+        "face with nodes {nodes:?} (1-based) is shared by {count} tetrahedra (non-manifold mesh)"
+    )]
     NonManifold { nodes: [u32; 3], count: usize },
-    #[error("tetrahedron {tet} (1-based) has region {region}, but only regions 1..={regions} have materials")]
+    #[error(
+        "tetrahedron {tet} (1-based) has region {region}, but only regions 1..={regions} have materials"
+    )]
     UnknownRegion {
         tet: usize,
         region: u32,

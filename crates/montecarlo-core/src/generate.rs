@@ -17,8 +17,20 @@ const CORNER: [[usize; 3]; 8] = [
 ];
 /// Five tetrahedra per cell; the odd-parity cell uses the mirrored split so that the face
 /// diagonals of neighbouring cells agree (the mesh is conforming).
-const FIVE_EVEN: [[usize; 4]; 5] = [[1, 2, 4, 7], [0, 1, 2, 4], [3, 1, 2, 7], [5, 1, 4, 7], [6, 2, 4, 7]];
-const FIVE_ODD: [[usize; 4]; 5] = [[0, 3, 5, 6], [1, 0, 3, 5], [2, 0, 3, 6], [4, 0, 5, 6], [7, 3, 5, 6]];
+const FIVE_EVEN: [[usize; 4]; 5] = [
+    [1, 2, 4, 7],
+    [0, 1, 2, 4],
+    [3, 1, 2, 7],
+    [5, 1, 4, 7],
+    [6, 2, 4, 7],
+];
+const FIVE_ODD: [[usize; 4]; 5] = [
+    [0, 3, 5, 6],
+    [1, 0, 3, 5],
+    [2, 0, 3, 6],
+    [4, 0, 5, 6],
+    [7, 3, 5, 6],
+];
 /// Six tetrahedra around the main diagonal 0-7 (Kuhn split; conforming without parity).
 const SIX: [[usize; 4]; 6] = [
     [0, 1, 3, 7],
@@ -144,7 +156,10 @@ pub fn slab_mesh(
     }
     let xy = planes(-0.5 * width, 0.5 * width, lateral.max(1));
     grid_mesh(&xy, &xy, &zs, per_cell, |c| {
-        tops.iter().position(|&top| c[2] < top).unwrap_or(tops.len() - 1) as u32 + 1
+        tops.iter()
+            .position(|&top| c[2] < top)
+            .unwrap_or(tops.len() - 1) as u32
+            + 1
     })
 }
 
@@ -180,7 +195,11 @@ mod tests {
     fn slab_regions_follow_layers() {
         let m = slab_mesh(2.0, &[0.1, 0.2], 2, 2, 6).unwrap();
         for t in 1..=m.len() {
-            let zc: f64 = m.tets[t].iter().map(|&v| m.nodes[v as usize][2]).sum::<f64>() / 4.0;
+            let zc: f64 = m.tets[t]
+                .iter()
+                .map(|&v| m.nodes[v as usize][2])
+                .sum::<f64>()
+                / 4.0;
             assert_eq!(m.regions[t], if zc < 0.1 { 1 } else { 2 });
         }
     }

@@ -55,7 +55,11 @@ fn pack(sim: &Simulation) -> Result<Packed> {
     for r in 0..=regions as u32 {
         let mat = sim.optics.get(r);
         let mu_t = mat.mua + mat.mus;
-        let inv = if mu_t > 0.0 { 1.0 / mu_t } else { f64::INFINITY };
+        let inv = if mu_t > 0.0 {
+            1.0 / mu_t
+        } else {
+            f64::INFINITY
+        };
         let absorb = if mu_t > 0.0 { mat.mua / mu_t } else { 0.0 };
         mats.extend([mat.mua, mat.mus, inv, mat.g, mat.n, absorb, mu_t, 0.0].map(|v| v as f32));
     }
@@ -70,8 +74,22 @@ fn pack(sim: &Simulation) -> Result<Packed> {
         let (u, _) = source::basis(s.dir);
         srcs.extend(
             [
-                s.kind as f64, s.cumulative, s.param, 0.0, s.pos[0], s.pos[1], s.pos[2], 0.0, s.dir[0],
-                s.dir[1], s.dir[2], 0.0, u[0], u[1], u[2], 0.0,
+                s.kind as f64,
+                s.cumulative,
+                s.param,
+                0.0,
+                s.pos[0],
+                s.pos[1],
+                s.pos[2],
+                0.0,
+                s.dir[0],
+                s.dir[1],
+                s.dir[2],
+                0.0,
+                u[0],
+                u[1],
+                u[2],
+                0.0,
             ]
             .map(|v| v as f32),
         );
@@ -87,7 +105,11 @@ fn pack(sim: &Simulation) -> Result<Packed> {
     })
 }
 
-fn upload_scene<R: cubecl_rt::Runtime>(gpu: &Gpu<R>, p: &Packed, sim: &Simulation) -> gpu_runtime::Result<McScene> {
+fn upload_scene<R: cubecl_rt::Runtime>(
+    gpu: &Gpu<R>,
+    p: &Packed,
+    sim: &Simulation,
+) -> gpu_runtime::Result<McScene> {
     Ok(McScene {
         faces: gpu.upload(&p.faces)?,
         neigh: gpu.upload(&p.neigh)?,
@@ -124,7 +146,11 @@ pub fn run(
         let totals = gpu.empty::<f32>(3)?;
         // Persistent threads: about 2048 per SM on CUDA; fewer on wgpu (lavapipe is a CPU).
         // 16384 cubes was fastest of 1024..16384 on an H100 (docs/montecarlo.md).
-        let cubes: u32 = sim.params.gpu_cubes.unwrap_or(if software { 64 } else { 16384 }).max(1);
+        let cubes: u32 = sim
+            .params
+            .gpu_cubes
+            .unwrap_or(if software { 64 } else { 16384 })
+            .max(1);
         let threads = u64::from(cubes * k::UNITS);
         // Batches of ~1/20 of the run (progress, Ctrl-C), at least 16 photons per thread,
         // at most 2^31 (u32 photon offsets inside a batch).
@@ -154,7 +180,9 @@ pub fn run(
             let a = gpu.download(&absorbed)?;
             let e = gpu.download(&escaped)?;
             let t = gpu.download(&totals)?;
-            let fixed = |w: &[u32]| ((u64::from(w[1]) << 32) | u64::from(w[0])) as f64 / f64::from(k::FIXED_SCALE);
+            let fixed = |w: &[u32]| {
+                ((u64::from(w[1]) << 32) | u64::from(w[0])) as f64 / f64::from(k::FIXED_SCALE)
+            };
             for (dst, v) in tally.absorbed.iter_mut().zip(a.chunks_exact(2)) {
                 *dst += fixed(v);
             }

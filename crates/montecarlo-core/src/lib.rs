@@ -13,6 +13,9 @@
 //! # Ok::<(), montecarlo_core::Error>(())
 //! ```
 
+// `!(x > 0.0)` is how inputs are checked on purpose: it also rejects NaN.
+#![allow(clippy::neg_cmp_op_on_partial_ord)]
+
 pub mod error;
 pub mod generate;
 mod gpu;

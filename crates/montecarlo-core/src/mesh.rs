@@ -74,10 +74,16 @@ impl Mesh {
             return Err(Error::Invalid("the mesh has no tetrahedra".into()));
         }
         if let Some(i) = nodes.iter().position(|p| p.iter().any(|v| !v.is_finite())) {
-            return Err(Error::Invalid(format!("node {} has a non-finite coordinate", i + 1)));
+            return Err(Error::Invalid(format!(
+                "node {} has a non-finite coordinate",
+                i + 1
+            )));
         }
         let (lo, hi) = bounds(&nodes);
-        let scale = (0..3).map(|k| hi[k] - lo[k]).fold(0.0, f64::max).max(f64::MIN_POSITIVE);
+        let scale = (0..3)
+            .map(|k| hi[k] - lo[k])
+            .fold(0.0, f64::max)
+            .max(f64::MIN_POSITIVE);
         let n = tets.len();
         let mut out_tets = Vec::with_capacity(n + 1);
         out_tets.push([0; 4]);
@@ -88,7 +94,11 @@ impl Mesh {
             if let Some(&bad) = t.iter().find(|&&v| v as usize >= nodes.len()) {
                 return Err(Error::BadTet {
                     tet: id,
-                    why: format!("refers to node {} but the mesh has {} nodes", bad + 1, nodes.len()),
+                    why: format!(
+                        "refers to node {} but the mesh has {} nodes",
+                        bad + 1,
+                        nodes.len()
+                    ),
                 });
             }
             let mut t = *t;
@@ -108,7 +118,11 @@ impl Mesh {
                 let (a, b, c) = (p[fn_[0]], p[fn_[1]], p[fn_[2]]);
                 let nrm = cross(sub(b, a), sub(c, a));
                 // Outward: away from the opposite node.
-                let sign = if dot(nrm, sub(p[f], a)) > 0.0 { -1.0 } else { 1.0 };
+                let sign = if dot(nrm, sub(p[f], a)) > 0.0 {
+                    -1.0
+                } else {
+                    1.0
+                };
                 let len = sign * dot(nrm, nrm).sqrt();
                 let u = [nrm[0] / len, nrm[1] / len, nrm[2] / len];
                 faces[id][f] = [u[0], u[1], u[2], dot(u, a)];
@@ -289,7 +303,12 @@ mod tests {
     use super::*;
 
     fn unit() -> Vec<[f64; 3]> {
-        vec![[0.0, 0.0, 0.0], [1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]
+        vec![
+            [0.0, 0.0, 0.0],
+            [1.0, 0.0, 0.0],
+            [0.0, 1.0, 0.0],
+            [0.0, 0.0, 1.0],
+        ]
     }
 
     #[test]
@@ -316,8 +335,12 @@ mod tests {
         let mut n = unit();
         n.push([0.0, 0.0, -1.0]);
         n.push([-1.0, -1.0, -1.0]);
-        let e = Mesh::new(n, vec![[0, 1, 2, 3], [0, 1, 2, 4], [0, 1, 2, 5]], vec![1, 1, 1])
-            .unwrap_err();
+        let e = Mesh::new(
+            n,
+            vec![[0, 1, 2, 3], [0, 1, 2, 4], [0, 1, 2, 5]],
+            vec![1, 1, 1],
+        )
+        .unwrap_err();
         assert!(matches!(e, Error::NonManifold { .. }), "{e}");
     }
 

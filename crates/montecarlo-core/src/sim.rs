@@ -86,7 +86,10 @@ pub struct Outputs {
 
 impl Default for Outputs {
     fn default() -> Self {
-        Outputs { vtk: true, csv: true }
+        Outputs {
+            vtk: true,
+            csv: true,
+        }
     }
 }
 
@@ -185,7 +188,13 @@ impl Simulation {
                 lateral_cells,
                 cells_per_layer,
                 tets_per_cell,
-            } => generate::slab_mesh(*width, layers, *lateral_cells, *cells_per_layer, *tets_per_cell)?,
+            } => generate::slab_mesh(
+                *width,
+                layers,
+                *lateral_cells,
+                *cells_per_layer,
+                *tets_per_cell,
+            )?,
         };
         let optics = match &spec.materials {
             MaterialsSpec::Inline(m) => Optics {
@@ -194,13 +203,19 @@ impl Simulation {
             },
             MaterialsSpec::Timos { timos } => timos::read_opt(&base.join(timos))?,
         };
-        Simulation::new(mesh, optics, &spec.sources, spec.photons, Params {
-            wmin: spec.wmin,
-            prwin: spec.prwin,
-            time_limit_ns: spec.time_limit_ns,
-            seed: spec.seed,
-            gpu_cubes: None,
-        })
+        Simulation::new(
+            mesh,
+            optics,
+            &spec.sources,
+            spec.photons,
+            Params {
+                wmin: spec.wmin,
+                prwin: spec.prwin,
+                time_limit_ns: spec.time_limit_ns,
+                seed: spec.seed,
+                gpu_cubes: None,
+            },
+        )
         .map(|mut s| {
             s.outputs = spec.outputs.clone();
             s
@@ -219,8 +234,10 @@ impl Simulation {
         if photons == 0 {
             return Err(Error::Invalid("photons must be at least 1".into()));
         }
-        if !(params.wmin > 0.0 && params.wmin < 1.0)
-            || !(params.prwin > 1.0 && params.wmin * params.prwin <= 1.0)
+        if !(params.wmin > 0.0
+            && params.wmin < 1.0
+            && params.prwin > 1.0
+            && params.wmin * params.prwin <= 1.0)
         {
             return Err(Error::Invalid(format!(
                 "roulette needs 0 < wmin < 1, prwin > 1 and wmin x prwin <= 1 (got wmin {}, prwin {})",
@@ -266,7 +283,15 @@ impl Simulation {
                 break;
             }
             let n = batch.min(self.photons - done);
-            let t = run_cpu(&self.mesh, &self.optics, &self.sources, &self.params, done, n, stop);
+            let t = run_cpu(
+                &self.mesh,
+                &self.optics,
+                &self.sources,
+                &self.params,
+                done,
+                n,
+                stop,
+            );
             done += t.photons;
             tally = tally.merge(t);
             progress(done, self.photons);
@@ -283,7 +308,15 @@ impl Simulation {
     /// The CPU path for photons `first..first + count` (no batching).
     pub fn run_cpu(&self, first: u64, count: u64) -> McResult {
         let start = Instant::now();
-        let t = run_cpu(&self.mesh, &self.optics, &self.sources, &self.params, first, count, None);
+        let t = run_cpu(
+            &self.mesh,
+            &self.optics,
+            &self.sources,
+            &self.params,
+            first,
+            count,
+            None,
+        );
         McResult::new(t, start.elapsed().as_secs_f64(), "cpu".into(), false)
     }
 }

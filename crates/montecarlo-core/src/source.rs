@@ -99,7 +99,12 @@ pub fn place(sources: &[Source], mesh: &Mesh, n_at: impl Fn(u32) -> f64) -> Resu
         let (kind, pos, dir, param, power) = match *s {
             Source::Pencil { pos, dir, power } => (KIND_PENCIL, pos, Some(dir), 0.0, power),
             Source::Isotropic { pos, power } => (KIND_ISOTROPIC, pos, None, 0.0, power),
-            Source::Cone { pos, dir, na, power } => (KIND_CONE, pos, Some(dir), na, power),
+            Source::Cone {
+                pos,
+                dir,
+                na,
+                power,
+            } => (KIND_CONE, pos, Some(dir), na, power),
             Source::Disk {
                 pos,
                 dir,
@@ -176,7 +181,11 @@ pub fn place(sources: &[Source], mesh: &Mesh, n_at: impl Fn(u32) -> f64) -> Resu
 
 /// Two unit vectors completing `d` to an orthonormal basis.
 pub fn basis(d: [f64; 3]) -> ([f64; 3], [f64; 3]) {
-    let a = if d[0].abs() < 0.9 { [1.0, 0.0, 0.0] } else { [0.0, 1.0, 0.0] };
+    let a = if d[0].abs() < 0.9 {
+        [1.0, 0.0, 0.0]
+    } else {
+        [0.0, 1.0, 0.0]
+    };
     let dot = a[0] * d[0] + a[1] * d[1] + a[2] * d[2];
     let mut u = [a[0] - dot * d[0], a[1] - dot * d[1], a[2] - dot * d[2]];
     let l = (u[0] * u[0] + u[1] * u[1] + u[2] * u[2]).sqrt();
@@ -191,7 +200,11 @@ pub fn basis(d: [f64; 3]) -> ([f64; 3], [f64; 3]) {
 
 /// A launched packet: position, direction, tetrahedron (None when a disk/Gaussian sample
 /// falls outside the mesh: the packet is counted as lost).
-pub fn launch(sources: &[Placed], mesh: &Mesh, rng: &mut Xoshiro128) -> ([f64; 3], [f64; 3], Option<u32>) {
+pub fn launch(
+    sources: &[Placed],
+    mesh: &Mesh,
+    rng: &mut Xoshiro128,
+) -> ([f64; 3], [f64; 3], Option<u32>) {
     let pick = rng.uniform();
     let s = sources
         .iter()

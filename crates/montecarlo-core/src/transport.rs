@@ -144,7 +144,11 @@ fn run_photon(
         }
         let r = regs[mesh.regions[t as usize] as usize];
         let (h, f) = exit_face(&mesh.faces[t as usize], pos, d);
-        let l = if r.mut_ > 0.0 { s / r.mut_ } else { f64::INFINITY };
+        let l = if r.mut_ > 0.0 {
+            s / r.mut_
+        } else {
+            f64::INFINITY
+        };
         let step = l.min(h);
         time += step * r.n / C_MM_PER_NS;
         if time > tmax {

@@ -21,7 +21,11 @@ pub fn write_vtk(path: &Path, mesh: &Mesh, cell_data: &[(&str, &[f64])]) -> Resu
     let mut w = std::io::BufWriter::new(file);
     let io = |e| Error::io(path, e);
     let n = mesh.len();
-    writeln!(w, "# vtk DataFile Version 3.0\nbiogpu mc\nASCII\nDATASET UNSTRUCTURED_GRID").map_err(io)?;
+    writeln!(
+        w,
+        "# vtk DataFile Version 3.0\nbiogpu mc\nASCII\nDATASET UNSTRUCTURED_GRID"
+    )
+    .map_err(io)?;
     writeln!(w, "POINTS {} double", mesh.nodes.len()).map_err(io)?;
     for p in &mesh.nodes {
         writeln!(w, "{} {} {}", p[0], p[1], p[2]).map_err(io)?;
@@ -34,7 +38,11 @@ pub fn write_vtk(path: &Path, mesh: &Mesh, cell_data: &[(&str, &[f64])]) -> Resu
     for _ in 0..n {
         writeln!(w, "10").map_err(io)?;
     }
-    writeln!(w, "CELL_DATA {n}\nSCALARS region int 1\nLOOKUP_TABLE default").map_err(io)?;
+    writeln!(
+        w,
+        "CELL_DATA {n}\nSCALARS region int 1\nLOOKUP_TABLE default"
+    )
+    .map_err(io)?;
     for r in &mesh.regions[1..] {
         writeln!(w, "{r}").map_err(io)?;
     }

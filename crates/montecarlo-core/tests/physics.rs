@@ -31,7 +31,10 @@ fn fresnel_function_matches_the_formula_and_brewster() {
         let th = deg.to_radians();
         for (n1, n2) in [(1.0, 1.5), (1.4, 1.0), (1.37, 1.33)] {
             let (r, _) = fresnel(n1, n2, th.cos());
-            assert!((r - fresnel_formula(n1, n2, th)).abs() < 1e-12, "{deg} {n1} {n2}");
+            assert!(
+                (r - fresnel_formula(n1, n2, th)).abs() < 1e-12,
+                "{deg} {n1} {n2}"
+            );
         }
     }
     // Brewster angle: p reflectance vanishes, R = rs^2 / 2.
@@ -64,7 +67,8 @@ fn transport_reflects_at_a_flat_interface_as_fresnel_says() {
             seed: 3,
             ..Params::default()
         };
-        let sim = Simulation::new(mesh, one(0.0, 0.0, 0.0, n_in, 1.0), &src, photons, params).unwrap();
+        let sim =
+            Simulation::new(mesh, one(0.0, 0.0, 0.0, n_in, 1.0), &src, photons, params).unwrap();
         let r = sim.run_cpu(0, photons);
         let want = fresnel_formula(n_in, 1.0, th);
         let sigma = (want * (1.0 - want) / photons as f64).sqrt().max(1e-9);
@@ -99,7 +103,10 @@ fn energy_balances_to_rounding_with_fresnel_roulette_and_time_limit() {
     let r = sim.run_cpu(0, 20_000);
     let s = &r.summary;
     assert!(s.balance_error.abs() < 1e-12, "{s:?}");
-    assert!(s.absorbed > 0.0 && s.escaped > 0.0 && s.expired > 0.0 && s.roulette != 0.0, "{s:?}");
+    assert!(
+        s.absorbed > 0.0 && s.escaped > 0.0 && s.expired > 0.0 && s.roulette != 0.0,
+        "{s:?}"
+    );
     assert_eq!(s.lost, 0.0);
 }
 
@@ -119,8 +126,14 @@ fn mcml_matched_slab_matches_van_de_hulst() {
         power: 1.0,
     }];
     let photons = 200_000;
-    let sim = Simulation::new(mesh, one(10.0, 90.0, 0.75, 1.0, 1.0), &src, photons, Params::default())
-        .unwrap();
+    let sim = Simulation::new(
+        mesh,
+        one(10.0, 90.0, 0.75, 1.0, 1.0),
+        &src,
+        photons,
+        Params::default(),
+    )
+    .unwrap();
     let r = sim.run_cpu(0, photons);
     let (mut rd, mut tt, mut side) = (0.0, 0.0, 0.0);
     for (i, &(t, f)) in sim.mesh.boundary.iter().enumerate() {
@@ -153,8 +166,14 @@ fn infinite_medium_fluence_matches_diffusion_theory() {
     let c = [30.0, 30.0, 30.0];
     let src = [Source::Isotropic { pos: c, power: 1.0 }];
     let photons = 100_000;
-    let sim = Simulation::new(mesh, one(mua, mus, 0.0, 1.0, 1.0), &src, photons, Params::default())
-        .unwrap();
+    let sim = Simulation::new(
+        mesh,
+        one(mua, mus, 0.0, 1.0, 1.0),
+        &src,
+        photons,
+        Params::default(),
+    )
+    .unwrap();
     let r = sim.run_cpu(0, photons);
     let d = 1.0 / (3.0 * (mua + mus));
     let mu_eff = (mua / d).sqrt();
@@ -163,8 +182,15 @@ fn infinite_medium_fluence_matches_diffusion_theory() {
     for shell in [6.0, 8.0, 10.0, 12.0] {
         let (mut absorbed, mut vol, mut theory) = (0.0, 0.0, 0.0);
         for t in 1..=m.len() {
-            let cen = [0, 1, 2].map(|k| m.tets[t].iter().map(|&v| m.nodes[v as usize][k]).sum::<f64>() / 4.0);
-            let rr = ((cen[0] - c[0]).powi(2) + (cen[1] - c[1]).powi(2) + (cen[2] - c[2]).powi(2)).sqrt();
+            let cen = [0, 1, 2].map(|k| {
+                m.tets[t]
+                    .iter()
+                    .map(|&v| m.nodes[v as usize][k])
+                    .sum::<f64>()
+                    / 4.0
+            });
+            let rr = ((cen[0] - c[0]).powi(2) + (cen[1] - c[1]).powi(2) + (cen[2] - c[2]).powi(2))
+                .sqrt();
             if rr >= shell && rr < shell + 2.0 {
                 absorbed += r.tally.absorbed[t];
                 vol += m.volumes[t];
@@ -173,7 +199,10 @@ fn infinite_medium_fluence_matches_diffusion_theory() {
         }
         let mc = absorbed / (photons as f64 * mua * vol);
         let th = theory / vol;
-        assert!((mc / th - 1.0).abs() < 0.06, "shell {shell}: MC {mc} vs diffusion {th}");
+        assert!(
+            (mc / th - 1.0).abs() < 0.06,
+            "shell {shell}: MC {mc} vs diffusion {th}"
+        );
     }
 }
 
@@ -200,17 +229,22 @@ fn bad_inputs_are_clear_errors() {
         pos: [9.0, 2.0, 2.0],
         power: 1.0,
     }];
-    let e = Simulation::new(mesh.clone(), one(0.1, 1.0, 0.0, 1.0, 1.0), &outside, 10, p).unwrap_err();
+    let e =
+        Simulation::new(mesh.clone(), one(0.1, 1.0, 0.0, 1.0, 1.0), &outside, 10, p).unwrap_err();
     assert!(e.to_string().contains("outside the mesh"), "{e}");
     let mut two = mesh.clone();
     two.regions[3] = 2;
     let e = Simulation::new(two, one(0.1, 1.0, 0.0, 1.0, 1.0), &src, 10, p).unwrap_err();
-    assert!(e.to_string().contains("tetrahedron 3") && e.to_string().contains("region 2"), "{e}");
+    assert!(
+        e.to_string().contains("tetrahedron 3") && e.to_string().contains("region 2"),
+        "{e}"
+    );
 }
 
 #[test]
 fn timos_fourlayer_reads_when_the_data_is_present() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/montecarlo/fourlayer");
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/data/montecarlo/fourlayer");
     let Ok(mesh) = montecarlo_core::timos::read_mesh(&dir.join("FourLayer.mesh")) else {
         eprintln!("FourLayer data not found at {}: skipped", dir.display());
         return;

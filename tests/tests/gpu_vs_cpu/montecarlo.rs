@@ -19,7 +19,11 @@ fn scene(mismatched: bool) -> Simulation {
         |c| if c[2] > 6.0 { 2 } else { 1 },
     )
     .unwrap();
-    let (n1, n2, n_out) = if mismatched { (1.37, 1.5, 1.0) } else { (1.37, 1.37, 1.37) };
+    let (n1, n2, n_out) = if mismatched {
+        (1.37, 1.5, 1.0)
+    } else {
+        (1.37, 1.37, 1.37)
+    };
     let optics = Optics {
         materials: vec![
             Material {
@@ -80,11 +84,18 @@ fn mc_gpu_matches_cpu_within_seed_to_seed_l1() {
         sim.params.seed = 3;
         let gpu_r = sim.run(&gpu, None, |_, _| {}).unwrap();
         assert_eq!(gpu_r.summary.photons, n);
-        let (fa, fb, fg) = (fluence(&sim, &cpu_a), fluence(&sim, &cpu_b), fluence(&sim, &gpu_r));
+        let (fa, fb, fg) = (
+            fluence(&sim, &cpu_a),
+            fluence(&sim, &cpu_b),
+            fluence(&sim, &gpu_r),
+        );
         let cpu_l1 = l1_norm(&fa, &fb);
         let gpu_l1 = l1_norm(&fa, &fg);
         eprintln!("mismatched {mismatched}: L1 cpu-cpu {cpu_l1:.4}, cpu-gpu {gpu_l1:.4}");
-        assert!(gpu_l1 <= 1.15 * cpu_l1, "L1 GPU-CPU {gpu_l1} > 1.15 x CPU-CPU {cpu_l1}");
+        assert!(
+            gpu_l1 <= 1.15 * cpu_l1,
+            "L1 GPU-CPU {gpu_l1} > 1.15 x CPU-CPU {cpu_l1}"
+        );
         // Energy balance: f32 tallies, ~1e-6 relative per add; 1e-4 stated.
         let s = &gpu_r.summary;
         assert!(s.balance_error.abs() < 1e-4, "{s:?}");
@@ -95,7 +106,10 @@ fn mc_gpu_matches_cpu_within_seed_to_seed_l1() {
             ("escaped", cpu_a.summary.escaped, s.escaped),
             ("expired", cpu_a.summary.expired, s.expired),
         ] {
-            assert!((c - g).abs() < 5.0 * sigma + 1e-3 * c.abs(), "{what}: CPU {c} GPU {g}");
+            assert!(
+                (c - g).abs() < 5.0 * sigma + 1e-3 * c.abs(),
+                "{what}: CPU {c} GPU {g}"
+            );
         }
     }
 }

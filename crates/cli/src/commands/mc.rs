@@ -95,7 +95,11 @@ fn run_sim(a: &RunArgs, device: &Device) -> anyhow::Result<()> {
         s.escaped,
         s.roulette,
         s.expired,
-        if s.interrupted { " (interrupted: normalised by the photons run)" } else { "" }
+        if s.interrupted {
+            " (interrupted: normalised by the photons run)"
+        } else {
+            ""
+        }
     );
     println!("outputs in {}", out.path().display());
     Ok(())
@@ -113,7 +117,11 @@ fn write_outputs(out: &OutDir, sim: &Simulation, r: &McResult) -> anyhow::Result
     out.write_json("summary.json", &summary)?;
     if sim.outputs.vtk {
         let path = out.file("result.vtk")?;
-        vtk::write_vtk(&path, &sim.mesh, &[("absorbed", &absorbed), ("fluence", &fluence)])?;
+        vtk::write_vtk(
+            &path,
+            &sim.mesh,
+            &[("absorbed", &absorbed), ("fluence", &fluence)],
+        )?;
     }
     if sim.outputs.csv {
         let path = out.file("tets.csv")?;
@@ -136,7 +144,12 @@ fn write_outputs(out: &OutDir, sim: &Simulation, r: &McResult) -> anyhow::Result
             std::fs::File::create(&path).with_context(|| format!("writing {}", path.display()))?,
         );
         writeln!(w, "triangle,tet,face,area,exitance")?;
-        for (i, (e, &(t, f))) in r.exitance(&sim.mesh).iter().zip(&sim.mesh.boundary).enumerate() {
+        for (i, (e, &(t, f))) in r
+            .exitance(&sim.mesh)
+            .iter()
+            .zip(&sim.mesh.boundary)
+            .enumerate()
+        {
             writeln!(w, "{i},{t},{f},{:e},{e:e}", sim.mesh.boundary_area[i])?;
         }
     }
@@ -173,7 +186,11 @@ pub fn demo(out: &Path, device: &Device) -> anyhow::Result<bool> {
     let photons = 50_000;
     let mut sim = Simulation::new(mesh, optics, &src, photons, Params::default())?;
     let got = sim.run(device, None, |_, _| {})?;
-    ensure!(got.summary.balance_error.abs() < 1e-4, "energy balance off: {:?}", got.summary);
+    ensure!(
+        got.summary.balance_error.abs() < 1e-4,
+        "energy balance off: {:?}",
+        got.summary
+    );
     let dir = out.join("mc");
     let od = OutDir::create(&dir, true, &[])?;
     write_outputs(&od, &sim, &got)?;
@@ -188,7 +205,10 @@ pub fn demo(out: &Path, device: &Device) -> anyhow::Result<bool> {
             "mc: {photons} photons on {device}: absorbed {:.4} (CPU {:.4}), L1 GPU-CPU {gpu:.4} vs CPU-CPU {cpu:.4}",
             got.summary.absorbed, a.summary.absorbed
         );
-        ensure!(gpu <= 1.3 * cpu, "GPU fluence differs from the CPU's: L1 {gpu} vs {cpu}");
+        ensure!(
+            gpu <= 1.3 * cpu,
+            "GPU fluence differs from the CPU's: L1 {gpu} vs {cpu}"
+        );
     } else {
         println!(
             "mc: {photons} photons on the CPU: absorbed {:.4}, escaped {:.4}, {:.0} photons/ms",
