@@ -20,6 +20,7 @@ pub mod error;
 pub mod generate;
 mod gpu;
 pub mod mesh;
+pub mod mmc;
 pub mod optics;
 pub mod rng;
 pub mod sim;

@@ -21,6 +21,8 @@ use std::time::Instant;
 pub enum MeshSpec {
     /// A TIM-OS `.mesh` file (relative paths are relative to the JSON file).
     Timos(PathBuf),
+    /// MMC's `node_<key>.dat` and `elem_<key>.dat`.
+    Mmc { node: PathBuf, elem: PathBuf },
     /// A box on a regular grid.
     Box {
         origin: [f64; 3],
@@ -176,6 +178,9 @@ impl Simulation {
     pub fn from_spec(spec: &SimSpec, base: &Path) -> Result<Simulation> {
         let mesh = match &spec.mesh {
             MeshSpec::Timos(p) => timos::read_mesh(&base.join(p))?,
+            MeshSpec::Mmc { node, elem } => {
+                crate::mmc::read_mmc_mesh(&base.join(node), &base.join(elem))?
+            }
             MeshSpec::Box {
                 origin,
                 size,

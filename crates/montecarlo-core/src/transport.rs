@@ -103,6 +103,8 @@ struct Region {
     mut_: f64,
     g: f64,
     n: f64,
+    /// n / c: ns per mm of flight.
+    n_over_c: f64,
 }
 
 fn regions(optics: &Optics, mesh: &Mesh) -> Vec<Region> {
@@ -114,6 +116,7 @@ fn regions(optics: &Optics, mesh: &Mesh) -> Vec<Region> {
                 mut_: m.mua + m.mus,
                 g: m.g,
                 n: m.n,
+                n_over_c: m.n / C_MM_PER_NS,
             }
         })
         .collect()
@@ -150,7 +153,7 @@ fn run_photon(
             f64::INFINITY
         };
         let step = l.min(h);
-        time += step * r.n / C_MM_PER_NS;
+        time += step * r.n_over_c;
         if time > tmax {
             tally.expired += w;
             return;

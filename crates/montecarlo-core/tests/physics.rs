@@ -271,10 +271,19 @@ fn a_stopped_run_returns_the_normalised_partial_result() {
         pos: [5.0, 5.0, 5.0],
         power: 1.0,
     }];
-    let sim = Simulation::new(mesh, one(0.5, 1.0, 0.0, 1.0, 1.0), &src, 1_000_000, Params::default()).unwrap();
+    let sim = Simulation::new(
+        mesh,
+        one(0.5, 1.0, 0.0, 1.0, 1.0),
+        &src,
+        1_000_000,
+        Params::default(),
+    )
+    .unwrap();
     let stop = AtomicBool::new(false);
     let r = sim
-        .run(&gpu_runtime::Device::cpu(), Some(&stop), |_, _| stop.store(true, Ordering::Relaxed))
+        .run(&gpu_runtime::Device::cpu(), Some(&stop), |_, _| {
+            stop.store(true, Ordering::Relaxed)
+        })
         .unwrap();
     let s = &r.summary;
     assert!(s.interrupted);
