@@ -21,6 +21,7 @@ pub mod generate;
 mod gpu;
 pub mod mesh;
 pub mod mmc;
+pub mod mmc_json;
 pub mod optics;
 pub mod rng;
 pub mod sim;

@@ -164,10 +164,21 @@ pub struct Simulation {
 }
 
 impl Simulation {
-    /// Read and resolve a JSON simulation file.
+    /// Read and resolve a JSON simulation file: ours ([`SimSpec`]) or MMC's input (see
+    /// [`crate::mmc_json`]), told apart by MMC's `Domain` and `Session` keys.
     pub fn from_json(path: &Path) -> Result<Simulation> {
         let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
-        let spec: SimSpec = serde_json::from_str(&text).map_err(|source| Error::Json {
+        let value: serde_json::Value =
+            serde_json::from_str(&text).map_err(|source| Error::Json {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        if crate::mmc_json::is_mmc(&value) {
+            let r = crate::mmc_json::resolve(path, value)?;
+            let mesh = crate::mmc::read_mmc_mesh(&r.node, &r.elem)?;
+            return Simulation::new(mesh, r.optics, &r.sources, r.photons, r.params);
+        }
+        let spec: SimSpec = serde_json::from_value(value).map_err(|source| Error::Json {
             path: path.to_path_buf(),
             source,
         })?;
