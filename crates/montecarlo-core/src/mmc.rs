@@ -6,7 +6,10 @@ use crate::error::{Error, Result};
 use crate::mesh::Mesh;
 use std::path::Path;
 
-fn rows(path: &Path) -> Result<(usize, Vec<(usize, Vec<f64>)>)> {
+/// Numbered rows of a file: (1-based line, numbers).
+type Rows = Vec<(usize, Vec<f64>)>;
+
+fn rows(path: &Path) -> Result<(usize, Rows)> {
     let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
     let mut lines = text
         .lines()

@@ -282,7 +282,7 @@ fn a_stopped_run_returns_the_normalised_partial_result() {
     let stop = AtomicBool::new(false);
     let r = sim
         .run(&gpu_runtime::Device::cpu(), Some(&stop), |_, _| {
-            stop.store(true, Ordering::Relaxed)
+            stop.store(true, Ordering::Relaxed);
         })
         .unwrap();
     let s = &r.summary;
