@@ -122,9 +122,29 @@ fn regions(optics: &Optics, mesh: &Mesh) -> Vec<Region> {
         .collect()
 }
 
+/// Everything the inner loop reads about one tetrahedron, in one place (two cache lines
+/// plus a few bytes instead of three scattered arrays).
+#[derive(Debug, Clone, Copy)]
+struct Tet {
+    faces: [[f64; 4]; 4],
+    neighbours: [u32; 4],
+    region: u32,
+}
+
+fn packed(mesh: &Mesh) -> Vec<Tet> {
+    (0..=mesh.len())
+        .map(|t| Tet {
+            faces: mesh.faces[t],
+            neighbours: mesh.neighbours[t],
+            region: mesh.regions[t],
+        })
+        .collect()
+}
+
 /// Run photon `index` and add its weights to `tally`.
 fn run_photon(
     mesh: &Mesh,
+    tets: &[Tet],
     regs: &[Region],
     sources: &[Placed],
     p: &Params,
@@ -145,8 +165,9 @@ fn run_photon(
         if s <= 0.0 {
             s = -rng.uniform().ln();
         }
-        let r = regs[mesh.regions[t as usize] as usize];
-        let (h, f) = exit_face(&mesh.faces[t as usize], pos, d);
+        let tet = &tets[t as usize];
+        let r = regs[tet.region as usize];
+        let (h, f) = exit_face(&tet.faces, pos, d);
         let l = if r.mut_ > 0.0 {
             s / r.mut_
         } else {
@@ -180,10 +201,10 @@ fn run_photon(
             // Hop to the face, keep the leftover optical depth.
             pos = [0, 1, 2].map(|k| pos[k] + h * d[k]);
             s -= h * r.mut_;
-            let next = mesh.neighbours[t as usize][f];
-            let n2 = regs[mesh.regions[next as usize] as usize].n;
+            let next = tet.neighbours[f];
+            let n2 = regs[tets[next as usize].region as usize].n;
             if r.n != n2 {
-                let fp = mesh.faces[t as usize][f];
+                let fp = tet.faces[f];
                 let nrm = [fp[0], fp[1], fp[2]];
                 let cos_i = (nrm[0] * d[0] + nrm[1] * d[1] + nrm[2] * d[2]).min(1.0);
                 let (refl, cos_t) = fresnel(r.n, n2, cos_i);
@@ -219,6 +240,7 @@ pub fn run_cpu(
 ) -> Tally {
     const BLOCK: u64 = 4096;
     let regs = regions(optics, mesh);
+    let tets = packed(mesh);
     let blocks = count.div_ceil(BLOCK);
     (0..blocks)
         .into_par_iter()
@@ -231,7 +253,7 @@ pub fn run_cpu(
                 let lo = first + b * BLOCK;
                 let hi = (lo + BLOCK).min(first + count);
                 for i in lo..hi {
-                    run_photon(mesh, &regs, sources, params, i, &mut tally);
+                    run_photon(mesh, &tets, &regs, sources, params, i, &mut tally);
                 }
                 tally.photons += hi - lo;
                 tally
