@@ -139,3 +139,41 @@ fn mc_gpu_rejects_cpu_only_sources() {
     let e = sim.run(&gpu, None, |_, _| {}).unwrap_err();
     assert!(e.to_string().contains("CPU only"), "{e}");
 }
+
+use proptest::prelude::*;
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(4))]
+
+    /// Random optics on an 8 mm cube (pencil beam, Fresnel at the surface when n differs from
+    /// outside): the GPU's absorbed, escaped and time-limited fractions agree with the CPU's
+    /// within 5 standard errors of a fraction over 20,000 photons (+1e-3 relative for f32).
+    #[test]
+    fn mc_gpu_fractions_match_cpu_for_random_optics(
+        mua in 0.01f64..0.5,
+        mus in 0.0f64..5.0,
+        g in -0.5f64..0.95,
+        n in 1.0f64..1.6,
+        limit in prop::option::of(0.02f64..0.2),
+    ) {
+        let Some(gpu) = gpu_under_test("mc_gpu_fractions_match_cpu_for_random_optics") else {
+            return Ok(());
+        };
+        let mesh = generate::box_mesh([0.0; 3], [8.0; 3], 2.0, 5).unwrap();
+        let optics = Optics { materials: vec![Material { mua, mus, g, n }], n_outside: 1.0 };
+        let src = [Source::Pencil { pos: [4.1, 4.2, 0.0], dir: [0.0, 0.0, 1.0], power: 1.0 }];
+        let params = Params { time_limit_ns: limit, ..Params::default() };
+        let photons = 20_000;
+        let sim = Simulation::new(mesh, optics, &src, photons, params).unwrap();
+        let c = sim.run_cpu(0, photons).summary;
+        let g_ = sim.run(&gpu, None, |_, _| {}).unwrap().summary;
+        let sigma = (0.25 / photons as f64).sqrt();
+        for (what, a, b) in [
+            ("absorbed", c.absorbed, g_.absorbed),
+            ("escaped", c.escaped, g_.escaped),
+            ("expired", c.expired, g_.expired),
+        ] {
+            prop_assert!((a - b).abs() < 5.0 * sigma + 1e-3 * a.abs(), "{}: CPU {} GPU {}", what, a, b);
+        }
+    }
+}
