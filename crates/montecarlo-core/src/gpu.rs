@@ -68,7 +68,8 @@ fn pack(sim: &Simulation) -> Result<Packed> {
     for s in &sim.sources {
         if ![KIND_PENCIL, KIND_ISOTROPIC, KIND_CONE].contains(&s.kind) {
             return Err(Error::Gpu(
-                "disk and Gaussian sources run on the CPU only for now (use --device cpu)".into(),
+                "disk, Gaussian and line sources run on the CPU only for now (use --device cpu)"
+                    .into(),
             ));
         }
         let (u, _) = source::basis(s.dir);

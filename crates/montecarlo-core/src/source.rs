@@ -45,6 +45,14 @@ pub enum Source {
         #[serde(default = "one")]
         power: f64,
     },
+    /// Line (cylindrical diffuser) from `pos` to `end`, emitting isotropically from points
+    /// uniform along it.
+    Line {
+        pos: [f64; 3],
+        end: [f64; 3],
+        #[serde(default = "one")]
+        power: f64,
+    },
     /// Fibre tip at `pos` emitting uniformly in solid angle into the cone of numerical
     /// aperture `na` around `dir` (half angle asin(na / n) in the medium of index n).
     Cone {
@@ -62,6 +70,7 @@ pub const KIND_ISOTROPIC: u32 = 1;
 pub const KIND_CONE: u32 = 2;
 pub const KIND_DISK: u32 = 3;
 pub const KIND_GAUSSIAN: u32 = 4;
+pub const KIND_LINE: u32 = 5;
 
 /// A source resolved against a mesh: start tetrahedron found, direction normalised.
 #[derive(Debug, Clone, Copy)]
@@ -117,6 +126,23 @@ pub fn place(sources: &[Source], mesh: &Mesh, n_at: impl Fn(u32) -> f64) -> Resu
                 waist,
                 power,
             } => (KIND_GAUSSIAN, pos, Some(dir), waist, power),
+            Source::Line { pos, end, power } => {
+                let d = [end[0] - pos[0], end[1] - pos[1], end[2] - pos[2]];
+                let len = (d[0] * d[0] + d[1] * d[1] + d[2] * d[2]).sqrt();
+                if !(len > 0.0 && len.is_finite()) {
+                    return Err(Error::BadSource {
+                        index,
+                        why: format!("line from {pos:?} to {end:?} has no length"),
+                    });
+                }
+                if mesh.locate(end, None).is_none() {
+                    return Err(Error::BadSource {
+                        index,
+                        why: format!("line end {end:?} lies outside the mesh"),
+                    });
+                }
+                (KIND_LINE, pos, Some(d), len, power)
+            }
         };
         if !(power > 0.0 && power.is_finite()) {
             return Err(Error::BadSource {
@@ -149,6 +175,7 @@ pub fn place(sources: &[Source], mesh: &Mesh, n_at: impl Fn(u32) -> f64) -> Resu
                 }
                 (1.0 - (param / n).powi(2)).max(0.0).sqrt()
             }
+            KIND_LINE => param,
             KIND_DISK | KIND_GAUSSIAN => {
                 if !(param > 0.0 && param.is_finite()) {
                     return Err(Error::BadSource {
@@ -239,6 +266,15 @@ pub fn launch(
             let from = [0, 1, 2].map(|k| s.pos[k] + e * s.dir[k]);
             let to = [0, 1, 2].map(|k| from[k] + r * (phi.cos() * u[k] + phi.sin() * v[k]));
             (to, s.dir, mesh.walk(s.tet, from, to))
+        }
+        KIND_LINE => {
+            let along = s.param * rng.uniform();
+            let to = [0, 1, 2].map(|k| s.pos[k] + along * s.dir[k]);
+            let cz = 2.0 * rng.uniform() - 1.0;
+            let phi = 2.0 * PI * rng.uniform();
+            let sz = (1.0 - cz * cz).max(0.0).sqrt();
+            let d = [sz * phi.cos(), sz * phi.sin(), cz];
+            (to, d, mesh.walk(s.tet, s.pos, to))
         }
         _ => (s.pos, s.dir, Some(s.tet)),
     }

@@ -290,3 +290,50 @@ fn a_stopped_run_returns_the_normalised_partial_result() {
     assert!(s.photons > 0 && s.photons < 1_000_000, "{}", s.photons);
     assert!(s.balance_error.abs() < 1e-12 && s.absorbed > 0.5, "{s:?}");
 }
+
+/// A line source along the axis of a long box: every packet starts on the segment (none
+/// lost), energy balances, and absorption is symmetric about the segment's midpoint.
+#[test]
+fn line_source_emits_along_the_segment() {
+    let mesh = generate::box_mesh([0.0; 3], [10.0, 10.0, 20.0], 2.0, 5).unwrap();
+    let src = [Source::Line {
+        pos: [5.1, 5.2, 5.0],
+        end: [5.1, 5.2, 15.0],
+        power: 1.0,
+    }];
+    let photons = 20_000;
+    let sim = Simulation::new(
+        mesh,
+        one(0.1, 1.0, 0.0, 1.0, 1.0),
+        &src,
+        photons,
+        Params::default(),
+    )
+    .unwrap();
+    let r = sim.run_cpu(0, photons);
+    let s = &r.summary;
+    assert_eq!(s.lost, 0.0, "{s:?}");
+    assert!(s.balance_error.abs() < 1e-12);
+    let m = &sim.mesh;
+    let (mut lo, mut hi, mut outside) = (0.0, 0.0, 0.0);
+    for t in 1..=m.len() {
+        let z: f64 = m.tets[t]
+            .iter()
+            .map(|&v| m.nodes[v as usize][2])
+            .sum::<f64>()
+            / 4.0;
+        let a = r.tally.absorbed[t] / photons as f64;
+        // Split on grid planes: centroids of the 5-tet split are not symmetric within a cell.
+        if (4.0..10.0).contains(&z) {
+            lo += a;
+        } else if (10.0..16.0).contains(&z) {
+            hi += a;
+        } else {
+            outside += a;
+        }
+    }
+    // Each half holds ~40% of the launched weight; seed-to-seed the halves differ by about
+    // 1% (measured over six seeds), so 4% is about 5 sigma.
+    assert!((lo - hi).abs() < 0.04 * (lo + hi) / 2.0, "halves {lo} {hi}");
+    assert!(outside < lo, "{outside} beyond the ends vs {lo}");
+}
