@@ -12,7 +12,11 @@
 // condition would turn it into a runtime branch.
 #![allow(clippy::collapsible_if)]
 // `!(x > 0.0)` is meant: it is also true for NaN. Ranges are written as CubeCL 0.10 parses them.
-#![allow(clippy::neg_cmp_op_on_partial_ord, clippy::if_not_else, clippy::range_plus_one)]
+#![allow(
+    clippy::neg_cmp_op_on_partial_ord,
+    clippy::if_not_else,
+    clippy::range_plus_one
+)]
 
 use crate::CUBE_1D;
 use crate::catalog::{CatalogEntry, array, entry, settings_1d};

@@ -5,8 +5,8 @@
 //! tests/tests/gpu_vs_cpu/speckle_flow.rs.
 
 use crate::error::{Error, Result};
-use crate::gpu::staging_cache;
 use crate::flow::{FlowModel, TauMap};
+use crate::gpu::staging_cache;
 use crate::mesi::{BetaMode, MesiMaps, MesiOptions};
 use gpu_kernels::speckle_flow::{self as kernels, MesiFitParams};
 use gpu_runtime::{Device, Gpu, HostStaging, KnownRuntime, with_gpu};
