@@ -1,0 +1,101 @@
+//! A TCSPC cube: photon counts per pixel and time bin, with the bin width and laser period.
+
+use crate::error::{Error, Result, invalid};
+use ndarray::{Array3, ArrayView3};
+
+/// Photon counts as stored by instruments: u16 or u32 counts, or f32 after processing.
+pub trait Count: bytemuck::Pod + Copy + Send + Sync + Into<f64> + std::fmt::Debug + 'static {
+    /// How the GPU kernels read this type from 32-bit words (see `gpu_kernels::flim`).
+    const KIND: u32;
+}
+
+impl Count for u16 {
+    const KIND: u32 = gpu_kernels::flim::KIND_U16;
+}
+
+impl Count for u32 {
+    const KIND: u32 = gpu_kernels::flim::KIND_U32;
+}
+
+impl Count for f32 {
+    const KIND: u32 = gpu_kernels::flim::KIND_F32;
+}
+
+/// Decay histograms of an image: `counts[[y, x, bin]]`, bin `j` covering
+/// `[j h, (j + 1) h)` after the first bin's start, `h = bin_ns`.
+///
+/// ```
+/// use flim_core::Cube;
+/// use ndarray::Array3;
+/// let cube = Cube::new(Array3::<u16>::zeros((4, 4, 64)), 0.1)?.with_period_ns(12.5)?;
+/// assert_eq!(cube.bins(), 64);
+/// assert_eq!(cube.period_ns(), 12.5);
+/// # Ok::<(), flim_core::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct Cube<T: Count> {
+    counts: Array3<T>,
+    bin_ns: f64,
+    period_ns: Option<f64>,
+}
+
+impl<T: Count> Cube<T> {
+    /// A cube of `counts` (y, x, bin) with bins `bin_ns` nanoseconds wide.
+    pub fn new(counts: Array3<T>, bin_ns: f64) -> Result<Self> {
+        if !(bin_ns.is_finite() && bin_ns > 0.0) {
+            return Err(invalid("bin width", bin_ns, "must be finite and > 0 ns"));
+        }
+        if counts.dim().2 < 4 {
+            return Err(Error::Shape(format!(
+                "a decay needs at least 4 time bins, the cube has {}",
+                counts.dim().2
+            )));
+        }
+        Ok(Self {
+            counts: counts.as_standard_layout().into_owned(),
+            bin_ns,
+            period_ns: None,
+        })
+    }
+
+    /// Set the laser repetition period (ns); it sets the phasor's base frequency.
+    pub fn with_period_ns(mut self, period_ns: f64) -> Result<Self> {
+        if !(period_ns.is_finite() && period_ns > 0.0) {
+            return Err(invalid("laser period", period_ns, "must be finite and > 0 ns"));
+        }
+        self.period_ns = Some(period_ns);
+        Ok(self)
+    }
+
+    /// The counts, (y, x, bin), standard layout.
+    pub fn counts(&self) -> ArrayView3<'_, T> {
+        self.counts.view()
+    }
+
+    /// Bin width in ns.
+    pub fn bin_ns(&self) -> f64 {
+        self.bin_ns
+    }
+
+    /// The laser period in ns; the recorded window (bins x bin width) when none was given.
+    pub fn period_ns(&self) -> f64 {
+        self.period_ns
+            .unwrap_or(self.bin_ns * self.bins() as f64)
+    }
+
+    /// Time bins per pixel.
+    pub fn bins(&self) -> usize {
+        self.counts.dim().2
+    }
+
+    /// (rows, columns).
+    pub fn shape(&self) -> (usize, usize) {
+        let (h, w, _) = self.counts.dim();
+        (h, w)
+    }
+
+    /// The counts as a flat slice, pixel after pixel, bins contiguous.
+    pub(crate) fn as_slice(&self) -> &[T] {
+        self.counts.as_slice().expect("standard layout")
+    }
+}
