@@ -197,14 +197,26 @@ pub fn lifetimes<R: Runtime>(
     let pixels = p.pixels as usize;
     let counts = pixels * p.stride as usize;
     if p.m < 4 || p.first + p.m > p.stride || p.kind > KIND_F32 {
-        return Err(invalid(name, format!("bins {}..{} of {}, kind {}", p.first, p.first + p.m, p.stride, p.kind)));
+        return Err(invalid(
+            name,
+            format!(
+                "bins {}..{} of {}, kind {}",
+                p.first,
+                p.first + p.m,
+                p.stride,
+                p.kind
+            ),
+        ));
     }
     if words.len() * per_word < counts
         || tables.len() < 3 * p.m as usize
         || out.len() < PLANES * pixels
         || status.len() < pixels
     {
-        return Err(invalid(name, format!("buffers too short for {pixels} pixels x {} bins", p.stride)));
+        return Err(invalid(
+            name,
+            format!("buffers too short for {pixels} pixels x {} bins", p.stride),
+        ));
     }
     if pixels == 0 {
         return Ok(());
@@ -248,30 +260,34 @@ fn invalid(kernel: &str, why: String) -> Error {
 
 /// This module's kernels, configured as their launch wrappers configure them.
 pub(crate) fn catalog<R: Runtime>(client: &ComputeClient<R>) -> Vec<CatalogEntry> {
-    [("lifetimes_u16", KIND_U16), ("lifetimes_u32", KIND_U32), ("lifetimes_f32", KIND_F32)]
-        .into_iter()
-        .map(|(name, kind)| {
-            let k = lifetimes_kernel::LifetimesKernel::<R>::new(
-                settings_1d(CUBE_1D),
-                client.clone(),
-                array(),
-                array(),
-                array(),
-                array(),
-                (),
-                (),
-                (),
-                (),
-                (),
-                (),
-                (),
-                (),
-                (),
-                (),
-                (),
-                kind,
-            );
-            entry("flim", name, k)
-        })
-        .collect()
+    [
+        ("lifetimes_u16", KIND_U16),
+        ("lifetimes_u32", KIND_U32),
+        ("lifetimes_f32", KIND_F32),
+    ]
+    .into_iter()
+    .map(|(name, kind)| {
+        let k = lifetimes_kernel::LifetimesKernel::<R>::new(
+            settings_1d(CUBE_1D),
+            client.clone(),
+            array(),
+            array(),
+            array(),
+            array(),
+            (),
+            (),
+            (),
+            (),
+            (),
+            (),
+            (),
+            (),
+            (),
+            (),
+            (),
+            kind,
+        );
+        entry("flim", name, k)
+    })
+    .collect()
 }

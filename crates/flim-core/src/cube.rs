@@ -4,7 +4,9 @@ use crate::error::{Error, Result, invalid};
 use ndarray::{Array3, ArrayView3};
 
 /// Photon counts as stored by instruments: u16 or u32 counts, or f32 after processing.
-pub trait Count: bytemuck::Pod + Copy + Send + Sync + Into<f64> + std::fmt::Debug + 'static {
+pub trait Count:
+    bytemuck::Pod + Copy + Send + Sync + Into<f64> + std::fmt::Debug + 'static
+{
     /// How the GPU kernels read this type from 32-bit words (see `gpu_kernels::flim`).
     const KIND: u32;
 }
@@ -61,9 +63,22 @@ impl<T: Count> Cube<T> {
     /// Set the laser repetition period (ns); it sets the phasor's base frequency.
     pub fn with_period_ns(mut self, period_ns: f64) -> Result<Self> {
         if !(period_ns.is_finite() && period_ns > 0.0) {
-            return Err(invalid("laser period", period_ns, "must be finite and > 0 ns"));
+            return Err(invalid(
+                "laser period",
+                period_ns,
+                "must be finite and > 0 ns",
+            ));
         }
         self.period_ns = Some(period_ns);
+        Ok(self)
+    }
+
+    /// The same counts with bins `bin_ns` wide (e.g. to override a file's header).
+    pub fn with_bin_ns(mut self, bin_ns: f64) -> Result<Self> {
+        if !(bin_ns.is_finite() && bin_ns > 0.0) {
+            return Err(invalid("bin width", bin_ns, "must be finite and > 0 ns"));
+        }
+        self.bin_ns = bin_ns;
         Ok(self)
     }
 
@@ -79,8 +94,7 @@ impl<T: Count> Cube<T> {
 
     /// The laser period in ns; the recorded window (bins x bin width) when none was given.
     pub fn period_ns(&self) -> f64 {
-        self.period_ns
-            .unwrap_or(self.bin_ns * self.bins() as f64)
+        self.period_ns.unwrap_or(self.bin_ns * self.bins() as f64)
     }
 
     /// Time bins per pixel.

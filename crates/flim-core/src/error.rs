@@ -13,6 +13,18 @@ pub enum Error {
     /// Input data that do not fit together (shapes, lengths).
     #[error("{0}")]
     Shape(String),
+    /// A file could not be opened or read.
+    #[error("{path}: {source}")]
+    Io {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    /// A file's content is not what its format requires; `what` names the part.
+    #[error("{path}: {what}")]
+    Format {
+        path: std::path::PathBuf,
+        what: String,
+    },
     /// The GPU path failed.
     #[error("GPU: {0}")]
     Gpu(String),

@@ -21,7 +21,11 @@ use rayon::prelude::*;
 /// assert!((maps.tau_rld[[0, 0]] - 3.0).abs() < 0.3);
 /// # Ok::<(), flim_core::Error>(())
 /// ```
-pub fn analyse_on<T: Count>(cube: &Cube<T>, opts: &Analysis, device: &Device) -> Result<LifetimeMaps> {
+pub fn analyse_on<T: Count>(
+    cube: &Cube<T>,
+    opts: &Analysis,
+    device: &Device,
+) -> Result<LifetimeMaps> {
     if !device.is_gpu() {
         return crate::analyse(cube, opts);
     }
@@ -46,7 +50,11 @@ pub fn analyse_on<T: Count>(cube: &Cube<T>, opts: &Analysis, device: &Device) ->
     with_gpu!(device, |gpu| {
         let tables_dev = gpu.upload(&tables)?;
         // Even pixel counts per chunk keep u16 chunks word-aligned.
-        let plan = gpu.budget().plan(pixels.div_ceil(2), 2 * (px_bytes + PLANES * 4 + 4) as u64, 0)?;
+        let plan = gpu.budget().plan(
+            pixels.div_ceil(2),
+            2 * (px_bytes + PLANES * 4 + 4) as u64,
+            0,
+        )?;
         let mut staging = gpu.host_staging(0);
         for pairs in plan.chunks() {
             let first_px = pairs.start * 2;
@@ -94,7 +102,10 @@ pub fn analyse_on<T: Count>(cube: &Cube<T>, opts: &Analysis, device: &Device) ->
     })?;
     maps.status = Array2::from_shape_vec(
         (h, w),
-        status.into_iter().map(|s| if s == 0 { 0 } else { STATUS_MASKED }).collect(),
+        status
+            .into_iter()
+            .map(|s| if s == 0 { 0 } else { STATUS_MASKED })
+            .collect(),
     )
     .expect("h * w statuses");
     Ok(maps)

@@ -7,9 +7,11 @@
 pub mod cube;
 pub mod error;
 pub mod gpu;
+pub mod io;
 pub mod methods;
 pub mod sim;
 
 pub use cube::{Count, Cube};
 pub use error::{Error, Result};
+pub use io::AnyCube;
 pub use methods::{Analysis, Calibration, LifetimeMaps, analyse};

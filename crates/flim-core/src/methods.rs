@@ -76,7 +76,11 @@ impl Calibration {
     pub fn from_reference(g: f64, s: f64, tau_ns: f64, omega: f64) -> Result<Self> {
         let m = g.hypot(s);
         if !(m.is_finite() && m > 0.0) {
-            return Err(invalid("reference phasor", format!("({g}, {s})"), "needs photons"));
+            return Err(invalid(
+                "reference phasor",
+                format!("({g}, {s})"),
+                "needs photons",
+            ));
         }
         if !(tau_ns.is_finite() && tau_ns >= 0.0) {
             return Err(invalid("reference lifetime", tau_ns, "must be >= 0 ns"));
@@ -135,14 +139,22 @@ impl Analysis {
             return Err(invalid("threshold", self.threshold, "must be >= 0 photons"));
         }
         if !(self.offset.is_finite() && self.offset >= 0.0) {
-            return Err(invalid("offset", self.offset, "must be >= 0 counts per bin"));
+            return Err(invalid(
+                "offset",
+                self.offset,
+                "must be >= 0 counts per bin",
+            ));
         }
         if self.harmonic == 0 {
             return Err(invalid("harmonic", 0, "must be >= 1"));
         }
         let c = self.calibration;
         if !(c.phase.is_finite() && c.modulation.is_finite() && c.modulation > 0.0) {
-            return Err(invalid("calibration", format!("{c:?}"), "must be finite, modulation > 0"));
+            return Err(invalid(
+                "calibration",
+                format!("{c:?}"),
+                "must be finite, modulation > 0",
+            ));
         }
         let omega = 2.0 * std::f64::consts::PI * f64::from(self.harmonic) / period_ns;
         let (cos_t, sin_t) = (0..m)
@@ -273,7 +285,14 @@ impl LifetimeMaps {
 
 /// Names of [`LifetimeMaps::planes`], as written to files.
 pub const PLANES: [&str; 8] = [
-    "intensity", "tau_rld_ns", "tau_iem_ns", "tau_cmm_ns", "g", "s", "tau_phase_ns", "tau_mod_ns",
+    "intensity",
+    "tau_rld_ns",
+    "tau_iem_ns",
+    "tau_cmm_ns",
+    "g",
+    "s",
+    "tau_phase_ns",
+    "tau_mod_ns",
 ];
 
 /// Mean bin index of a bin-integrated exponential with `a = h / tau`, cut at `m` bins.
@@ -284,7 +303,7 @@ fn mean_bin(a: f64, m: f64) -> f64 {
 /// `a = h / tau` whose window-cut mean bin index is `mu` (bisection on ln a over
 /// [1e-6, 60]); 0 (tau = inf) when `mu` is at or above the flat-decay value (m - 1) / 2.
 fn cmm_rate(mu: f64, m: f64) -> f64 {
-    if !(mu > 0.0) {
+    if mu.is_nan() || mu <= 0.0 {
         return f64::NAN;
     }
     if mu >= 0.5 * (m - 1.0) {
@@ -306,7 +325,8 @@ fn cmm_rate(mu: f64, m: f64) -> f64 {
 /// The eight values of one pixel from its `m` counts, and its status.
 pub(crate) fn pixel(counts: impl Iterator<Item = f64>, su: &Setup) -> ([f64; 8], u8) {
     let k = su.m / 2;
-    let (mut n, mut m1, mut simp, mut d0, mut d1, mut gc, mut gs) = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
+    let (mut n, mut m1, mut simp, mut d0, mut d1, mut gc, mut gs) =
+        (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
     let (mut first, mut last) = (0.0, 0.0);
     for (j, c) in counts.enumerate() {
         let v = c - su.offset;
@@ -356,7 +376,8 @@ pub(crate) fn pixel(counts: impl Iterator<Item = f64>, su: &Setup) -> ([f64; 8],
 /// use flim_core::{Analysis, Cube, analyse, sim::mono_exponential};
 /// let cube = mono_exponential(&[2.5], 8, 8, 256, 0.05, 12.8, 20_000.0, 1)?;
 /// let maps = analyse(&cube, &Analysis::default())?;
-/// let tau = maps.tau_iem[[4, 4]];
+/// // CMM uses every photon; at 20,000 photons its spread is about 0.7%.
+/// let tau = maps.tau_cmm[[4, 4]];
 /// assert!((tau - 2.5).abs() < 0.1, "{tau}");
 /// # Ok::<(), flim_core::Error>(())
 /// ```

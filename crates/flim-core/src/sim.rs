@@ -18,12 +18,19 @@ pub struct DecaySim {
     seed: u64,
 }
 
+/// A list of decay components and its expected counts per bin.
+type Decay = (Vec<(f64, f64)>, Vec<f64>);
+
 impl DecaySim {
     /// `bins` bins of `bin_ns`, a window of one laser period, `photons` per pixel (expected),
     /// no background, no IRF (the excitation is an instant pulse at t = 0), seed 1.
     pub fn new(bins: usize, bin_ns: f64, photons: f64) -> Result<Self> {
         if bins < 4 || !(bin_ns > 0.0 && bin_ns.is_finite()) {
-            return Err(invalid("bins/bin width", format!("{bins} x {bin_ns} ns"), "need >= 4 bins of > 0 ns"));
+            return Err(invalid(
+                "bins/bin width",
+                format!("{bins} x {bin_ns} ns"),
+                "need >= 4 bins of > 0 ns",
+            ));
         }
         if !(photons.is_finite() && photons >= 0.0) {
             return Err(invalid("photons", photons, "must be >= 0"));
@@ -62,9 +69,9 @@ impl DecaySim {
     /// Expected counts per bin of a decay `sum a_i exp(-t / tau_i)` (amplitude fractions
     /// `a_i`), periodic with the laser period, normalised to `photons`, plus background.
     pub fn expected(&self, components: &[(f64, f64)]) -> Vec<f64> {
-        let (h, t_rep) = (self.bin_ns, self.period_ns);
         // Fine sub-bin quadrature of the (IRF-convolved) periodic decay.
         const SUB: usize = 16;
+        let (h, t_rep) = (self.bin_ns, self.period_ns);
         let decay = |t: f64| -> f64 {
             components
                 .iter()
@@ -115,17 +122,18 @@ impl DecaySim {
     ) -> Result<Cube<u16>> {
         let mut counts = Array3::<u16>::zeros((h, w, self.bins));
         let mut rng = SplitMix64(self.seed);
-        let mut cache: Vec<(Vec<(f64, f64)>, Vec<f64>)> = Vec::new();
+        // Expected decays by component list: phantoms repeat a few decays many times.
+        let mut cache: Vec<Decay> = Vec::new();
         for y in 0..h {
             for x in 0..w {
                 let comps = at(y, x);
-                let idx = match cache.iter().position(|(c, _)| *c == comps) {
-                    Some(i) => i,
-                    None => {
+                let idx = cache
+                    .iter()
+                    .position(|(c, _)| *c == comps)
+                    .unwrap_or_else(|| {
                         cache.push((comps.clone(), self.expected(&comps)));
                         cache.len() - 1
-                    }
-                };
+                    });
                 for (j, &mean) in cache[idx].1.iter().enumerate() {
                     counts[[y, x, j]] = poisson(mean, &mut rng).min(u64::from(u16::MAX)) as u16;
                 }
@@ -148,7 +156,11 @@ pub fn mono_exponential(
     seed: u64,
 ) -> Result<Cube<u16>> {
     if taus_ns.is_empty() || taus_ns.iter().any(|&t| !(t > 0.0 && t.is_finite())) {
-        return Err(invalid("lifetimes", format!("{taus_ns:?}"), "need at least one, each > 0 ns"));
+        return Err(invalid(
+            "lifetimes",
+            format!("{taus_ns:?}"),
+            "need at least one, each > 0 ns",
+        ));
     }
     let mut sim = DecaySim::new(bins, bin_ns, photons)?.with_seed(seed);
     sim.period_ns = period_ns;
@@ -214,7 +226,7 @@ fn ln_gamma(x: f64) -> f64 {
 /// A Poisson variate of mean `lam`: multiplication for small means, Hoermann's PTRS
 /// (transformed rejection, exact) above 10.
 pub(crate) fn poisson(lam: f64, rng: &mut SplitMix64) -> u64 {
-    if !(lam > 0.0) {
+    if lam.is_nan() || lam <= 0.0 {
         return 0;
     }
     if lam < 10.0 {
