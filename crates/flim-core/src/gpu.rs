@@ -5,7 +5,7 @@
 use crate::cube::{Count, Cube};
 use crate::error::Result;
 use crate::methods::{Analysis, LifetimeMaps, STATUS_MASKED};
-use gpu_kernels::flim::{self as kernels, LifetimeParams, PLANES};
+use gpu_kernels::flim::lifetimes::{self as kernels, LifetimeParams, plane_of, planes};
 use gpu_runtime::{Device, with_gpu};
 use ndarray::Array2;
 use rayon::prelude::*;
@@ -46,13 +46,15 @@ pub fn analyse_on<T: Count>(
         .collect();
     let bytes: &[u8] = bytemuck::cast_slice(cube.as_slice());
     let px_bytes = bins * std::mem::size_of::<T>();
+    let methods = su.methods.bits();
+    let nplanes = planes(methods);
     let mut status = vec![0u32; pixels];
     with_gpu!(device, |gpu| {
         let tables_dev = gpu.upload(&tables)?;
         // Even pixel counts per chunk keep u16 chunks word-aligned.
         let plan = gpu.budget().plan(
             pixels.div_ceil(2),
-            2 * (px_bytes + PLANES * 4 + 4) as u64,
+            2 * (px_bytes + nplanes * 4 + 4) as u64,
             0,
         )?;
         let mut staging = gpu.host_staging(0);
@@ -61,7 +63,7 @@ pub fn analyse_on<T: Count>(
             let n = (pairs.end * 2).min(pixels) - first_px;
             let len = n * px_bytes;
             let words = len.div_ceil(4);
-            let need = (words * 4).max(n * PLANES * 4);
+            let need = (words * 4).max(n * nplanes * 4);
             if staging.len() < need {
                 staging = gpu.host_staging(need);
             }
@@ -73,7 +75,7 @@ pub fn analyse_on<T: Count>(
                 .for_each(|(d, s)| d.copy_from_slice(s));
             dst[len..].fill(0);
             let words_dev = gpu.upload_staged::<u32>(&staging, words)?;
-            let out = gpu.empty::<f32>(n * PLANES)?;
+            let out = gpu.empty::<f32>(n * nplanes)?;
             let st = gpu.empty::<u32>(n)?;
             let p = LifetimeParams {
                 pixels: n as u32,
@@ -85,14 +87,20 @@ pub fn analyse_on<T: Count>(
                 offset: su.offset as f32,
                 threshold: su.threshold as f32,
                 cal: (su.cal_cos as f32, su.cal_sin as f32),
+                table_sums: (su.sum_simpson as f32, su.sum_cos as f32, su.sum_sin as f32),
                 kind: T::KIND,
+                methods,
             };
             kernels::lifetimes(gpu, &words_dev, &tables_dev, &p, &out, &st)?;
             gpu.download_staged(&out, &mut staging)?;
-            let vals: &[f32] = bytemuck::cast_slice(&staging.as_bytes()[..n * PLANES * 4]);
+            let vals: &[f32] = bytemuck::cast_slice(&staging.as_bytes()[..n * nplanes * 4]);
             for (q, plane) in maps.planes_mut().into_iter().enumerate() {
-                plane.as_slice_mut().expect("standard layout")[first_px..first_px + n]
-                    .copy_from_slice(&vals[q * n..(q + 1) * n]);
+                let dst =
+                    &mut plane.as_slice_mut().expect("standard layout")[first_px..first_px + n];
+                match plane_of(methods, q as u32) {
+                    Some(i) => dst.copy_from_slice(&vals[i as usize * n..(i as usize + 1) * n]),
+                    None => dst.fill(f32::NAN),
+                }
             }
             gpu.download_staged(&st, &mut staging)?;
             status[first_px..first_px + n]

@@ -14,4 +14,4 @@ pub mod sim;
 pub use cube::{Count, Cube};
 pub use error::{Error, Result};
 pub use io::AnyCube;
-pub use methods::{Analysis, Calibration, LifetimeMaps, analyse};
+pub use methods::{Analysis, Calibration, LifetimeMaps, Methods, analyse, analyse_decay};

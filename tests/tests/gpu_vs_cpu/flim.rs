@@ -1,52 +1,56 @@
 //! FLIM non-iterative methods on the GPU (f32) against the f64 CPU reference.
 //!
-//! Tolerances scale with each pixel's conditioning, computed here in f64 from the counts
-//! (`v_j` = counts minus offset, `n = sum v_j`, `kappa = sum |v_j| / n`; f32 unit roundoff
-//! `u = 6e-8`, sums of up to 4,096 terms):
-//! - intensity: |dn| <= 1e-6 sum |v_j|; status equal unless n is that close to the threshold.
-//! - g, s: |d| <= 2e-6 kappa + 1e-6 (cos/sin tables rounded to f32).
-//! - phase and modulation lifetimes: the GPU's value equals the formula applied to the GPU's
-//!   own (g, s) to 1e-5 relative (the formula is checked; its conditioning is (g, s)'s).
-//! - RLD `K h / ln(D0/D1)`: relative 1e-5 + 4e-6 kappa / |ln(D0/D1)|.
-//! - IEM `h S / (N_0 - N_{M-1})`: relative 1e-5 + 1e-6 (sum |v_j| + |N_0| + |N_{M-1}|) / |N_0 - N_{M-1}|.
-//! - CMM (bisection for the window-cut mean bin index): backward error; the mean bin index
-//!   implied by the GPU's lifetime matches the CPU's to 2e-6 kappa M.
+//! Tolerances are f32 error bounds computed per pixel in f64 from its counts, so they hold
+//! for any data and are as tight as the arithmetic allows. With `u = 2^-24`, `M` bins of
+//! raw counts `c_j`, offset `o`, a recursive f32 sum of terms `x_j` errs by at most
+//! `gamma sum |x_j|`, `gamma = M u` (Higham, Accuracy and Stability, eq. 4.4); each
+//! further operation adds `u` relative. Those sum errors are carried through each formula
+//! to first order:
+//! - intensity `n = sum c - M o`; status equal unless `n` is that close to the threshold.
+//! - g, s: numerator and `n` errors, plus `u` per cos/sin table entry and the calibration.
+//! - phase and modulation lifetimes: the GPU's value against the formula applied to the
+//!   GPU's own (g, s) in f64 (the formula is checked; its conditioning is (g, s)'s).
+//! - RLD `K h / ln(D0/D1)`: gate errors over `|ln(D0/D1)|`.
+//! - IEM `h S / (N_0 - N_{M-1})`: Simpson-sum error plus end-bin errors over their difference.
+//! - CMM: backward error. The mean bin index implied by the GPU's lifetime matches the CPU's
+//!   within the error of the mean (`m1 / n`), the solver's stopping tolerance (1e-6 on ln a)
+//!   times the slope, and the f32 evaluation of `B(a) - M B(aM)`.
+//!
+//! Formulas that are ill-defined within those errors (a comparison that could go either
+//! way, e.g. `D0 > D1`) are skipped for that pixel only.
 
 use biogpu_tests::gpu_under_test;
 use flim_core::gpu::analyse_on;
 use flim_core::methods::STATUS_OK;
-use flim_core::{Analysis, Count, Cube, LifetimeMaps, analyse};
+use flim_core::{Analysis, Count, Cube, LifetimeMaps, Methods, analyse};
 use ndarray::Array3;
 use proptest::prelude::*;
 
+/// f32 unit roundoff.
+const U: f64 = 1.0 / 16_777_216.0;
+
+/// `B(x) = 1/(e^x - 1) - 1/x`.
+fn b_fn(x: f64) -> f64 {
+    if x < 1e-3 {
+        -0.5 + x / 12.0
+    } else {
+        1.0 / x.exp_m1() - 1.0 / x
+    }
+}
+
+/// `B'(x)`.
+fn b_deriv(x: f64) -> f64 {
+    if x < 1e-3 {
+        1.0 / 12.0
+    } else {
+        let sh = (0.5 * x).sinh();
+        1.0 / (x * x) - 0.25 / (sh * sh)
+    }
+}
+
 /// Mean bin index of a bin-integrated exponential with `a = h / tau`, cut at `m` bins.
 fn mean_bin(a: f64, m: f64) -> f64 {
-    if a == 0.0 {
-        return 0.5 * (m - 1.0);
-    }
-    1.0 / a.exp_m1() - m / (a * m).exp_m1()
-}
-
-struct PixelStats {
-    n: f64,
-    abs_sum: f64,
-    d0: f64,
-    d1: f64,
-    first: f64,
-    last: f64,
-}
-
-fn pixel_stats(v: &[f64], offset: f64) -> PixelStats {
-    let k = v.len() / 2;
-    let w: Vec<f64> = v.iter().map(|c| c - offset).collect();
-    PixelStats {
-        n: w.iter().sum(),
-        abs_sum: w.iter().map(|x| x.abs()).sum(),
-        d0: w[..k].iter().sum(),
-        d1: w[k..2 * k].iter().sum(),
-        first: w[0],
-        last: w[w.len() - 1],
-    }
+    b_fn(a) - m * b_fn(a * m)
 }
 
 /// What `compare` needs to know of the analysis settings.
@@ -57,24 +61,28 @@ struct Settings {
     first: usize,
     m: usize,
     harmonic: u32,
+    cal: (f64, f64),
+    methods: Methods,
 }
 
-fn close(got: f32, want: f32, rel: f64, what: &str) -> Result<(), TestCaseError> {
-    let (g, w) = (f64::from(got), f64::from(want));
-    if g.is_nan() || w.is_nan() || g.is_infinite() || w.is_infinite() {
+/// |got - want| <= tol, NaN only against NaN, infinities equal.
+fn within(got: f32, want: f64, tol: f64, what: &str) -> Result<(), TestCaseError> {
+    let g = f64::from(got);
+    if g.is_nan() || want.is_nan() || g.is_infinite() || want.is_infinite() {
         prop_assert!(
-            g.is_nan() == w.is_nan() && (g.is_nan() || g == w),
+            (g.is_nan() && want.is_nan()) || g == want,
             "{what}: GPU {got}, CPU {want}"
         );
         return Ok(());
     }
     prop_assert!(
-        (g - w).abs() <= rel * w.abs(),
-        "{what}: GPU {got}, CPU {want}, rel tol {rel:e}"
+        (g - want).abs() <= tol,
+        "{what}: GPU {got}, CPU {want}, tolerance {tol:e}"
     );
     Ok(())
 }
 
+#[allow(clippy::too_many_lines)]
 fn compare<T: Count>(cube: &Cube<T>, opts: &Analysis, s: &Settings) -> Result<(), TestCaseError> {
     let Some(device) = gpu_under_test("flim_lifetimes_match_the_cpu") else {
         return Ok(());
@@ -83,28 +91,31 @@ fn compare<T: Count>(cube: &Cube<T>, opts: &Analysis, s: &Settings) -> Result<()
     let gpu: LifetimeMaps = analyse_on(cube, opts, &device).unwrap();
     let counts = cube.counts();
     let Settings {
-        offset,
+        offset: o,
         threshold,
         first,
         m,
         harmonic,
+        cal: (cc, cs),
+        methods,
     } = *s;
+    let h = cube.bin_ns();
+    let mf = m as f64;
+    let k = m / 2;
+    let gamma = mf * U;
     let omega = 2.0 * std::f64::consts::PI / cube.period_ns() * f64::from(harmonic);
     for ((y, x), &st) in cpu.status.indexed_iter() {
-        let v: Vec<f64> = counts
+        let c: Vec<f64> = counts
             .slice(ndarray::s![y, x, first..first + m])
             .iter()
-            .map(|&c| c.into())
+            .map(|&v| v.into())
             .collect();
-        let ps = pixel_stats(&v, offset);
-        let at = format!("pixel ({y}, {x}), n {}", ps.n);
-        let dn = 1e-6 * ps.abs_sum + 1e-6;
-        prop_assert!(
-            (f64::from(gpu.intensity[[y, x]]) - ps.n).abs() <= dn,
-            "{at}: intensity {}",
-            gpu.intensity[[y, x]]
-        );
-        if (ps.n - threshold).abs() <= dn || ps.n.abs() <= dn {
+        let abs_sum: f64 = c.iter().map(|v| v.abs()).sum::<f64>();
+        let n = c.iter().sum::<f64>() - mf * o;
+        let at = format!("pixel ({y}, {x}), n {n}");
+        let dn = gamma * abs_sum + U * (mf * o + n.abs()) + 1e-30;
+        within(gpu.intensity[[y, x]], n, dn, &format!("{at}: intensity"))?;
+        if (n - threshold).abs() <= dn || n.abs() <= dn {
             continue; // status may differ at the threshold
         }
         prop_assert_eq!(gpu.status[[y, x]], st, "{}: status", at);
@@ -114,61 +125,141 @@ fn compare<T: Count>(cube: &Cube<T>, opts: &Analysis, s: &Settings) -> Result<()
             }
             continue;
         }
-        let kappa = ps.abs_sum / ps.n;
-        for (name, a, b) in [("g", &gpu.g, &cpu.g), ("s", &gpu.s, &cpu.s)] {
-            let (ga, cb) = (f64::from(a[[y, x]]), f64::from(b[[y, x]]));
-            prop_assert!(
-                (ga - cb).abs() <= 2e-6 * kappa + 1e-6,
-                "{at}: {name} GPU {ga} CPU {cb}"
-            );
-        }
-        let (g, s) = (f64::from(gpu.g[[y, x]]), f64::from(gpu.s[[y, x]]));
-        let phase = s / (omega * g);
-        let modl = (1.0 / (g * g + s * s) - 1.0).sqrt() / omega;
-        close(
-            gpu.tau_phase[[y, x]],
-            phase as f32,
-            1e-5,
-            &format!("{at}: phase lifetime from the GPU's (g, s)"),
-        )?;
-        close(
-            gpu.tau_mod[[y, x]],
-            modl as f32,
-            1e-5,
-            &format!("{at}: modulation lifetime from the GPU's (g, s)"),
-        )?;
-        let lr = (ps.d0 / ps.d1).ln().abs();
-        if ps.d1 > 0.0 && lr > 1e-4 {
-            close(
-                gpu.tau_rld[[y, x]],
-                cpu.tau_rld[[y, x]],
-                1e-5 + 4e-6 * kappa / lr,
-                &format!("{at}: RLD"),
-            )?;
-        }
-        let dl = (ps.first - ps.last).abs();
-        if dl > 1e-3 * ps.abs_sum / m as f64 {
-            let rel = 1e-5 + 1e-6 * (ps.abs_sum + ps.first.abs() + ps.last.abs()) / dl;
-            close(
-                gpu.tau_iem[[y, x]],
-                cpu.tau_iem[[y, x]],
-                rel,
-                &format!("{at}: IEM"),
-            )?;
-        }
-        let (tg, tc) = (
-            f64::from(gpu.tau_cmm[[y, x]]),
-            f64::from(cpu.tau_cmm[[y, x]]),
+        let nan_unless = |wanted: Methods, map: &ndarray::Array2<f32>| {
+            methods.contains(wanted) || map[[y, x]].is_nan()
+        };
+        prop_assert!(
+            nan_unless(Methods::RLD, &gpu.tau_rld)
+                && nan_unless(Methods::IEM, &gpu.tau_iem)
+                && nan_unless(Methods::CMM, &gpu.tau_cmm)
+                && nan_unless(Methods::PHASOR, &gpu.g),
+            "{}: a method not asked for has a value",
+            at
         );
-        if tc.is_finite() && tg.is_finite() {
-            let h = cube.bin_ns();
-            let (mg, mc) = (mean_bin(h / tg, m as f64), mean_bin(h / tc, m as f64));
-            prop_assert!(
-                (mg - mc).abs() <= 2e-6 * kappa * m as f64 + 1e-5,
-                "{at}: CMM GPU {tg} CPU {tc}: mean bin {mg} vs {mc}"
+        // Phasor.
+        if methods.contains(Methods::PHASOR) {
+            let (mut gc, mut gs) = (0.0, 0.0);
+            for (j, v) in c.iter().enumerate() {
+                let t = (j as f64 + 0.5) * h;
+                gc += (omega * t).cos() * (v - o);
+                gs += (omega * t).sin() * (v - o);
+            }
+            let (g0, s0) = (gc / n, gs / n);
+            let dnum = (gamma + 2.0 * U) * (abs_sum + mf * o);
+            let dg0 = dnum / n.abs() + g0.abs().max(s0.abs()) * dn / n.abs() + U;
+            let dg = (cc.abs() + cs.abs()) * dg0 + 4.0 * U * (cc.abs() + cs.abs());
+            let g = cc * g0 - cs * s0;
+            let sv = cs * g0 + cc * s0;
+            within(gpu.g[[y, x]], g, dg, &format!("{at}: g"))?;
+            within(gpu.s[[y, x]], sv, dg, &format!("{at}: s"))?;
+            let (gg, sg) = (f64::from(gpu.g[[y, x]]), f64::from(gpu.s[[y, x]]));
+            let phase = sg / (omega * gg);
+            within(
+                gpu.tau_phase[[y, x]],
+                phase,
+                1e-6 * phase.abs(),
+                &format!("{at}: phase lifetime from the GPU's (g, s)"),
+            )?;
+            let m2 = gg * gg + sg * sg;
+            let q = 1.0 / m2 - 1.0;
+            if q.abs() > 16.0 * U / m2 {
+                let modl = q.sqrt() / omega;
+                let rel = 4.0 * U / m2 / q.abs() + 8.0 * U;
+                within(
+                    gpu.tau_mod[[y, x]],
+                    modl,
+                    rel * modl.abs(),
+                    &format!("{at}: modulation lifetime from the GPU's (g, s)"),
+                )?;
+            }
+        }
+        // RLD.
+        if methods.contains(Methods::RLD) {
+            let d0 = c[..k].iter().sum::<f64>() - k as f64 * o;
+            let d1 = c[k..2 * k].iter().sum::<f64>() - k as f64 * o;
+            let e0 =
+                gamma * c[..k].iter().map(|v| v.abs()).sum::<f64>() + U * (k as f64 * o + d0.abs());
+            let e1 = 2.0 * dn + e0;
+            if d1 > e1 && d0 - d1 > e0 + e1 {
+                let lr = (d0 / d1).ln();
+                let tau = cpu.tau_rld[[y, x]];
+                let rel = (e0 / d0 + e1 / d1) / lr + 8.0 * U;
+                within(
+                    gpu.tau_rld[[y, x]],
+                    f64::from(tau),
+                    rel * f64::from(tau).abs() + 1e-7 * f64::from(tau).abs(),
+                    &format!("{at}: RLD"),
+                )?;
+            }
+        }
+        // IEM.
+        if methods.contains(Methods::IEM) {
+            let (f, l) = (c[0] - o, c[m - 1] - o);
+            let (ef, el) = (U * (c[0] + o), U * (c[m - 1] + o));
+            let simp_abs = 4.0 / 3.0 * (abs_sum + mf * o);
+            let tau = f64::from(cpu.tau_iem[[y, x]]);
+            let sum_s = tau * (f - l) / h;
+            if (f - l).abs() > 4.0 * (ef + el) && sum_s.abs() > 0.0 {
+                let rel = (gamma + 2.0 * U) * simp_abs / sum_s.abs()
+                    + (ef + el) / (f - l).abs()
+                    + 8.0 * U;
+                within(
+                    gpu.tau_iem[[y, x]],
+                    tau,
+                    rel * tau.abs() + 1e-7 * tau.abs(),
+                    &format!("{at}: IEM"),
+                )?;
+            }
+        }
+        // CMM (backward error).
+        if methods.contains(Methods::CMM) {
+            let m1: f64 = c
+                .iter()
+                .enumerate()
+                .map(|(j, v)| j as f64 * (v - o))
+                .sum::<f64>();
+            let m1_abs: f64 = c
+                .iter()
+                .enumerate()
+                .map(|(j, v)| j as f64 * (v.abs() + o))
+                .sum::<f64>();
+            let mu = m1 / n;
+            let dmu = (gamma * m1_abs + U * m1.abs()) / n.abs() + mu.abs() * dn / n.abs();
+            let flat = 0.5 * (mf - 1.0);
+            let (tg, tc) = (
+                f64::from(gpu.tau_cmm[[y, x]]),
+                f64::from(cpu.tau_cmm[[y, x]]),
             );
-        } else {
-            prop_assert!(tc.is_nan() == tg.is_nan(), "{at}: CMM GPU {tg} CPU {tc}");
+            if mu.abs() <= dmu || (flat - mu).abs() <= dmu {
+                continue; // NaN / infinite / finite could go either way
+            }
+            if !tc.is_finite() {
+                prop_assert!(
+                    tc.is_nan() == tg.is_nan() && (tc.is_nan() || tg == tc),
+                    "{}: CMM GPU {} CPU {}",
+                    at,
+                    tg,
+                    tc
+                );
+                continue;
+            }
+            prop_assert!(tg.is_finite(), "{}: CMM GPU {} CPU {}", at, tg, tc);
+            let a = h / tg;
+            let ya = a.ln();
+            let slope = a * (b_deriv(a) - mf * mf * b_deriv(a * mf));
+            let eval = 8.0 * U * (b_fn(a).abs() + mf * b_fn(a * mf).abs());
+            let solver = slope.abs() * (2e-6 * ya.abs().max(1.0) + 4.0 * U);
+            let (mg, mc) = (mean_bin(a, mf), mean_bin(h / tc, mf));
+            prop_assert!(
+                (mg - mc).abs() <= dmu + eval + solver,
+                "{}: CMM GPU {} CPU {}: mean bin {} vs {} (tolerance {:e})",
+                at,
+                tg,
+                tc,
+                mg,
+                mc,
+                dmu + eval + solver
+            );
         }
     }
     Ok(())
@@ -202,6 +293,15 @@ fn random_cube(h: usize, w: usize, bins: usize, bin_ns: f64, peak: f64, seed: u6
     a
 }
 
+const METHOD_SETS: [Methods; 6] = [
+    Methods::ALL,
+    Methods::ALL,
+    Methods::RLD,
+    Methods::IEM,
+    Methods::CMM,
+    Methods::PHASOR,
+];
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
 
@@ -218,18 +318,25 @@ proptest! {
         threshold in prop_oneof![Just(1.0f64), 0.0f64..500.0],
         harmonic in 1u32..3,
         period_scale in 1.0f64..2.0,
+        cal_phase in prop_oneof![Just(0.0f64), -1.0f64..1.0],
+        cal_mod in prop_oneof![Just(1.0f64), 0.5f64..2.0],
+        set in 0usize..6,
         seed in any::<u64>(),
     ) {
         let raw = random_cube(h, w, bins, bin_ns, peak, seed);
         let first = ((bins as f64 * first_frac) as usize).min(bins - 4);
         let m = bins - first;
         let period = bins as f64 * bin_ns * period_scale;
+        let methods = METHOD_SETS[set];
         let opts = Analysis::default()
             .with_range(first, Some(m))
             .with_offset(offset)
             .with_threshold(threshold)
-            .with_harmonic(harmonic);
-        let set = Settings { offset, threshold, first, m, harmonic };
+            .with_harmonic(harmonic)
+            .with_calibration(flim_core::Calibration { phase: cal_phase, modulation: cal_mod })
+            .with_methods(methods);
+        let cal = (cal_mod * cal_phase.cos(), cal_mod * cal_phase.sin());
+        let set = Settings { offset, threshold, first, m, harmonic, cal, methods };
         match kind {
             0 => compare(&Cube::new(raw.mapv(|v| v.min(65535.0) as u16), bin_ns).unwrap().with_period_ns(period).unwrap(), &opts, &set)?,
             1 => compare(&Cube::new(raw.mapv(|v| v as u32 * 37), bin_ns).unwrap().with_period_ns(period).unwrap(), &opts, &set)?,
