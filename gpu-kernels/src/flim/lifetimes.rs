@@ -414,7 +414,10 @@ pub fn lifetimes<R: Runtime>(
     if pixels == 0 {
         return Ok(());
     }
-    let pairs = p.kind == KIND_U16 && p.stride % 2 == 0 && p.first % 2 == 0 && p.m % 2 == 0;
+    let pairs = p.kind == KIND_U16
+        && p.stride.is_multiple_of(2)
+        && p.first.is_multiple_of(2)
+        && p.m.is_multiple_of(2);
     let (m, mf) = (p.m, f64::from(p.m));
     let count = gpu.cube_count_1d(name, pixels, CUBE_1D)?;
     gpu.launch(name, count, |count| {
