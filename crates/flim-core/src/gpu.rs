@@ -1,17 +1,301 @@
-//! The GPU path of the non-iterative methods: the cube goes up as its own bytes (u16 counts
-//! two per word) through page-locked staging, in chunks of pixels that fit device memory,
-//! and the eight maps come back.
+//! The GPU path: a cube goes up as its own bytes (u16 counts two per word) in chunks of
+//! pixels through page-locked staging, each chunk's kernel writes f32 planes and a status
+//! word per pixel, and they come back.
+//!
+//! Chunks are pipelined over [`workers`] threads: CubeCL gives each host thread its own CUDA
+//! stream and gpu-runtime's pinned copies run on per-thread streams too, so while one worker
+//! copies chunk c + 1 into pinned memory and uploads it, another runs the kernel on chunk c
+//! and a third downloads chunk c - 1. Chunks are at most [`chunk_bytes`] of counts (16 MiB
+//! by default) and fit the device's memory budget together; results do not depend on the
+//! chunking (tested bit for bit). Pinned buffers are kept between calls: page-locking a
+//! hundred megabytes costs more than analysing them.
 
 use crate::cube::{Count, Cube};
-use crate::error::Result;
-use crate::methods::{Analysis, LifetimeMaps, STATUS_MASKED};
+use crate::error::{Error, Result};
+use crate::fret::{Donor, FretMaps, FretSetup};
+use crate::methods::{Analysis, LifetimeMaps, STATUS_MASKED, Setup};
+use gpu_kernels::flim::fret::{self as fret_kernels, FRET_PLANES, FretParams};
 use gpu_kernels::flim::lifetimes::{self as kernels, LifetimeParams, plane_of, planes};
-use gpu_runtime::{Device, with_gpu};
+use gpu_runtime::{Device, Gpu, GpuArray, HostStaging, KnownRuntime, with_gpu};
 use ndarray::Array2;
 use rayon::prelude::*;
+use std::collections::VecDeque;
+use std::sync::Mutex;
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+
+/// Pipeline workers (chunks in flight); `BIOGPU_FLIM_WORKERS` overrides (1 = sequential).
+pub fn workers() -> usize {
+    std::env::var("BIOGPU_FLIM_WORKERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&w| (1..=16).contains(&w))
+        .unwrap_or(3)
+}
+
+/// Largest chunk of counts per transfer (bytes); `BIOGPU_FLIM_CHUNK_MIB` overrides.
+pub fn chunk_bytes() -> usize {
+    std::env::var("BIOGPU_FLIM_CHUNK_MIB")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|&m| m >= 1)
+        .unwrap_or(16)
+        << 20
+}
+
+/// What a per-pixel kernel run over the cube needs to know.
+pub(crate) struct PixelJob<'a, R: KnownRuntime> {
+    /// f32 planes written per pixel.
+    pub planes: usize,
+    /// Launch on one chunk: (gpu, counts as words, pixels, out planes, status).
+    #[allow(clippy::type_complexity)]
+    pub launch: &'a (
+            dyn Fn(
+        &Gpu<R>,
+        &GpuArray<u32>,
+        usize,
+        &GpuArray<f32>,
+        &GpuArray<u32>,
+    ) -> gpu_runtime::Result<()>
+                + Sync
+        ),
+}
+
+/// Host memory of one chunk in flight.
+struct Slot {
+    input: HostStaging,
+    output: HostStaging,
+    status: HostStaging,
+}
+
+/// Slots kept between calls (page-locking is slow).
+static SLOT_CACHE: Mutex<Vec<Slot>> = Mutex::new(Vec::new());
+
+impl Slot {
+    fn fits(&self, pinned: bool, input: usize, output: usize, status: usize) -> bool {
+        self.input.is_pinned() == pinned
+            && self.input.len() >= input
+            && self.output.len() >= output
+            && self.status.len() >= status
+    }
+}
+
+/// A chunk for a worker: its pixel range and the slot it travels with.
+type Job = (std::ops::Range<usize>, Slot);
+
+/// Device arrays of one worker, allocated on its thread.
+struct DeviceBuffers {
+    input: GpuArray<u32>,
+    out: GpuArray<f32>,
+    status: GpuArray<u32>,
+}
+
+/// Run a per-pixel kernel over every pixel of `cube`: planes come back plane-major
+/// (`planes * pixels` values) with one status word per pixel.
+pub(crate) fn run_pixels<R: KnownRuntime, T: Count>(
+    gpu: &Gpu<R>,
+    cube: &Cube<T>,
+    job: &PixelJob<'_, R>,
+) -> gpu_runtime::Result<(Vec<f32>, Vec<u32>)> {
+    let (h, w) = cube.shape();
+    let pixels = h * w;
+    let px_bytes = cube.bins() * std::mem::size_of::<T>();
+    let per_px = (px_bytes + job.planes * 4 + 4) as u64;
+    let nworkers = workers();
+    let mut planes = vec![0f32; job.planes * pixels];
+    let mut status = vec![0u32; pixels];
+    if pixels == 0 {
+        return Ok((planes, status));
+    }
+    // Even pixel counts keep u16 chunks word-aligned; all workers' chunks fit together.
+    let fit = gpu
+        .budget()
+        .plan(pixels.div_ceil(2), 2 * per_px * nworkers as u64, 0)?
+        .chunk_len()
+        * 2;
+    let target = (chunk_bytes() / px_bytes.max(1)).max(2) & !1;
+    let chunk = fit.min(target).min(pixels.next_multiple_of(2));
+    let ranges: Vec<_> = (0..pixels)
+        .step_by(chunk)
+        .map(|s| s..(s + chunk).min(pixels))
+        .collect();
+    let in_bytes = (chunk * px_bytes).next_multiple_of(4);
+    let (out_bytes, st_bytes) = (chunk * job.planes * 4, chunk * 4);
+    let pinned = gpu.can_write_in_place();
+    let mut free: Vec<Slot> = {
+        let mut cache = SLOT_CACHE
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut keep = Vec::new();
+        for s in cache.drain(..) {
+            if keep.len() < nworkers && s.fits(pinned, in_bytes, out_bytes, st_bytes) {
+                keep.push(s);
+            }
+        }
+        keep
+    };
+    while free.len() < nworkers.min(ranges.len()) {
+        free.push(Slot {
+            input: gpu.host_staging(in_bytes),
+            output: gpu.host_staging(out_bytes),
+            status: gpu.host_staging(st_bytes),
+        });
+    }
+    let bytes: &[u8] = bytemuck::cast_slice(cube.as_slice());
+    let nworkers = nworkers.min(ranges.len());
+    let result = std::thread::scope(|scope| -> gpu_runtime::Result<()> {
+        let mut lanes: Vec<(SyncSender<Job>, Receiver<gpu_runtime::Result<Job>>)> = Vec::new();
+        for _ in 0..nworkers {
+            let (job_tx, job_rx) = sync_channel::<Job>(1);
+            let (done_tx, done_rx) = sync_channel::<gpu_runtime::Result<Job>>(1);
+            scope.spawn(move || worker(gpu, job, bytes, px_bytes, chunk, &job_rx, &done_tx));
+            lanes.push((job_tx, done_rx));
+        }
+        let mut in_flight: VecDeque<usize> = VecDeque::new();
+        let mut failure: Option<gpu_runtime::Error> = None;
+        let mut collect = |in_flight: &mut VecDeque<usize>,
+                           free: &mut Vec<Slot>,
+                           failure: &mut Option<gpu_runtime::Error>| {
+            let Some(lane) = in_flight.pop_front() else {
+                return;
+            };
+            match lanes[lane].1.recv() {
+                Ok(Ok((range, slot))) => {
+                    let n = range.len();
+                    let vals: &[f32] =
+                        bytemuck::cast_slice(&slot.output.as_bytes()[..n * job.planes * 4]);
+                    for q in 0..job.planes {
+                        planes[q * pixels + range.start..q * pixels + range.end]
+                            .copy_from_slice(&vals[q * n..(q + 1) * n]);
+                    }
+                    status[range]
+                        .copy_from_slice(bytemuck::cast_slice(&slot.status.as_bytes()[..n * 4]));
+                    free.push(slot);
+                }
+                Ok(Err(e)) => {
+                    failure.get_or_insert(e);
+                }
+                Err(_) => {
+                    failure.get_or_insert(gpu_runtime::Error::Backend {
+                        device: gpu.info().id.clone(),
+                        message: "FLIM pipeline worker stopped".into(),
+                    });
+                }
+            }
+        };
+        for (c, range) in ranges.iter().enumerate() {
+            if failure.is_some() {
+                break;
+            }
+            while free.is_empty() {
+                collect(&mut in_flight, &mut free, &mut failure);
+            }
+            let lane = c % nworkers;
+            let slot = free.pop().expect("a slot was freed above");
+            if lanes[lane].0.send((range.clone(), slot)).is_err() {
+                failure.get_or_insert(gpu_runtime::Error::Backend {
+                    device: gpu.info().id.clone(),
+                    message: "FLIM pipeline worker stopped".into(),
+                });
+                break;
+            }
+            in_flight.push_back(lane);
+        }
+        while !in_flight.is_empty() {
+            collect(&mut in_flight, &mut free, &mut failure);
+        }
+        drop(lanes);
+        *SLOT_CACHE
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = free;
+        failure.map_or(Ok(()), Err)
+    });
+    result?;
+    Ok((planes, status))
+}
+
+/// A worker: for each chunk, counts into pinned memory, upload, kernel, download.
+fn worker<R: KnownRuntime>(
+    gpu: &Gpu<R>,
+    job: &PixelJob<'_, R>,
+    bytes: &[u8],
+    px_bytes: usize,
+    chunk: usize,
+    jobs: &Receiver<Job>,
+    done: &SyncSender<gpu_runtime::Result<Job>>,
+) {
+    let mut buffers: Option<DeviceBuffers> = None;
+    for (range, mut slot) in jobs {
+        let result = (|| -> gpu_runtime::Result<()> {
+            let words_max = (chunk * px_bytes).div_ceil(4);
+            let dev = match &buffers {
+                Some(b) => b,
+                None => buffers.insert(DeviceBuffers {
+                    input: gpu.empty::<u32>(words_max)?,
+                    out: gpu.empty::<f32>(chunk * job.planes)?,
+                    status: gpu.empty::<u32>(chunk)?,
+                }),
+            };
+            let n = range.len();
+            let len = n * px_bytes;
+            let words = len.div_ceil(4);
+            let src = &bytes[range.start * px_bytes..range.end * px_bytes];
+            let dst = &mut slot.input.as_bytes_mut()[..words * 4];
+            dst[..len]
+                .par_chunks_mut(1 << 20)
+                .zip(src.par_chunks(1 << 20))
+                .for_each(|(d, s)| d.copy_from_slice(s));
+            dst[len..].fill(0);
+            // Full chunks reuse the worker's device buffer; the last one gets its own.
+            let input = if gpu.can_write_in_place() && words == words_max {
+                gpu.upload_staged_into(&slot.input, &dev.input)?;
+                dev.input.clone()
+            } else {
+                gpu.upload_staged::<u32>(&slot.input, words)?
+            };
+            // Downloads move whole arrays: a short last chunk gets arrays of its size.
+            let (out, st) = if n == chunk {
+                (dev.out.clone(), dev.status.clone())
+            } else {
+                (gpu.empty::<f32>(n * job.planes)?, gpu.empty::<u32>(n)?)
+            };
+            (job.launch)(gpu, &input, n, &out, &st)?;
+            gpu.download_staged(&out, &mut slot.output)?;
+            gpu.download_staged(&st, &mut slot.status)?;
+            Ok(())
+        })();
+        if done.send(result.map(|()| (range, slot))).is_err() {
+            break;
+        }
+    }
+}
+
+/// The phasor and Simpson tables of a setup, as the kernels read them (f32).
+fn tables(su: &Setup) -> Vec<f32> {
+    su.simpson
+        .iter()
+        .chain(&su.cos_t)
+        .chain(&su.sin_t)
+        .map(|&v| v as f32)
+        .collect()
+}
+
+fn to_status(status: Vec<u32>, h: usize, w: usize) -> Array2<u8> {
+    Array2::from_shape_vec(
+        (h, w),
+        status
+            .into_iter()
+            .map(|s| if s == 0 { 0 } else { STATUS_MASKED })
+            .collect(),
+    )
+    .expect("h * w statuses")
+}
+
+fn gpu_error(e: gpu_runtime::Error) -> Error {
+    Error::from(e)
+}
 
 /// [`crate::analyse`] on `device`: the GPU kernel (f32) where the device is a GPU, the f64
-/// CPU reference otherwise. GPU and CPU agree within the tolerances stated in
+/// CPU reference otherwise. GPU and CPU agree within the f32 error bounds stated in
 /// tests/tests/gpu_vs_cpu/flim.rs.
 ///
 /// ```
@@ -31,90 +315,119 @@ pub fn analyse_on<T: Count>(
     }
     let su = opts.setup(cube.bins(), cube.bin_ns(), cube.period_ns())?;
     let (h, w) = cube.shape();
-    let pixels = h * w;
-    let bins = cube.bins();
-    let mut maps = LifetimeMaps::zeros(h, w);
-    if pixels == 0 {
-        return Ok(maps);
-    }
-    let tables: Vec<f32> = su
-        .simpson
-        .iter()
-        .chain(&su.cos_t)
-        .chain(&su.sin_t)
-        .map(|&v| v as f32)
-        .collect();
-    let bytes: &[u8] = bytemuck::cast_slice(cube.as_slice());
-    let px_bytes = bins * std::mem::size_of::<T>();
     let methods = su.methods.bits();
     let nplanes = planes(methods);
-    let mut status = vec![0u32; pixels];
-    with_gpu!(device, |gpu| {
-        let tables_dev = gpu.upload(&tables)?;
-        // Even pixel counts per chunk keep u16 chunks word-aligned.
-        let plan = gpu.budget().plan(
-            pixels.div_ceil(2),
-            2 * (px_bytes + nplanes * 4 + 4) as u64,
-            0,
-        )?;
-        let mut staging = gpu.host_staging(0);
-        for pairs in plan.chunks() {
-            let first_px = pairs.start * 2;
-            let n = (pairs.end * 2).min(pixels) - first_px;
-            let len = n * px_bytes;
-            let words = len.div_ceil(4);
-            let need = (words * 4).max(n * nplanes * 4);
-            if staging.len() < need {
-                staging = gpu.host_staging(need);
-            }
-            let src = &bytes[first_px * px_bytes..first_px * px_bytes + len];
-            let dst = &mut staging.as_bytes_mut()[..words * 4];
-            dst[..len]
-                .par_chunks_mut(1 << 20)
-                .zip(src.par_chunks(1 << 20))
-                .for_each(|(d, s)| d.copy_from_slice(s));
-            dst[len..].fill(0);
-            let words_dev = gpu.upload_staged::<u32>(&staging, words)?;
-            let out = gpu.empty::<f32>(n * nplanes)?;
-            let st = gpu.empty::<u32>(n)?;
+    let params = LifetimeParams {
+        pixels: 0,
+        stride: cube.bins() as u32,
+        first: su.first as u32,
+        m: su.m as u32,
+        h: su.h as f32,
+        omega: su.omega as f32,
+        offset: su.offset as f32,
+        threshold: su.threshold as f32,
+        cal: (su.cal_cos as f32, su.cal_sin as f32),
+        table_sums: (su.sum_simpson as f32, su.sum_cos as f32, su.sum_sin as f32),
+        kind: T::KIND,
+        methods,
+    };
+    let table = tables(&su);
+    let (vals, status) = with_gpu!(device, |gpu| {
+        let tables_dev = gpu.upload(&table)?;
+        gpu.sync()?;
+        let launch = |gpu: &Gpu<_>,
+                      words: &GpuArray<u32>,
+                      n: usize,
+                      out: &GpuArray<f32>,
+                      st: &GpuArray<u32>| {
             let p = LifetimeParams {
                 pixels: n as u32,
-                stride: bins as u32,
-                first: su.first as u32,
-                m: su.m as u32,
-                h: su.h as f32,
-                omega: su.omega as f32,
-                offset: su.offset as f32,
-                threshold: su.threshold as f32,
-                cal: (su.cal_cos as f32, su.cal_sin as f32),
-                table_sums: (su.sum_simpson as f32, su.sum_cos as f32, su.sum_sin as f32),
-                kind: T::KIND,
-                methods,
+                ..params
             };
-            kernels::lifetimes(gpu, &words_dev, &tables_dev, &p, &out, &st)?;
-            gpu.download_staged(&out, &mut staging)?;
-            let vals: &[f32] = bytemuck::cast_slice(&staging.as_bytes()[..n * nplanes * 4]);
-            for (q, plane) in maps.planes_mut().into_iter().enumerate() {
-                let dst =
-                    &mut plane.as_slice_mut().expect("standard layout")[first_px..first_px + n];
-                match plane_of(methods, q as u32) {
-                    Some(i) => dst.copy_from_slice(&vals[i as usize * n..(i as usize + 1) * n]),
-                    None => dst.fill(f32::NAN),
-                }
-            }
-            gpu.download_staged(&st, &mut staging)?;
-            status[first_px..first_px + n]
-                .copy_from_slice(bytemuck::cast_slice(&staging.as_bytes()[..n * 4]));
+            kernels::lifetimes(gpu, words, &tables_dev, &p, out, st)
+        };
+        run_pixels(
+            gpu,
+            cube,
+            &PixelJob {
+                planes: nplanes,
+                launch: &launch,
+            },
+        )
+    })
+    .map_err(gpu_error)?;
+    let pixels = h * w;
+    let mut maps = LifetimeMaps::zeros(h, w);
+    for (q, plane) in maps.planes_mut().into_iter().enumerate() {
+        let dst = plane.as_slice_mut().expect("standard layout");
+        match plane_of(methods, q as u32) {
+            Some(i) => dst.copy_from_slice(&vals[i as usize * pixels..(i as usize + 1) * pixels]),
+            None => dst.fill(f32::NAN),
         }
-        Ok(())
-    })?;
-    maps.status = Array2::from_shape_vec(
-        (h, w),
-        status
-            .into_iter()
-            .map(|s| if s == 0 { 0 } else { STATUS_MASKED })
-            .collect(),
-    )
-    .expect("h * w statuses");
+    }
+    maps.status = to_status(status, h, w);
+    Ok(maps)
+}
+
+/// [`crate::fret::analyse_fret`] on `device` (f32 kernel on a GPU, the CPU otherwise);
+/// tolerances in tests/tests/gpu_vs_cpu/flim.rs.
+pub fn analyse_fret_on<T: Count>(
+    cube: &Cube<T>,
+    opts: &Analysis,
+    donor: Donor,
+    device: &Device,
+) -> Result<FretMaps> {
+    if !device.is_gpu() {
+        return crate::fret::analyse_fret(cube, opts, donor);
+    }
+    let fs = FretSetup::new(opts, donor, cube.bins(), cube.bin_ns(), cube.period_ns())?;
+    let su = &fs.base;
+    let (h, w) = cube.shape();
+    let params = FretParams {
+        pixels: 0,
+        stride: cube.bins() as u32,
+        first: su.first as u32,
+        m: su.m as u32,
+        h: su.h as f32,
+        omega: su.omega as f32,
+        offset: su.offset as f32,
+        threshold: su.threshold as f32,
+        cal: (su.cal_cos as f32, su.cal_sin as f32),
+        table_sums: (su.sum_cos as f32, su.sum_sin as f32),
+        tau_d: match donor {
+            Donor::Known(t) => Some(t as f32),
+            Donor::Unknown => None,
+        },
+        period: fs.period as f32,
+        kind: T::KIND,
+    };
+    let table = tables(su);
+    let (vals, status) = with_gpu!(device, |gpu| {
+        let tables_dev = gpu.upload(&table)?;
+        gpu.sync()?;
+        let launch = |gpu: &Gpu<_>,
+                      words: &GpuArray<u32>,
+                      n: usize,
+                      out: &GpuArray<f32>,
+                      st: &GpuArray<u32>| {
+            let p = FretParams {
+                pixels: n as u32,
+                ..params
+            };
+            fret_kernels::fret(gpu, words, &tables_dev, &p, out, st)
+        };
+        run_pixels(
+            gpu,
+            cube,
+            &PixelJob {
+                planes: FRET_PLANES,
+                launch: &launch,
+            },
+        )
+    })
+    .map_err(gpu_error)?;
+    let pixels = h * w;
+    let mut maps = crate::fret::FretMaps::from_planes(h, w, &vals, pixels);
+    maps.status = to_status(status, h, w);
     Ok(maps)
 }

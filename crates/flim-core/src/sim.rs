@@ -99,13 +99,29 @@ impl DecaySim {
                 }
             }
         };
-        let mut e: Vec<f64> = (0..self.bins)
-            .map(|j| {
-                (0..SUB)
-                    .map(|k| shape((j as f64 + (k as f64 + 0.5) / SUB as f64) * h))
-                    .sum::<f64>()
-            })
-            .collect();
+        let mut e: Vec<f64> = if self.irf_sigma_ns.is_none() {
+            // Exact bin integrals: tau e^{-t_j/tau} (1 - e^{-h/tau}), periodic.
+            (0..self.bins)
+                .map(|j| {
+                    let t0 = (j as f64 * h).rem_euclid(t_rep);
+                    components
+                        .iter()
+                        .map(|&(a, tau)| {
+                            a * tau * (-t0 / tau).exp() * -(-h / tau).exp_m1()
+                                / -(-t_rep / tau).exp_m1()
+                        })
+                        .sum::<f64>()
+                })
+                .collect()
+        } else {
+            (0..self.bins)
+                .map(|j| {
+                    (0..SUB)
+                        .map(|k| shape((j as f64 + (k as f64 + 0.5) / SUB as f64) * h))
+                        .sum::<f64>()
+                })
+                .collect()
+        };
         let total: f64 = e.iter().sum();
         for v in &mut e {
             *v = *v / total * self.photons + self.background;

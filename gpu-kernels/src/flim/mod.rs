@@ -11,6 +11,7 @@
 // `!(x > 0.0)` is meant: it is also true for NaN.
 #![allow(clippy::neg_cmp_op_on_partial_ord, clippy::if_not_else)]
 
+pub mod fret;
 pub mod lifetimes;
 
 pub use lifetimes::{LifetimeParams, lifetimes};
@@ -48,5 +49,7 @@ pub(crate) fn invalid(kernel: &str, why: String) -> Error {
 
 /// This module's kernels, configured as their launch wrappers configure them.
 pub(crate) fn catalog<R: Runtime>(client: &ComputeClient<R>) -> Vec<CatalogEntry> {
-    lifetimes::catalog(client)
+    let mut all = lifetimes::catalog(client);
+    all.extend(fret::catalog(client));
+    all
 }

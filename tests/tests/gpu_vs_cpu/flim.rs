@@ -372,3 +372,344 @@ fn large_u16_cube_matches_the_cpu_pixel_for_pixel() {
         assert!((a - b).abs() < 2e-5, "g {a} vs {b}");
     }
 }
+
+/// Random two-component decays (tau_F 0.2..1.5 ns, tau_D 1.5x..5 ns, f_D 0.1..0.9) with
+/// Poisson-like noise, some empty pixels.
+fn random_fret_cube(
+    h: usize,
+    w: usize,
+    bins: usize,
+    bin_ns: f64,
+    peak: f64,
+    seed: u64,
+) -> Array3<f64> {
+    let mut s = seed | 1;
+    let mut next = move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        (s >> 11) as f64 / (1u64 << 53) as f64
+    };
+    let mut a = Array3::<f64>::zeros((h, w, bins));
+    for y in 0..h {
+        for x in 0..w {
+            if next() < 0.05 {
+                continue;
+            }
+            let tf = 0.2 + 1.3 * next();
+            let td = tf * 1.5 + (5.0 - tf * 1.5) * next();
+            let fd = 0.1 + 0.8 * next();
+            let amp = peak * (0.1 + 0.9 * next());
+            for j in 0..bins {
+                let t = j as f64 * bin_ns;
+                let e = amp * (fd * (-t / tf).exp() + (1.0 - fd) * (-t / td).exp()) + 0.5;
+                a[[y, x, j]] = (e + (next() - 0.5) * 2.0 * e.sqrt()).round().max(0.0);
+            }
+        }
+    }
+    a
+}
+
+/// FRET (BCMM, PM) on the GPU against the CPU. Each output's tolerance is the first-order
+/// effect of the f32 errors of the sums `S0, K, S1, S2, gc, gs` (recursive-sum bounds as
+/// above, plus 16 u relative for the f32 evaluation of the moment functions and formulas,
+/// which act as perturbations of the same equations, and 16 u (1 + (omega tau_D)^2)^2 of S0
+/// on gc, gs for the PM formulas' cancellations, and the f32 evaluation error of the model
+/// sums at the solution on S1, S2) and of the parameters held in f32 (donor lifetime 4 u,
+/// period 2 u), found by re-solving in f64 with each
+/// sum moved by its bound, plus 1e-4 relative for the f32 solvers' stopping tolerance.
+/// Where a perturbation within those bounds changes whether a solution exists, or leaves a
+/// BCMM output undetermined to `determined` (0.1% for random decays, 1% on the phantom), the pixel is at the edge of solvability in f32 and only
+/// the GPU's answer is checked, by backward error: a BCMM2 lifetime pair must solve the S1
+/// and S2 equations in f64 up to the GPU's acceptance (1e-4 relative, doubled), 8x the f32
+/// error bounds of those sums, the f32 evaluation error of the model terms (including the
+/// amplitudes' cancellations; `fret::testing::residuals`), and the effect of rounding its
+/// lifetimes to f32.
+#[allow(clippy::too_many_lines)]
+fn compare_fret<T: Count>(
+    cube: &Cube<T>,
+    opts: &Analysis,
+    donor: flim_core::fret::Donor,
+    s: &Settings,
+    determined: f64,
+) -> Result<(usize, usize), TestCaseError> {
+    use flim_core::fret::{analyse_fret, testing};
+    let Some(device) = gpu_under_test("flim_fret_matches_the_cpu") else {
+        return Ok((0, 0));
+    };
+    let cpu = analyse_fret(cube, opts, donor).unwrap();
+    let gpu = flim_core::gpu::analyse_fret_on(cube, opts, donor, &device).unwrap();
+    let Settings {
+        offset: o,
+        first,
+        m,
+        harmonic,
+        ..
+    } = *s;
+    let h = cube.bin_ns();
+    let period = cube.period_ns();
+    let mf = m as f64;
+    let gamma = mf * U;
+    let omega = 2.0 * std::f64::consts::PI / period * f64::from(harmonic);
+    let finish_opts = opts.with_range(0, None);
+    let counts = cube.counts();
+    let (mut compared, mut edges) = (0usize, 0usize);
+    let names = [
+        "intensity",
+        "BCMM tau_F",
+        "BCMM tau_D",
+        "BCMM f_D",
+        "BCMM tau_avg",
+        "PM tau_F",
+        "PM f_D",
+        "PM tau_avg",
+    ];
+    for ((y, x), &st) in cpu.status.indexed_iter() {
+        let c: Vec<f64> = counts
+            .slice(ndarray::s![y, x, first..first + m])
+            .iter()
+            .map(|&v| v.into())
+            .collect();
+        let (mut sums, mut bounds) = ([0.0f64; 6], [0.0f64; 6]);
+        let mut abs = [0.0f64; 6];
+        let mut off = [0.0f64; 6];
+        for (j, &v) in c.iter().enumerate() {
+            let (jf, t) = (j as f64, (j as f64 + 0.5) * h);
+            let w = [1.0, 0.0, jf, jf * jf, (omega * t).cos(), (omega * t).sin()];
+            for i in [0, 2, 3, 4, 5] {
+                sums[i] += w[i] * (v - o);
+                abs[i] += w[i].abs() * v.abs();
+                off[i] += w[i].abs() * o;
+            }
+        }
+        sums[1] = c[0] - o;
+        for i in 0..6 {
+            bounds[i] = if i == 1 {
+                U * (c[0].abs() + o)
+            } else {
+                (gamma + 2.0 * U) * abs[i] + U * off[i]
+            } + 16.0 * U * sums[i].abs();
+        }
+        // The PM formulas' own f32 cancellations (terms like 1 - u - u tau_D^2 omega^2, up
+        // to u tau_F^2 tau_D^2 omega^4) act as perturbations of the phasor (u, v) of a few
+        // ulp of those terms: 16 u (1 + (omega tau_D)^2)^2 of S0 on gc and gs.
+        if let flim_core::fret::Donor::Known(td) = donor {
+            let lever = (1.0 + (omega * td).powi(2)).powi(2);
+            bounds[4] += 16.0 * U * lever * sums[0].abs();
+            bounds[5] += 16.0 * U * lever * sums[0].abs();
+        }
+        let at = format!("pixel ({y}, {x}), n {}", sums[0]);
+        let dn = bounds[0];
+        if (sums[0] - s.threshold).abs() <= dn || sums[0].abs() <= dn {
+            continue;
+        }
+        prop_assert_eq!(gpu.status[[y, x]], st, "{}: status", at);
+        if st != STATUS_OK {
+            continue;
+        }
+        let base = testing::finish_from_sums(sums, &finish_opts, donor, m, h, period).unwrap();
+        // The solver's f32 evaluation of the model sums errs like the data sums S1, S2:
+        // add those error bounds at the CPU's solution.
+        if base[1].is_finite() && base[2].is_finite() {
+            let (_, eval) = testing::residuals(sums, base[1], base[2], h, m);
+            bounds[2] += eval[0];
+            bounds[3] += eval[1];
+        }
+        let mut tol = [0.0f64; 8];
+        let mut edge = [false; 8];
+        // Axes: the six sums, then the parameters the GPU holds in f32 (the donor lifetime
+        // passes through h / tau_D and back: 4 u; the period sets omega: 2 u).
+        for i in 0..8 {
+            for sign in [-1.0, 1.0] {
+                let mut p = sums;
+                let (mut d, mut per) = (donor, period);
+                match i {
+                    0..6 => p[i] += sign * bounds[i],
+                    6 => {
+                        if let flim_core::fret::Donor::Known(t) = donor {
+                            d = flim_core::fret::Donor::Known(t * (1.0 + sign * 4.0 * U));
+                        }
+                    }
+                    _ => per *= 1.0 + sign * 2.0 * U,
+                }
+                let v = testing::finish_from_sums(p, &finish_opts, d, m, h, per).unwrap();
+                for q in 0..8 {
+                    if v[q].is_nan() != base[q].is_nan() {
+                        edge[q] = true;
+                    } else if base[q].is_finite() {
+                        tol[q] += 0.5 * (v[q] - base[q]).abs();
+                    }
+                }
+            }
+        }
+        // BCMM's four outputs come from one solve: if f32 sums leave any of them undetermined
+        // to `determined` (relative), the solve is ill-conditioned for f32 (e.g. a flat
+        // background taken as a 200 ns "component"): the GPU may stop elsewhere in the flat
+        // direction or not at all.
+        if (1..=4).any(|q| base[q].is_finite() && tol[q] > determined * base[q].abs()) {
+            for e in &mut edge[1..=4] {
+                *e = true;
+            }
+        }
+        // PM draws the line from the donor's point through the pixel's phasor: where the two
+        // are within 100x the phasor's f32 error, its direction (tau_F) is not determined.
+        if let flim_core::fret::Donor::Known(td) = donor {
+            let (u, v) = (sums[4] / sums[0], sums[5] / sums[0]);
+            let wt = omega * td;
+            let (ud, vd) = (1.0 / (1.0 + wt * wt), wt / (1.0 + wt * wt));
+            let err = (bounds[4] + bounds[5]) / sums[0].abs() + (bounds[0] / sums[0]).abs();
+            if (u - ud).hypot(v - vd) < 100.0 * err {
+                for e in &mut edge[5..8] {
+                    *e = true;
+                }
+            }
+        }
+        let planes = gpu.planes();
+        for q in 0..8 {
+            let g = f64::from(planes[q][[y, x]]);
+            let want = base[q];
+            let what = format!("{at}: {}", names[q]);
+            if edge[q] || (g.is_nan() != want.is_nan()) {
+                edges += 1;
+                prop_assert!(
+                    edge[q] || ((1..=4).contains(&q) && !g.is_nan() && want.is_nan()),
+                    "{}: GPU {} CPU {} (not at the edge of solvability; f32 tolerance {:e})",
+                    what,
+                    g,
+                    want,
+                    tol[q]
+                );
+                if (1..=4).contains(&q) && !g.is_nan() && donor == flim_core::fret::Donor::Unknown {
+                    // Backward error: the GPU's pair solves the S1 and S2 equations up to
+                    // its f32 acceptance (1e-4 relative), the f32 errors of those sums, and
+                    // the rounding of its lifetimes to f32.
+                    let tf = f64::from(gpu.tau_f_bcmm[[y, x]]);
+                    let td = f64::from(gpu.tau_d_bcmm[[y, x]]);
+                    let (r, eval) = testing::residuals(sums, tf, td, h, m);
+                    let (rf, _) = testing::residuals(sums, tf * (1.0 + 2.0 * U), td, h, m);
+                    let (rd, _) = testing::residuals(sums, tf, td * (1.0 + 2.0 * U), h, m);
+                    for (i, k) in [(0usize, 2usize), (1, 3)] {
+                        // Acceptance, sum errors, f32 evaluation of the model terms, rounding.
+                        let allowed = 2e-4 * sums[k].abs()
+                            + 8.0 * bounds[k]
+                            + eval[i]
+                            + (rf[i] - r[i]).abs()
+                            + (rd[i] - r[i]).abs();
+                        prop_assert!(
+                            r[i].abs() <= allowed,
+                            "{}: GPU's lifetimes ({}, {}) leave a residual {} of S{} (allowed {})",
+                            what,
+                            tf,
+                            td,
+                            r[i],
+                            i + 1,
+                            allowed
+                        );
+                    }
+                }
+                continue;
+            }
+            compared += 1;
+            let slack = if q == 0 { 0.0 } else { 1e-4 * want.abs() };
+            within(
+                planes[q][[y, x]],
+                want,
+                tol[q] + slack + 1e-7 * want.abs(),
+                &what,
+            )?;
+        }
+    }
+    Ok((compared, edges))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
+
+    #[test]
+    fn flim_fret_matches_the_cpu(
+        h in 1usize..10,
+        w in 1usize..17,
+        bins in 32usize..300,
+        bin_ns in 0.02f64..0.2,
+        peak in 10.0f64..30000.0,
+        kind in 0u32..3,
+        first_frac in 0.0f64..0.1,
+        offset in prop_oneof![Just(0.0f64), 0.0f64..1.0],
+        known in prop_oneof![Just(None), (1.5f64..5.0).prop_map(Some)],
+        harmonic in 1u32..3,
+        seed in any::<u64>(),
+    ) {
+        use flim_core::fret::Donor;
+        let raw = random_fret_cube(h, w, bins, bin_ns, peak, seed);
+        let first = ((bins as f64 * first_frac) as usize).min(bins - 4);
+        let m = bins - first;
+        let period = bins as f64 * bin_ns;
+        let opts = Analysis::default()
+            .with_range(first, Some(m))
+            .with_offset(offset)
+            .with_harmonic(harmonic);
+        let donor = known.map_or(Donor::Unknown, Donor::Known);
+        let set = Settings { offset, threshold: 1.0, first, m, harmonic, cal: (1.0, 0.0), methods: Methods::ALL };
+        match kind {
+            0 => compare_fret(&Cube::new(raw.mapv(|v| v.min(65535.0) as u16), bin_ns).unwrap().with_period_ns(period).unwrap(), &opts, donor, &set, 1e-3)?,
+            1 => compare_fret(&Cube::new(raw.mapv(|v| v as u32), bin_ns).unwrap().with_period_ns(period).unwrap(), &opts, donor, &set, 1e-3)?,
+            _ => compare_fret(&Cube::new(raw.mapv(|v| (v * 0.73) as f32), bin_ns).unwrap().with_period_ns(period).unwrap(), &opts, donor, &set, 1e-3)?,
+        };
+    }
+}
+
+/// Chunked (a small memory budget: many chunks through the pipeline) and one pass give
+/// the same bits, for the lifetimes and the FRET kernels.
+#[test]
+fn chunked_equals_one_pass() {
+    let Some(device) = gpu_under_test("chunked_equals_one_pass") else {
+        return;
+    };
+    let sim = flim_core::sim::DecaySim::new(128, 0.1, 3000.0).unwrap();
+    let cube = flim_core::sim::bi_exponential(0.8, 2.5, 37, 29, &sim).unwrap();
+    // 1073 pixels of 256 bytes: about 10 chunks under a 64 KiB budget.
+    let small = (*device).clone().with_memory_limit(64 << 10);
+    let opts = Analysis::default();
+    let one = analyse_on(&cube, &opts, &device).unwrap();
+    let many = analyse_on(&cube, &opts, &small).unwrap();
+    assert_eq!(one, many);
+    let donor = flim_core::fret::Donor::Known(2.5);
+    let one = flim_core::gpu::analyse_fret_on(&cube, &opts, donor, &device).unwrap();
+    let many = flim_core::gpu::analyse_fret_on(&cube, &opts, donor, &small).unwrap();
+    for (a, b) in one.planes().iter().zip(many.planes()) {
+        for (x, y) in a.iter().zip(b.iter()) {
+            assert!(x.to_bits() == y.to_bits(), "{x} vs {y}");
+        }
+    }
+}
+
+/// The paper's f_D phantom at 2 x 10^4 photons, donor known and unknown: nearly every value
+/// is compared within its stated tolerance, not excused as ill-conditioned.
+#[test]
+fn fret_phantom_matches_the_cpu() {
+    use flim_core::fret::Donor;
+    let sim = flim_core::sim::DecaySim::new(256, 0.05, 20_000.0)
+        .unwrap()
+        .with_seed(3);
+    let cube = flim_core::sim::bi_exponential(0.8, 2.5, 8, 16, &sim).unwrap();
+    let set = Settings {
+        offset: 0.0,
+        threshold: 1.0,
+        first: 0,
+        m: 256,
+        harmonic: 1,
+        cal: (1.0, 0.0),
+        methods: Methods::ALL,
+    };
+    for donor in [Donor::Known(2.5), Donor::Unknown] {
+        let (compared, excused) =
+            compare_fret(&cube, &Analysis::default(), donor, &set, 1e-2).unwrap();
+        if compared + excused == 0 {
+            return; // no GPU
+        }
+        assert!(
+            excused * 10 <= compared,
+            "{donor:?}: {compared} values compared, {excused} excused"
+        );
+    }
+}
