@@ -6,6 +6,7 @@
 
 pub mod cube;
 pub mod error;
+pub mod fit;
 pub mod fret;
 pub mod gpu;
 pub mod io;

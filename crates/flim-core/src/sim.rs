@@ -60,6 +60,30 @@ impl DecaySim {
         self
     }
 
+    /// The simulated IRF as a histogram over the bins (unit sum; Gaussian integrated over
+    /// each bin, periodic), or `None` without one: what a measured IRF would give.
+    pub fn irf_histogram(&self) -> Option<Vec<f64>> {
+        let sig = self.irf_sigma_ns?;
+        let (h, t_rep) = (self.bin_ns, self.period_ns);
+        let cdf = |x: f64| 0.5 * erfc(-x / (sig * std::f64::consts::SQRT_2));
+        let mut v: Vec<f64> = (0..self.bins)
+            .map(|j| {
+                // Sum the periodic images of the pulse that fall in this bin.
+                (-3..=3)
+                    .map(|k| {
+                        let c = self.irf_delay_ns + f64::from(k) * t_rep;
+                        cdf((j + 1) as f64 * h - c) - cdf(j as f64 * h - c)
+                    })
+                    .sum::<f64>()
+            })
+            .collect();
+        let total: f64 = v.iter().sum();
+        for x in &mut v {
+            *x /= total;
+        }
+        Some(v)
+    }
+
     /// Random seed (same seed, same counts).
     pub fn with_seed(mut self, seed: u64) -> Self {
         self.seed = seed;
@@ -196,6 +220,24 @@ pub fn bi_exponential(
         let f = 0.8 - 0.6 * x as f64 / (w.max(2) - 1) as f64;
         vec![(f, tau_f_ns), (1.0 - f, tau_d_ns)]
     })
+}
+
+/// Complementary error function (Numerical Recipes' erfcc; relative error < 1.2e-7).
+fn erfc(x: f64) -> f64 {
+    let z = x.abs();
+    let t = 1.0 / (1.0 + 0.5 * z);
+    let r = t
+        * (-z * z - 1.265_512_23
+            + t * (1.000_023_68
+                + t * (0.374_091_96
+                    + t * (0.096_784_18
+                        + t * (-0.186_288_06
+                            + t * (0.278_868_07
+                                + t * (-1.135_203_98
+                                    + t * (1.488_515_87
+                                        + t * (-0.822_152_23 + t * 0.170_872_77)))))))))
+            .exp();
+    if x >= 0.0 { r } else { 2.0 - r }
 }
 
 /// SplitMix64: small, seedable, statistically sound for simulation.

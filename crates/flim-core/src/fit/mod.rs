@@ -1,0 +1,509 @@
+//! Iterative lifetime fits: mono-, bi- and tri-exponential decays with an offset, as a tail
+//! fit or by reconvolution with an instrument response (IRF) with a fitted shift; Neyman or
+//! Pearson weighted least squares or Poisson maximum likelihood, per pixel
+//! ([`fit`], [`fit_decay`]) or with lifetimes shared over segments ([`fit_global`]).
+//!
+//! The model and its exact bin-domain reconvolution are in [`model`]; the per-pixel
+//! Levenberg-Marquardt in `lm`. CPU: f64, pixels in parallel. GPU: [`crate::gpu`].
+//!
+//! ```
+//! use flim_core::fit::{Estimator, FitOptions, FitStatus, Model, fit};
+//! use flim_core::sim::mono_exponential;
+//! let cube = mono_exponential(&[2.0], 4, 4, 256, 0.05, 12.8, 5_000.0, 1)?;
+//! let maps = fit(&cube, &FitOptions::new(Model::Mono).with_estimator(Estimator::MaximumLikelihood))?;
+//! assert_eq!(maps.status[[1, 1]], FitStatus::Converged);
+//! assert!((maps.tau[0][[1, 1]] - 2.0).abs() < 0.15);
+//! # Ok::<(), flim_core::Error>(())
+//! ```
+
+// `!(x > 0.0)` is meant: it is also true for NaN.
+#![allow(clippy::neg_cmp_op_on_partial_ord)]
+
+pub mod global;
+mod lm;
+pub mod model;
+
+pub use global::{Segments, fit_global};
+pub use model::{Offset, Shift};
+
+use crate::cube::{Count, Cube};
+use crate::error::{Result, invalid};
+use lm::{PixelFit, fit_pixel, initial_guess};
+use model::{ModelSetup, Work};
+use ndarray::{Array2, ArrayView2};
+use rayon::prelude::*;
+
+/// Decay model: how many exponential components.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Model {
+    Mono,
+    Bi,
+    Tri,
+}
+
+impl Model {
+    /// Exponential components.
+    pub fn components(self) -> usize {
+        match self {
+            Model::Mono => 1,
+            Model::Bi => 2,
+            Model::Tri => 3,
+        }
+    }
+}
+
+/// What the fit minimises.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Estimator {
+    /// Least squares with data weights `1 / max(N, 1)` (biased low at low counts).
+    LeastSquaresNeyman,
+    /// Least squares with model weights `1 / y`.
+    LeastSquaresPearson,
+    /// Poisson maximum likelihood (deviance): the most precise at any count.
+    MaximumLikelihood,
+}
+
+/// Outcome of a pixel's fit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[repr(u8)]
+pub enum FitStatus {
+    /// The objective reached a minimum inside the bounds.
+    #[default]
+    Converged = 0,
+    /// Not fitted: under the photon threshold or outside the mask.
+    Masked = 1,
+    /// Iterations ran out, the numbers stopped being finite, or a lifetime hit its bound.
+    Failed = 2,
+}
+
+/// Settings of [`fit`] (builder style).
+#[derive(Debug, Clone, PartialEq)]
+pub struct FitOptions {
+    model: Model,
+    estimator: Estimator,
+    offset: Offset,
+    irf: Option<Vec<f64>>,
+    shift: Shift,
+    first: usize,
+    bins: Option<usize>,
+    threshold: f64,
+    mask: Option<Array2<bool>>,
+    max_iterations: u32,
+    tolerance: f64,
+    lifetimes: Option<Vec<f64>>,
+}
+
+impl FitOptions {
+    /// Fit `model` by maximum likelihood, no offset (fixed at 0), no IRF (tail fit over
+    /// the whole window), pixels with at least 10 photons, up to 100 iterations.
+    pub fn new(model: Model) -> Self {
+        Self {
+            model,
+            estimator: Estimator::MaximumLikelihood,
+            offset: Offset::Fixed(0.0),
+            irf: None,
+            shift: Shift::Fixed(0.0),
+            first: 0,
+            bins: None,
+            threshold: 10.0,
+            mask: None,
+            max_iterations: 100,
+            tolerance: 1e-9,
+            lifetimes: None,
+        }
+    }
+
+    pub fn with_estimator(mut self, e: Estimator) -> Self {
+        self.estimator = e;
+        self
+    }
+
+    /// Background per bin: fixed (counts per bin) or fitted.
+    pub fn with_offset(mut self, o: Offset) -> Self {
+        self.offset = o;
+        self
+    }
+
+    /// Reconvolve with this instrument response, one value per bin of the cube (any scale;
+    /// it is normalised). Time zero is then the excitation, not the fit range's start.
+    pub fn with_irf(mut self, irf: &[f64]) -> Self {
+        self.irf = Some(irf.to_vec());
+        self
+    }
+
+    /// Shift of the IRF (bins): fixed, or fitted from a start. Default fixed at 0.
+    pub fn with_irf_shift(mut self, s: Shift) -> Self {
+        self.shift = s;
+        self
+    }
+
+    /// Fit bins `first .. first + bins` (all remaining when `None`).
+    pub fn with_range(mut self, first: usize, bins: Option<usize>) -> Self {
+        self.first = first;
+        self.bins = bins;
+        self
+    }
+
+    /// Pixels with fewer photons in the range are masked. Default 10.
+    pub fn with_threshold(mut self, photons: f64) -> Self {
+        self.threshold = photons;
+        self
+    }
+
+    /// Fit only where `mask` is true (same shape as the image).
+    pub fn with_mask(mut self, mask: ArrayView2<'_, bool>) -> Self {
+        self.mask = Some(mask.to_owned());
+        self
+    }
+
+    pub fn with_max_iterations(mut self, n: u32) -> Self {
+        self.max_iterations = n;
+        self
+    }
+
+    /// Relative decrease of the objective below which a fit has converged (default 1e-9;
+    /// the f32 GPU path uses at least 1e-6).
+    pub fn with_tolerance(mut self, tol: f64) -> Self {
+        self.tolerance = tol;
+        self
+    }
+
+    /// Starting lifetimes (ns), one per component (default: from the centre of mass).
+    pub fn with_initial_lifetimes(mut self, taus: &[f64]) -> Self {
+        self.lifetimes = Some(taus.to_vec());
+        self
+    }
+
+    pub fn model(&self) -> Model {
+        self.model
+    }
+
+    pub fn estimator(&self) -> Estimator {
+        self.estimator
+    }
+
+    pub(crate) fn max_iterations(&self) -> u32 {
+        self.max_iterations
+    }
+
+    pub(crate) fn tolerance(&self) -> f64 {
+        self.tolerance
+    }
+
+    pub(crate) fn threshold(&self) -> f64 {
+        self.threshold
+    }
+
+    pub(crate) fn lifetimes(&self) -> Option<&[f64]> {
+        self.lifetimes.as_deref()
+    }
+
+    pub(crate) fn mask(&self) -> Option<&Array2<bool>> {
+        self.mask.as_ref()
+    }
+
+    /// The checked model setup for `bins` bins of `bin_ns`, period `period_ns`, and an
+    /// image of `shape` (for the mask).
+    pub(crate) fn setup(
+        &self,
+        bins: usize,
+        bin_ns: f64,
+        period_ns: f64,
+        shape: (usize, usize),
+    ) -> Result<ModelSetup> {
+        let k = self.model.components();
+        let m = self.bins.unwrap_or(bins.saturating_sub(self.first));
+        if self.first >= bins || self.first + m > bins {
+            return Err(invalid(
+                "fit range",
+                format!("bins {}..{}", self.first, self.first + m),
+                format!("must lie within the cube's {bins} bins"),
+            ));
+        }
+        let su = ModelSetup::new(
+            k,
+            self.first,
+            m,
+            bins,
+            bin_ns,
+            period_ns,
+            self.irf.as_deref(),
+            self.offset,
+            self.shift,
+        )?;
+        if m < su.np() + 2 {
+            return Err(invalid(
+                "fit range",
+                format!("{m} bins"),
+                format!("{} parameters need at least {} bins", su.np(), su.np() + 2),
+            ));
+        }
+        if !(self.threshold.is_finite() && self.threshold >= 0.0) {
+            return Err(invalid("threshold", self.threshold, "must be >= 0 photons"));
+        }
+        if self.max_iterations == 0 {
+            return Err(invalid("max iterations", 0, "must be >= 1"));
+        }
+        if !(self.tolerance.is_finite() && self.tolerance > 0.0) {
+            return Err(invalid("tolerance", self.tolerance, "must be > 0"));
+        }
+        if let Some(t) = &self.lifetimes
+            && (t.len() != k || t.iter().any(|&x| !(x.is_finite() && x > 0.0)))
+        {
+            return Err(invalid(
+                "initial lifetimes",
+                format!("{t:?}"),
+                format!("need {k} values > 0 ns"),
+            ));
+        }
+        if let Some(mask) = &self.mask
+            && mask.dim() != shape
+        {
+            return Err(invalid(
+                "mask",
+                format!("{:?}", mask.dim()),
+                format!("must match the image, {shape:?}"),
+            ));
+        }
+        Ok(su)
+    }
+}
+
+/// Per-pixel results of [`fit`]: lifetimes sorted shortest first; NaN where masked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FitMaps {
+    /// Photons in the fit range.
+    pub intensity: Array2<f32>,
+    /// Lifetimes (ns), one map per component, shortest first.
+    pub tau: Vec<Array2<f32>>,
+    /// Amplitudes (counts per ns at time zero), same order.
+    pub amplitude: Vec<Array2<f32>>,
+    /// Amplitude fractions `a_k / sum a`, same order.
+    pub fraction: Vec<Array2<f32>>,
+    /// Background (counts per bin).
+    pub offset: Array2<f32>,
+    /// IRF shift (bins).
+    pub shift: Array2<f32>,
+    /// Amplitude-weighted mean lifetime `sum a tau / sum a` (ns).
+    pub tau_amp_mean: Array2<f32>,
+    /// Intensity-weighted mean lifetime `sum a tau^2 / sum a tau` (ns).
+    pub tau_int_mean: Array2<f32>,
+    /// Objective over degrees of freedom: the weighted chi^2 (least squares) or the Poisson
+    /// deviance (maximum likelihood), both near 1 for a good fit.
+    pub chi2_red: Array2<f32>,
+    /// Levenberg-Marquardt iterations.
+    pub iterations: Array2<u32>,
+    pub status: Array2<FitStatus>,
+}
+
+/// One decay's fit (see [`FitMaps`] for the fields).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DecayFit {
+    pub intensity: f64,
+    pub tau: Vec<f64>,
+    pub amplitude: Vec<f64>,
+    pub fraction: Vec<f64>,
+    pub offset: f64,
+    pub shift: f64,
+    pub tau_amp_mean: f64,
+    pub tau_int_mean: f64,
+    pub chi2_red: f64,
+    pub iterations: u32,
+    pub status: FitStatus,
+}
+
+impl DecayFit {
+    /// Derived values of a pixel's parameters (sorted by lifetime).
+    pub(crate) fn from_theta(
+        su: &ModelSetup,
+        theta: &[f64],
+        objective: f64,
+        intensity: f64,
+        iterations: u32,
+        status: FitStatus,
+    ) -> Self {
+        let k = su.k;
+        let mut comps: Vec<(f64, f64)> = (0..k).map(|i| (theta[k + i].exp(), theta[i])).collect();
+        comps.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let total: f64 = comps.iter().map(|c| c.1).sum();
+        let s1: f64 = comps.iter().map(|c| c.1 * c.0).sum();
+        let s2: f64 = comps.iter().map(|c| c.1 * c.0 * c.0).sum();
+        let dof = (su.m - su.np()) as f64;
+        DecayFit {
+            intensity,
+            tau: comps.iter().map(|c| c.0).collect(),
+            amplitude: comps.iter().map(|c| c.1).collect(),
+            fraction: comps.iter().map(|c| c.1 / total).collect(),
+            offset: su.offset_of(theta),
+            shift: su.shift_of(theta),
+            tau_amp_mean: s1 / total,
+            tau_int_mean: s2 / s1,
+            chi2_red: objective / dof,
+            iterations,
+            status,
+        }
+    }
+
+    fn masked(k: usize, intensity: f64) -> Self {
+        let nan = vec![f64::NAN; k];
+        DecayFit {
+            intensity,
+            tau: nan.clone(),
+            amplitude: nan.clone(),
+            fraction: nan,
+            offset: f64::NAN,
+            shift: f64::NAN,
+            tau_amp_mean: f64::NAN,
+            tau_int_mean: f64::NAN,
+            chi2_red: f64::NAN,
+            iterations: 0,
+            status: FitStatus::Masked,
+        }
+    }
+}
+
+impl FitMaps {
+    pub(crate) fn from_fits(h: usize, w: usize, k: usize, fits: &[DecayFit]) -> Self {
+        let plane = |f: &dyn Fn(&DecayFit) -> f64| {
+            Array2::from_shape_vec((h, w), fits.iter().map(|d| f(d) as f32).collect())
+                .expect("h * w fits")
+        };
+        FitMaps {
+            intensity: plane(&|d| d.intensity),
+            tau: (0..k).map(|i| plane(&|d| d.tau[i])).collect(),
+            amplitude: (0..k).map(|i| plane(&|d| d.amplitude[i])).collect(),
+            fraction: (0..k).map(|i| plane(&|d| d.fraction[i])).collect(),
+            offset: plane(&|d| d.offset),
+            shift: plane(&|d| d.shift),
+            tau_amp_mean: plane(&|d| d.tau_amp_mean),
+            tau_int_mean: plane(&|d| d.tau_int_mean),
+            chi2_red: plane(&|d| d.chi2_red),
+            iterations: Array2::from_shape_vec((h, w), fits.iter().map(|d| d.iterations).collect())
+                .expect("h * w fits"),
+            status: Array2::from_shape_vec((h, w), fits.iter().map(|d| d.status).collect())
+                .expect("h * w fits"),
+        }
+    }
+}
+
+/// Fit one decay (`decay[j]` the counts of bin `j`, e.g. a region's sum).
+///
+/// ```
+/// use flim_core::fit::{FitOptions, Model, fit_decay};
+/// use flim_core::sim::DecaySim;
+/// let decay = DecaySim::new(256, 0.05, 1e6)?.expected(&[(0.3, 0.8), (0.7, 2.5)]);
+/// let f = fit_decay(&decay, 0.05, 12.8, &FitOptions::new(Model::Bi))?;
+/// assert!((f.tau[0] - 0.8).abs() < 1e-4 && (f.tau[1] - 2.5).abs() < 1e-4);
+/// assert!((f.fraction[0] - 0.3).abs() < 1e-4);
+/// # Ok::<(), flim_core::Error>(())
+/// ```
+pub fn fit_decay(
+    decay: &[f64],
+    bin_ns: f64,
+    period_ns: f64,
+    opts: &FitOptions,
+) -> Result<DecayFit> {
+    let su = opts.setup(decay.len(), bin_ns, period_ns, (1, 1))?;
+    let counts = &decay[su.first..su.first + su.m];
+    let mut work = Work::default();
+    Ok(fit_counts(&su, &mut work, counts, opts, true))
+}
+
+/// The fitted model's expected counts over the fit range for the parameters of `fit` (e.g.
+/// to plot the fit over a decay, or to simulate exactly what the model assumes).
+///
+/// ```
+/// use flim_core::fit::{FitOptions, Model, fit_decay, model_curve};
+/// let decay: Vec<f64> = (0..64).map(|j| 500.0 * (-(j as f64) * 0.2 / 2.0).exp()).collect();
+/// let opts = FitOptions::new(Model::Mono);
+/// let f = fit_decay(&decay, 0.2, 12.8, &opts)?;
+/// let curve = model_curve(&opts, 64, 0.2, 12.8, &f)?;
+/// assert!((curve[10] / decay[10] - 1.0).abs() < 1e-3);
+/// # Ok::<(), flim_core::Error>(())
+/// ```
+pub fn model_curve(
+    opts: &FitOptions,
+    bins: usize,
+    bin_ns: f64,
+    period_ns: f64,
+    fit: &DecayFit,
+) -> Result<Vec<f64>> {
+    let su = opts.setup(bins, bin_ns, period_ns, (1, 1))?;
+    if fit.tau.len() != su.k || fit.amplitude.len() != su.k {
+        return Err(invalid(
+            "fit",
+            format!("{} lifetimes", fit.tau.len()),
+            format!("the model has {} components", su.k),
+        ));
+    }
+    let mut theta = [0.0; model::MAX_PARAMS];
+    for i in 0..su.k {
+        theta[i] = fit.amplitude[i];
+        theta[su.k + i] = fit.tau[i].ln();
+    }
+    if let Some(i) = su.offset_index() {
+        theta[i] = fit.offset;
+    }
+    if let Some(i) = su.shift_index() {
+        theta[i] = fit.shift;
+    }
+    let mut work = Work::default();
+    work.evaluate(&su, &theta);
+    Ok((0..su.m).map(|j| work.bin(&su, &theta, j, None)).collect())
+}
+
+/// Fit the counts of one pixel's range (`fit`: not masked by the mask).
+fn fit_counts(
+    su: &ModelSetup,
+    work: &mut Work,
+    counts: &[f64],
+    opts: &FitOptions,
+    fit: bool,
+) -> DecayFit {
+    let photons: f64 = counts.iter().sum();
+    if !(fit && photons >= opts.threshold() && photons > 0.0) {
+        return DecayFit::masked(su.k, photons);
+    }
+    let theta0 = initial_guess(su, work, counts, opts.lifetimes());
+    let PixelFit {
+        theta,
+        objective,
+        iterations,
+        status,
+    } = fit_pixel(
+        su,
+        work,
+        counts,
+        opts.estimator(),
+        &theta0,
+        opts.max_iterations(),
+        opts.tolerance(),
+    );
+    DecayFit::from_theta(su, &theta, objective, photons, iterations, status)
+}
+
+/// Fit every pixel on the CPU (f64, pixels in parallel).
+pub fn fit<T: Count>(cube: &Cube<T>, opts: &FitOptions) -> Result<FitMaps> {
+    let (h, w) = cube.shape();
+    let su = opts.setup(cube.bins(), cube.bin_ns(), cube.period_ns(), (h, w))?;
+    let bins = cube.bins();
+    let data = cube.as_slice();
+    let mask = opts.mask().map(|m| m.as_standard_layout().into_owned());
+    let mask = mask
+        .as_ref()
+        .map(|m| m.as_slice().expect("standard layout"));
+    let fits: Vec<DecayFit> = (0..h * w)
+        .into_par_iter()
+        .map_init(
+            || (Work::default(), vec![0.0f64; su.m]),
+            |(work, v), p| {
+                let px = &data[p * bins + su.first..p * bins + su.first + su.m];
+                for (d, &c) in v.iter_mut().zip(px) {
+                    *d = c.into();
+                }
+                fit_counts(&su, work, v, opts, mask.is_none_or(|m| m[p]))
+            },
+        )
+        .collect();
+    Ok(FitMaps::from_fits(h, w, su.k, &fits))
+}
