@@ -42,22 +42,25 @@ pub fn chunk_bytes() -> usize {
         << 20
 }
 
-/// What a per-pixel kernel run over the cube needs to know.
-pub(crate) struct PixelJob<'a, R: KnownRuntime> {
-    /// f32 planes written per pixel.
-    pub planes: usize,
-    /// Launch on one chunk: (gpu, counts as words, pixels, out planes, status).
-    #[allow(clippy::type_complexity)]
-    pub launch: &'a (
-            dyn Fn(
+/// A kernel launch on one chunk of pixels.
+pub(crate) type ChunkLaunch<'a, R> = dyn Fn(
         &Gpu<R>,
         &GpuArray<u32>,
+        usize,
         usize,
         &GpuArray<f32>,
         &GpuArray<u32>,
     ) -> gpu_runtime::Result<()>
-                + Sync
-        ),
+    + Sync
+    + 'a;
+
+/// What a per-pixel kernel run over the cube needs to know.
+pub(crate) struct PixelJob<'a, R: KnownRuntime> {
+    /// f32 planes written per pixel.
+    pub planes: usize,
+    /// Launch on one chunk: (gpu, counts as words, its first pixel, its pixels, out
+    /// planes, status).
+    pub launch: &'a ChunkLaunch<'a, R>,
 }
 
 /// Host memory of one chunk in flight.
@@ -258,7 +261,7 @@ fn worker<R: KnownRuntime>(
             } else {
                 (gpu.empty::<f32>(n * job.planes)?, gpu.empty::<u32>(n)?)
             };
-            (job.launch)(gpu, &input, n, &out, &st)?;
+            (job.launch)(gpu, &input, range.start, n, &out, &st)?;
             gpu.download_staged(&out, &mut slot.output)?;
             gpu.download_staged(&st, &mut slot.status)?;
             Ok(())
@@ -337,6 +340,7 @@ pub fn analyse_on<T: Count>(
         gpu.sync()?;
         let launch = |gpu: &Gpu<_>,
                       words: &GpuArray<u32>,
+                      _first: usize,
                       n: usize,
                       out: &GpuArray<f32>,
                       st: &GpuArray<u32>| {
@@ -407,6 +411,7 @@ pub fn analyse_fret_on<T: Count>(
         gpu.sync()?;
         let launch = |gpu: &Gpu<_>,
                       words: &GpuArray<u32>,
+                      _first: usize,
                       n: usize,
                       out: &GpuArray<f32>,
                       st: &GpuArray<u32>| {
@@ -430,4 +435,137 @@ pub fn analyse_fret_on<T: Count>(
     let mut maps = crate::fret::FretMaps::from_planes(h, w, &vals, pixels);
     maps.status = to_status(status, h, w);
     Ok(maps)
+}
+
+/// [`crate::fit::fit`] on `device`: the f32 kernel (one unit per pixel) on a GPU, the f64
+/// CPU path otherwise; derived maps (sorting, fractions, means, reduced chi^2) are computed
+/// from the parameters on the host for both. Tolerances in tests/tests/gpu_vs_cpu/flim.rs.
+///
+/// ```
+/// use flim_core::fit::{FitOptions, Model};
+/// use flim_core::{gpu::fit_on, sim::mono_exponential};
+/// let cube = mono_exponential(&[2.0], 4, 4, 128, 0.1, 12.8, 5_000.0, 2)?;
+/// let maps = fit_on(&cube, &FitOptions::new(Model::Mono), &gpu_runtime::Device::cpu())?;
+/// assert!((maps.tau[0][[0, 0]] - 2.0).abs() < 0.2);
+/// # Ok::<(), flim_core::Error>(())
+/// ```
+pub fn fit_on<T: Count>(
+    cube: &Cube<T>,
+    opts: &crate::fit::FitOptions,
+    device: &Device,
+) -> Result<crate::fit::FitMaps> {
+    use crate::fit::{DecayFit, Estimator, FitMaps, FitStatus, Offset, Shift};
+    use gpu_kernels::flim::fit::{self as fk, FitParams};
+    if !device.is_gpu() {
+        return crate::fit::fit(cube, opts);
+    }
+    let (h, w) = cube.shape();
+    let su = opts.setup(cube.bins(), cube.bin_ns(), cube.period_ns(), (h, w))?;
+    let k = su.k;
+    let np = su.np();
+    let (irf_mode, shift) = match (&su.irf, su.shift) {
+        (None, _) => (fk::IRF_NONE, 0.0),
+        (Some(_), Shift::Fixed(s)) => (fk::IRF_FIXED, s),
+        (Some(_), Shift::Fitted(s)) => (fk::IRF_FITTED, s),
+    };
+    let params = FitParams {
+        pixels: 0,
+        mask_offset: 0,
+        stride: cube.bins() as u32,
+        first: su.first as u32,
+        m: su.m as u32,
+        h: su.h as f32,
+        period_bins: su.period_bins as f32,
+        tau_bounds: (su.tau_min as f32, su.tau_max as f32),
+        offset: match su.offset {
+            Offset::Fixed(z) => z as f32,
+            Offset::Fitted => 0.0,
+        },
+        shift: shift as f32,
+        threshold: opts.threshold() as f32,
+        max_iterations: opts.max_iterations(),
+        tolerance: opts.tolerance() as f32,
+        kind: T::KIND,
+        components: k as u32,
+        estimator: match opts.estimator() {
+            Estimator::LeastSquaresNeyman => fk::EST_NEYMAN,
+            Estimator::LeastSquaresPearson => fk::EST_PEARSON,
+            Estimator::MaximumLikelihood => fk::EST_POISSON,
+        },
+        offset_fitted: su.offset == Offset::Fitted,
+        irf_mode,
+        use_mask: opts.mask().is_some(),
+    };
+    let planes = params.planes();
+    let irf: Vec<f32> = su
+        .irf
+        .as_ref()
+        .map_or_else(|| vec![0.0], |v| v.iter().map(|&x| x as f32).collect());
+    let mask: Vec<u32> = opts
+        .mask()
+        .map_or_else(|| vec![0], |m| m.iter().map(|&b| u32::from(b)).collect());
+    let mut init = [0.0f32; 3];
+    if let Some(t) = opts.lifetimes() {
+        for (d, s) in init.iter_mut().zip(t) {
+            *d = *s as f32;
+        }
+    }
+    let (vals, status) = with_gpu!(device, |gpu| {
+        let irf_dev = gpu.upload(&irf)?;
+        let mask_dev = gpu.upload(&mask)?;
+        let init_dev = gpu.upload(&init)?;
+        gpu.sync()?;
+        let launch = |gpu: &Gpu<_>,
+                      words: &GpuArray<u32>,
+                      first: usize,
+                      n: usize,
+                      out: &GpuArray<f32>,
+                      st: &GpuArray<u32>| {
+            let p = FitParams {
+                pixels: n as u32,
+                mask_offset: first as u32,
+                ..params
+            };
+            fk::fit(gpu, words, &irf_dev, &mask_dev, &init_dev, &p, out, st)
+        };
+        run_pixels(
+            gpu,
+            cube,
+            &PixelJob {
+                planes,
+                launch: &launch,
+            },
+        )
+    })
+    .map_err(gpu_error)?;
+    let pixels = h * w;
+    let fits: Vec<DecayFit> = (0..pixels)
+        .into_par_iter()
+        .map(|p| {
+            let st = status[p];
+            let photons = f64::from(vals[(np + 1) * pixels + p]);
+            let code = st & 0xFF;
+            if code == fk::FIT_MASKED {
+                return DecayFit::masked(k, photons);
+            }
+            let mut theta = [0.0f64; crate::fit::model::MAX_PARAMS];
+            for (q, t) in theta.iter_mut().enumerate().take(np) {
+                *t = f64::from(vals[q * pixels + p]);
+            }
+            let status = if code == fk::FIT_CONVERGED {
+                FitStatus::Converged
+            } else {
+                FitStatus::Failed
+            };
+            DecayFit::from_theta(
+                &su,
+                &theta,
+                f64::from(vals[np * pixels + p]),
+                photons,
+                st >> 8,
+                status,
+            )
+        })
+        .collect();
+    Ok(FitMaps::from_fits(h, w, k, &fits))
 }

@@ -11,6 +11,7 @@
 // `!(x > 0.0)` is meant: it is also true for NaN.
 #![allow(clippy::neg_cmp_op_on_partial_ord, clippy::if_not_else)]
 
+pub mod fit;
 pub mod fret;
 pub mod lifetimes;
 
@@ -51,5 +52,6 @@ pub(crate) fn invalid(kernel: &str, why: String) -> Error {
 pub(crate) fn catalog<R: Runtime>(client: &ComputeClient<R>) -> Vec<CatalogEntry> {
     let mut all = lifetimes::catalog(client);
     all.extend(fret::catalog(client));
+    all.extend(fit::catalog(client));
     all
 }

@@ -182,7 +182,8 @@ impl FitOptions {
         self.estimator
     }
 
-    pub(crate) fn max_iterations(&self) -> u32 {
+    /// Iteration cap.
+    pub fn max_iterations(&self) -> u32 {
         self.max_iterations
     }
 
@@ -344,7 +345,7 @@ impl DecayFit {
         }
     }
 
-    fn masked(k: usize, intensity: f64) -> Self {
+    pub(crate) fn masked(k: usize, intensity: f64) -> Self {
         let nan = vec![f64::NAN; k];
         DecayFit {
             intensity,
