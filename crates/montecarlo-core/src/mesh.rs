@@ -32,6 +32,16 @@ pub struct Mesh {
     pub volumes: Vec<f64>,
 }
 
+/// A mesh read from a file, with what the reader left out or assumed (printed by the CLI).
+#[derive(Debug, Clone)]
+pub struct Imported {
+    pub mesh: Mesh,
+    /// Elements that are not 4-node tetrahedra (surface triangles, points, ...), not used.
+    pub ignored: usize,
+    /// What was ignored or assumed, one line each.
+    pub notes: Vec<String>,
+}
+
 fn sub(a: [f64; 3], b: [f64; 3]) -> [f64; 3] {
     [a[0] - b[0], a[1] - b[1], a[2] - b[2]]
 }
@@ -47,7 +57,7 @@ pub(crate) fn dot(a: [f64; 3], b: [f64; 3]) -> f64 {
 }
 
 /// Node triples of the four faces (face i opposite node i).
-const FACE_NODES: [[usize; 3]; 4] = [[1, 2, 3], [0, 2, 3], [0, 1, 3], [0, 1, 2]];
+pub const FACE_NODES: [[usize; 3]; 4] = [[1, 2, 3], [0, 2, 3], [0, 1, 3], [0, 1, 2]];
 
 impl Mesh {
     /// Build from nodes and 0-based tetrahedra with regions. Inverted tetrahedra are
@@ -208,6 +218,52 @@ impl Mesh {
     pub fn scale(&self) -> f64 {
         let (lo, hi) = self.bounds();
         (0..3).map(|k| hi[k] - lo[k]).fold(0.0, f64::max)
+    }
+
+    /// Area of face `f` (opposite node `f`) of tetrahedron `t`.
+    pub fn face_area(&self, t: u32, f: usize) -> f64 {
+        let p = FACE_NODES[f].map(|k| self.nodes[self.tets[t as usize][k] as usize]);
+        let c = cross(sub(p[1], p[0]), sub(p[2], p[0]));
+        0.5 * dot(c, c).sqrt()
+    }
+
+    /// Centroid of face `f` of tetrahedron `t`.
+    pub fn face_centroid(&self, t: u32, f: usize) -> [f64; 3] {
+        let p = FACE_NODES[f].map(|k| self.nodes[self.tets[t as usize][k] as usize]);
+        [0, 1, 2].map(|k| (p[0][k] + p[1][k] + p[2][k]) / 3.0)
+    }
+
+    /// Centroid of tetrahedron `t`.
+    pub fn centroid(&self, t: u32) -> [f64; 3] {
+        let p = self.tets[t as usize].map(|v| self.nodes[v as usize]);
+        [0, 1, 2].map(|k| 0.25 * (p[0][k] + p[1][k] + p[2][k] + p[3][k]))
+    }
+
+    /// Tetrahedron ids (1-based) in Morton (Z-curve) order of their centroids on a
+    /// 2^10-per-axis grid over the mesh bounds, ties kept in id order. Packing per-tet data
+    /// in this order puts tetrahedra that are close in space close in memory (the CPU
+    /// transport does; the GPU path may too); results are mapped back to mesh ids.
+    pub fn morton_order(&self) -> Vec<u32> {
+        let (lo, hi) = self.bounds();
+        let scale = (0..3).map(|k| 1023.0 / (hi[k] - lo[k]).max(f64::MIN_POSITIVE));
+        let scale: Vec<f64> = scale.collect();
+        let spread = |mut x: u64| {
+            // Put the 10 bits of x at every third position.
+            x &= 0x3ff;
+            x = (x | (x << 16)) & 0x0300_00ff;
+            x = (x | (x << 8)) & 0x0300_f00f;
+            x = (x | (x << 4)) & 0x030c_30c3;
+            (x | (x << 2)) & 0x0924_9249
+        };
+        let mut keyed: Vec<(u64, u32)> = (1..=self.len() as u32)
+            .map(|t| {
+                let c = self.centroid(t);
+                let q = [0, 1, 2].map(|k| ((c[k] - lo[k]) * scale[k]).clamp(0.0, 1023.0) as u64);
+                (spread(q[0]) | spread(q[1]) << 1 | spread(q[2]) << 2, t)
+            })
+            .collect();
+        keyed.sort_unstable();
+        keyed.into_iter().map(|(_, t)| t).collect()
     }
 
     /// How far `p` lies outside tetrahedron `t` (<= 0 inside).
