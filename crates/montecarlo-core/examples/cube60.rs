@@ -36,7 +36,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ..Params::default()
     };
     let sim = Simulation::new(mesh, optics, &src, photons, params)?;
-    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build()?;
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()?;
     let r = pool.install(|| sim.run_cpu(0, photons));
     let s = &r.summary;
     println!(

@@ -52,7 +52,9 @@ pub fn read_gmsh(path: &Path) -> Result<Imported> {
         };
         c.binary = true;
     } else if file_type != 0 {
-        return Err(c.err(&format!("file type {file_type} is neither 0 (ASCII) nor 1 (binary)")));
+        return Err(c.err(&format!(
+            "file type {file_type} is neither 0 (ASCII) nor 1 (binary)"
+        )));
     }
     let major = if version.starts_with("2.") || version == "2" {
         2
@@ -63,7 +65,9 @@ pub fn read_gmsh(path: &Path) -> Result<Imported> {
             "MSH {version} is not supported: save as 4.1 or 2.2 (Gmsh: -format msh41 or msh22)"
         )));
     } else {
-        return Err(c.err(&format!("MSH version {version} is not supported (2.2 or 4.1)")));
+        return Err(c.err(&format!(
+            "MSH version {version} is not supported (2.2 or 4.1)"
+        )));
     };
     if c.binary && data_size != 8 {
         return Err(c.err(&format!(
@@ -82,7 +86,11 @@ pub fn read_gmsh(path: &Path) -> Result<Imported> {
                 c.expect("$EndEntities")?;
             }
             (_, "$Nodes") => {
-                nodes = Some(if major == 2 { c.nodes_v2()? } else { c.nodes_v4()? });
+                nodes = Some(if major == 2 {
+                    c.nodes_v2()?
+                } else {
+                    c.nodes_v4()?
+                });
                 c.expect("$EndNodes")?;
             }
             (_, "$Elements") => {
@@ -332,7 +340,9 @@ impl<'a> Cursor<'a> {
             }
             Ok(Some(tok))
         } else {
-            Err(self.err(&format!("expected a section such as `$Nodes`, found `{tok}`")))
+            Err(self.err(&format!(
+                "expected a section such as `$Nodes`, found `{tok}`"
+            )))
         }
     }
 
@@ -444,11 +454,7 @@ impl<'a> Cursor<'a> {
             } else {
                 self.parse(&what)?
             };
-            let x = [
-                self.float(&what)?,
-                self.float(&what)?,
-                self.float(&what)?,
-            ];
+            let x = [self.float(&what)?, self.float(&what)?, self.float(&what)?];
             nodes.push(self.finite(x, tag)?);
             if index.insert(tag, i as u32).is_some() {
                 return Err(self.err(&format!("node tag {tag} appears twice")));
@@ -497,7 +503,8 @@ impl<'a> Cursor<'a> {
                         }
                     }
                     if kind == 4 {
-                        el.tets.push((tag, t, region_v2(&tags[..ntags.min(2) as usize])));
+                        el.tets
+                            .push((tag, t, region_v2(&tags[..ntags.min(2) as usize])));
                     } else {
                         *el.ignored.entry(kind).or_default() += 1;
                     }
@@ -606,14 +613,14 @@ impl<'a> Cursor<'a> {
             for _ in 0..n {
                 tags.push(self.size(&what)?);
             }
-            let extra = if parametric == 1 { dim.max(0) as usize } else { 0 };
+            let extra = if parametric == 1 {
+                dim.max(0) as usize
+            } else {
+                0
+            };
             for &tag in &tags {
                 let what = format!("coordinates of node {tag}");
-                let x = [
-                    self.float(&what)?,
-                    self.float(&what)?,
-                    self.float(&what)?,
-                ];
+                let x = [self.float(&what)?, self.float(&what)?, self.float(&what)?];
                 for _ in 0..extra {
                     self.float(&what)?;
                 }
@@ -847,7 +854,10 @@ pub fn write_gmsh(path: &Path, mesh: &Mesh, v4: bool, binary: bool) -> Result<()
                     flt(&mut out, *v);
                 }
             } else {
-                text(&mut out, &format!("{} {:?} {:?} {:?}\n", i + 1, p[0], p[1], p[2]));
+                text(
+                    &mut out,
+                    &format!("{} {:?} {:?} {:?}\n", i + 1, p[0], p[1], p[2]),
+                );
             }
         }
         if binary {

@@ -24,6 +24,7 @@ pub mod mesh;
 pub mod mmc;
 pub mod mmc_json;
 pub mod optics;
+pub mod problems;
 pub mod rng;
 pub mod sim;
 pub mod source;

@@ -234,32 +234,7 @@ pub struct SimSpec {
 impl SimSpec {
     /// The example printed by `biogpu mc example`: cube60 (MCX's benchmark) at 1e6 photons.
     pub fn example() -> SimSpec {
-        SimSpec {
-            mesh: MeshSpec::Box {
-                origin: [0.0; 3],
-                size: [60.0; 3],
-                cell: 2.0,
-                tets_per_cell: 5,
-            },
-            materials: MaterialsSpec::Inline(vec![Material {
-                mua: 0.005,
-                mus: 1.0,
-                g: 0.01,
-                n: 1.37,
-            }]),
-            n_outside: Some(1.37),
-            sources: vec![Source::Pencil {
-                pos: [30.1, 30.2, 0.0],
-                dir: [0.0, 0.0, 1.0],
-                power: 1.0,
-            }],
-            photons: 1_000_000,
-            seed: 1,
-            time_limit_ns: Some(5.0),
-            wmin: 1e-4,
-            prwin: 10.0,
-            outputs: Outputs::default(),
-        }
+        crate::problems::cube60_spec(1.37, 1_000_000)
     }
 }
 

@@ -193,7 +193,14 @@ pub fn place(
                 volume_elements(mesh, *region, *tet, &mut elements).map_err(bad)?;
                 check_power(index, *power)?;
                 total += power;
-                placed.push(table_source(KIND_VOLUME, 0.0, [0.0, 0.0, 1.0], total, first, &elements));
+                placed.push(table_source(
+                    KIND_VOLUME,
+                    0.0,
+                    [0.0, 0.0, 1.0],
+                    total,
+                    first,
+                    &elements,
+                ));
                 continue;
             }
             Source::Surface {
@@ -212,7 +219,14 @@ pub fn place(
                 check_power(index, *power)?;
                 total += power;
                 let (param, d) = dir.map_or((0.0, [0.0, 0.0, 1.0]), |d| (1.0, d));
-                placed.push(table_source(KIND_SURFACE, param, d, total, first, &elements));
+                placed.push(table_source(
+                    KIND_SURFACE,
+                    param,
+                    d,
+                    total,
+                    first,
+                    &elements,
+                ));
                 continue;
             }
         };
@@ -443,7 +457,9 @@ pub fn basis(d: [f64; 3]) -> ([f64; 3], [f64; 3]) {
 /// Index of the element picked by uniform `u` in (0, 1] among a source's elements: the
 /// first whose cdf >= u (binary search).
 pub fn pick_element(elements: &[Element], u: f64) -> usize {
-    elements.partition_point(|e| e.cdf < u).min(elements.len() - 1)
+    elements
+        .partition_point(|e| e.cdf < u)
+        .min(elements.len() - 1)
 }
 
 /// Barycentric weights of a uniform point in a tetrahedron from three uniforms: sorted
@@ -529,7 +545,8 @@ pub fn launch(
             let t = table[pick_element(table, rng.uniform())].tet;
             let b = tet_barycentric([rng.uniform(), rng.uniform(), rng.uniform()]);
             let v = mesh.tets[t as usize].map(|i| mesh.nodes[i as usize]);
-            let p = [0, 1, 2].map(|k| b[0] * v[0][k] + b[1] * v[1][k] + b[2] * v[2][k] + b[3] * v[3][k]);
+            let p = [0, 1, 2]
+                .map(|k| b[0] * v[0][k] + b[1] * v[1][k] + b[2] * v[2][k] + b[3] * v[3][k]);
             let d = isotropic(rng.uniform(), rng.uniform());
             (p, d, Some(t))
         }

@@ -173,8 +173,11 @@ impl McResult {
         let mut r = McResult { tally, summary };
         let gates = r.tally.gates();
         if gates > 0 {
-            r.summary.absorbed_per_gate =
-                Some((0..gates).map(|g| r.gated_absorbed(g).iter().sum()).collect());
+            r.summary.absorbed_per_gate = Some(
+                (0..gates)
+                    .map(|g| r.gated_absorbed(g).iter().sum())
+                    .collect(),
+            );
         }
         r
     }

@@ -133,7 +133,10 @@ pub fn read_vtk(path: &Path, region_array: Option<&str>) -> Result<Imported> {
                     return Err(fmt_err(
                         path,
                         format!("cell {cell}"),
-                        format!("refers to point {v}, but the piece has {} points", nodes.len() as u64 - base),
+                        format!(
+                            "refers to point {v}, but the piece has {} points",
+                            nodes.len() as u64 - base
+                        ),
                     ));
                 }
                 t[k] = g as u32;

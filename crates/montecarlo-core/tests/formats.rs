@@ -21,7 +21,10 @@ fn same_mesh(a: &Mesh, b: &Mesh) {
     assert_eq!(a.nodes.len(), b.nodes.len());
     for (p, q) in a.nodes.iter().zip(&b.nodes) {
         for k in 0..3 {
-            assert!((p[k] - q[k]).abs() <= 1e-12 * (1.0 + p[k].abs()), "{p:?} {q:?}");
+            assert!(
+                (p[k] - q[k]).abs() <= 1e-12 * (1.0 + p[k].abs()),
+                "{p:?} {q:?}"
+            );
         }
     }
     // Same numbering, orientation and regions.
@@ -136,15 +139,22 @@ fn gmsh_22_uses_the_elementary_tag_when_there_is_no_physical_one() {
     // Zero-volume tetrahedron: named.
     std::fs::write(&p, text.replace("4 0 0 1\n$End", "4 1 1 0\n$End")).unwrap();
     let e = gmsh::read_gmsh(&p).unwrap_err().to_string();
-    assert!(e.contains("tetrahedron 1") && e.contains("zero volume"), "{e}");
+    assert!(
+        e.contains("tetrahedron 1") && e.contains("zero volume"),
+        "{e}"
+    );
     // Only surface elements: an error that lists what was found.
     std::fs::write(
         &p,
-        text.replace("3\n1 15", "2\n1 15").replace("3 4 2 0 3 1 2 3 4\n", ""),
+        text.replace("3\n1 15", "2\n1 15")
+            .replace("3 4 2 0 3 1 2 3 4\n", ""),
     )
     .unwrap();
     let e = gmsh::read_gmsh(&p).unwrap_err().to_string();
-    assert!(e.contains("no 4-node tetrahedra") && e.contains("triangle"), "{e}");
+    assert!(
+        e.contains("no 4-node tetrahedra") && e.contains("triangle"),
+        "{e}"
+    );
     std::fs::remove_dir_all(&dir).ok();
 }
 
