@@ -77,7 +77,7 @@ pub fn read_gmsh(path: &Path) -> Result<Imported> {
     c.expect("$EndMeshFormat")?;
 
     let mut entity_region: HashMap<i32, i32> = HashMap::new();
-    let mut nodes: Option<(Vec<[f64; 3]>, HashMap<u64, u32>)> = None;
+    let mut nodes: Option<Nodes> = None;
     let mut elements: Option<Elements> = None;
     while let Some(section) = c.next_section()? {
         match (major, section) {
@@ -123,16 +123,18 @@ pub fn read_gmsh(path: &Path) -> Result<Imported> {
                 why: format!("(Gmsh element {tag}) refers to node tag {v}, which is not in $Nodes"),
             })?;
         }
-        let r = if *region > 0 {
-            *region as u32
-        } else if *region == 0 {
-            untagged += 1;
-            1
-        } else {
-            return Err(Error::BadTet {
-                tet: k + 1,
-                why: format!("(Gmsh element {tag}) has negative region tag {region}"),
-            });
+        let r = match (*region).cmp(&0) {
+            std::cmp::Ordering::Greater => *region as u32,
+            std::cmp::Ordering::Equal => {
+                untagged += 1;
+                1
+            }
+            std::cmp::Ordering::Less => {
+                return Err(Error::BadTet {
+                    tet: k + 1,
+                    why: format!("(Gmsh element {tag}) has negative region tag {region}"),
+                });
+            }
         };
         tets.push(ids);
         regions.push(r);
@@ -217,6 +219,9 @@ fn describe(counts: &BTreeMap<i32, usize>) -> String {
         .collect::<Vec<_>>()
         .join(", ")
 }
+
+/// Node coordinates and node tag -> index.
+type Nodes = (Vec<[f64; 3]>, HashMap<u64, u32>);
 
 /// Tetrahedra as (element tag, node tags, region; 0 = untagged) and counts of other types.
 struct Elements {
@@ -356,7 +361,7 @@ impl<'a> Cursor<'a> {
                 path: self.path.to_path_buf(),
                 why: format!("section {name} (line {}) has no {end}", self.line),
             })?;
-        self.line += hay[..at].iter().filter(|&&c| c == b'\n').count();
+        self.line += hay[..at].split(|&c| c == b'\n').count() - 1;
         self.pos += at + end.len();
         Ok(())
     }
@@ -439,7 +444,7 @@ impl<'a> Cursor<'a> {
         }
     }
 
-    fn nodes_v2(&mut self) -> Result<(Vec<[f64; 3]>, HashMap<u64, u32>)> {
+    fn nodes_v2(&mut self) -> Result<Nodes> {
         let n: u64 = self.parse("the node count")?;
         let n = self.count(n, if self.binary { 28 } else { 8 }, "node count")?;
         if self.binary {
@@ -594,7 +599,7 @@ impl<'a> Cursor<'a> {
         Ok(out)
     }
 
-    fn nodes_v4(&mut self) -> Result<(Vec<[f64; 3]>, HashMap<u64, u32>)> {
+    fn nodes_v4(&mut self) -> Result<Nodes> {
         let blocks = self.size("the number of node blocks")?;
         let total = self.size("the number of nodes")?;
         self.size("the smallest node tag")?;

@@ -91,7 +91,7 @@ pub fn read_vtk(path: &Path, region_array: Option<&str>) -> Result<Imported> {
             .points
             .cast_into()
             .ok_or_else(|| fmt_err(path, "points", "are not numbers"))?;
-        if pts.len() % 3 != 0 {
+        if !pts.len().is_multiple_of(3) {
             return Err(fmt_err(
                 path,
                 "points",
