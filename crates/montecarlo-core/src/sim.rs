@@ -441,6 +441,16 @@ impl Simulation {
                         .into(),
                 ));
             }
+            if self
+                .sources
+                .iter()
+                .any(|s| s.kind == source::KIND_VOLUME || s.kind == source::KIND_SURFACE)
+            {
+                return Err(Error::Gpu(
+                    "volume and surface sources run on the CPU only for now (use --device cpu)"
+                        .into(),
+                ));
+            }
             return crate::gpu::run(self, device, stop, progress);
         }
         let start = Instant::now();

@@ -221,3 +221,43 @@ fn vtk_bad_input_names_the_cell_and_never_panics() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A simulation file naming a Gmsh and a VTK mesh (relative paths) runs, and the reader's
+/// notes reach the simulation.
+#[test]
+fn simulation_files_read_gmsh_and_vtk_meshes() {
+    let dir = scratch("simfile");
+    std::fs::write(dir.join("two.msh"), V41).unwrap();
+    let m = two_region_mesh();
+    vtk::write_vtu(&dir.join("m.vtu"), &m, &[]).unwrap();
+    let mut spec = serde_json::to_value(montecarlo_core::SimSpec::example()).unwrap();
+    spec["photons"] = 200.into();
+    spec["materials"] = serde_json::json!([
+        {"mua": 0.1, "mus": 1.0, "g": 0.0, "n": 1.0},
+        {"mua": 0.1, "mus": 1.0, "g": 0.0, "n": 1.0},
+        {"mua": 0.1, "mus": 1.0, "g": 0.0, "n": 1.0},
+        {"mua": 0.1, "mus": 1.0, "g": 0.0, "n": 1.0},
+        {"mua": 0.1, "mus": 1.0, "g": 0.0, "n": 1.0}
+    ]);
+    spec["sources"] = serde_json::json!([{"type": "volume", "region": 5}]);
+    spec["mesh"] = serde_json::json!({"gmsh": "two.msh"});
+    let p = dir.join("sim.json");
+    std::fs::write(&p, spec.to_string()).unwrap();
+    let sim = montecarlo_core::Simulation::from_json(&p).unwrap();
+    assert_eq!(sim.mesh.len(), 2);
+    assert!(sim.notes[0].contains("ignored 1"), "{:?}", sim.notes);
+    assert!(sim.run_cpu(0, 200).summary.balance_error.abs() < 1e-12);
+    spec["mesh"] = serde_json::json!({"vtk": {"path": "m.vtu", "region": "region"}});
+    spec["sources"] = serde_json::json!([{"type": "surface", "region": 2}]);
+    std::fs::write(&p, spec.to_string()).unwrap();
+    let sim = montecarlo_core::Simulation::from_json(&p).unwrap();
+    assert_eq!(sim.mesh.len(), m.len());
+    assert!(sim.run_cpu(0, 200).summary.balance_error.abs() < 1e-12);
+    spec["mesh"] = serde_json::json!({"vtk": {"path": "m.vtu", "region": "nope"}});
+    std::fs::write(&p, spec.to_string()).unwrap();
+    let e = montecarlo_core::Simulation::from_json(&p)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("m.vtu") && e.contains("nope"), "{e}");
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -307,8 +307,9 @@ fn gates_follow_the_exact_decay_and_sum_to_the_cw_result() {
 
 /// Face fluence on the plane z = 6 through a diffusive box lit uniformly (Lambertian) over
 /// its bottom face, so the fluence varies with z alone in the centre: the plane's mean over
-/// the central 8 x 8 mm against the mean tetrahedron fluence of the two 1 mm cell layers
-/// touching it (averaging over +-1 mm biases that by mu_eff^2/6 = 1%; tolerance 5%). The
+/// the central 14 x 14 mm against the mean tetrahedron fluence of the two 1 mm cell layers
+/// touching it (averaging over +-1 mm raises that by mu_eff^2/6 = 1%). Over eight seeds at
+/// 4e4 photons the ratio was 0.986 +- 0.014; at 8e4 the 5% tolerance is about 5 sigma. The
 /// net current through the plane points away from the source (+z).
 #[test]
 fn face_fluence_of_a_plane_matches_the_tet_fluence_beside_it() {
@@ -325,7 +326,7 @@ fn face_fluence_of_a_plane_matches_the_tet_fluence_beside_it() {
         dir: None,
         power: 1.0,
     }];
-    let photons = 40_000;
+    let photons = 80_000;
     let mut sim = Simulation::new(
         mesh,
         one(0.01, 2.0, 0.0, 1.0),
@@ -347,7 +348,7 @@ fn face_fluence_of_a_plane_matches_the_tet_fluence_beside_it() {
     let ff = r.face_fluence(&sim.faces);
     let cur = r.face_current(&sim.faces);
     let m = &sim.mesh;
-    let inside = |c: [f64; 3]| (c[0] - 10.0).abs() < 4.0 && (c[1] - 10.0).abs() < 4.0;
+    let inside = |c: [f64; 3]| (c[0] - 10.0).abs() < 7.0 && (c[1] - 10.0).abs() < 7.0;
     let (mut face_sum, mut area, mut current) = (0.0, 0.0, 0.0);
     for (i, &(t, f)) in sim.faces.faces.iter().enumerate() {
         if inside(m.face_centroid(t, f as usize)) {
