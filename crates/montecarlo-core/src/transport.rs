@@ -323,6 +323,26 @@ pub(crate) struct Cpu<'a> {
     face_index: HashMap<(u32, u8), u32>,
     gates: usize,
     gate_inv_width: f64,
+    /// Time limit in ns (infinite without one).
+    tmax: f64,
+}
+
+/// Packets in flight per worker (see [`Cpu::run_photons`]).
+const LANES: usize = 2;
+
+/// The state of one packet between events.
+struct Packet {
+    rng: Xoshiro128,
+    pos: [f64; 3],
+    d: [f64; 3],
+    /// Packed tetrahedron id.
+    t: u32,
+    w: f64,
+    /// Optical depth left of the current step (mean free paths).
+    s: f64,
+    /// Time of flight in ns.
+    time: f64,
+    events: u32,
 }
 
 impl<'a> Cpu<'a> {
@@ -379,6 +399,7 @@ impl<'a> Cpu<'a> {
             face_index,
             gates,
             gate_inv_width,
+            tmax: sim.params.time_limit_ns.unwrap_or(f64::INFINITY),
         }
     }
 
@@ -386,100 +407,146 @@ impl<'a> Cpu<'a> {
         Tally::with_outputs(&self.sim.mesh, self.sim.faces.len(), self.gates)
     }
 
-    /// Run photon `index` and add its weights to `tally` (packed numbering).
-    fn run_photon(&self, index: u64, tally: &mut Tally) {
+    /// Launch photon `index`; None (counted as lost) when its start point is outside.
+    fn start(&self, index: u64, tally: &mut Tally) -> Option<Packet> {
         let sim = self.sim;
-        let p = &sim.params;
-        let mut rng = Xoshiro128::for_photon(p.seed, index);
-        let (mut pos, mut d, start) =
-            launch(&sim.sources, &sim.source_elements, &sim.mesh, &mut rng);
+        let mut rng = Xoshiro128::for_photon(sim.params.seed, index);
+        let (pos, d, start) = launch(&sim.sources, &sim.source_elements, &sim.mesh, &mut rng);
         let Some(start) = start else {
             tally.lost += 1.0;
-            return;
+            return None;
         };
-        let mut t = self.packed_of[start as usize];
-        let mut tet = &self.tets[t as usize];
-        let mut r = self.regs[tet.region as usize];
-        let mut w = 1.0f64;
-        let mut s = 0.0f64;
-        let mut time = 0.0f64;
-        let tmax = p.time_limit_ns.unwrap_or(f64::INFINITY);
-        let stride = self.tets.len();
-        for _ in 0..MAX_EVENTS {
-            if s <= 0.0 {
-                s = -rng.uniform().ln();
+        Some(Packet {
+            rng,
+            pos,
+            d,
+            t: self.packed_of[start as usize],
+            w: 1.0,
+            s: 0.0,
+            time: 0.0,
+            events: 0,
+        })
+    }
+
+    /// One event of packet `p` (a hop to the next interaction or face, and what happens
+    /// there); false when the packet has ended (its weight is in `tally`).
+    #[inline(always)]
+    fn event(&self, p: &mut Packet, tally: &mut Tally) -> bool {
+        let sim = self.sim;
+        let par = &sim.params;
+        p.events += 1;
+        if p.events > MAX_EVENTS {
+            tally.lost += p.w;
+            return false;
+        }
+        let t = p.t;
+        let tet = &self.tets[t as usize];
+        let r = &self.regs[tet.region as usize];
+        if p.s <= 0.0 {
+            p.s = -p.rng.uniform().ln();
+        }
+        let (h, f) = tet.exit(p.pos, p.d);
+        let l = p.s * r.inv_mut;
+        p.time += l.min(h) * r.n_over_c;
+        if p.time > self.tmax {
+            tally.expired += p.w;
+            return false;
+        }
+        let d = p.d;
+        if l < h {
+            // Hop to the interaction, drop, spin.
+            p.pos = [
+                p.pos[0] + l * d[0],
+                p.pos[1] + l * d[1],
+                p.pos[2] + l * d[2],
+            ];
+            p.s = 0.0;
+            let dw = p.w * r.absorb;
+            tally.absorbed[t as usize] += dw;
+            if self.gates > 0 {
+                let g = (p.time * self.gate_inv_width) as usize;
+                if g < self.gates {
+                    tally.gated[g * self.tets.len() + t as usize] += dw;
+                }
             }
-            let (h, f) = tet.exit(pos, d);
-            let l = s * r.inv_mut;
-            let step = l.min(h);
-            time += step * r.n_over_c;
-            if time > tmax {
-                tally.expired += w;
-                return;
+            p.w -= dw;
+            let ct = r.hg.cos(p.rng.uniform32());
+            let (cp, sp) = azimuth(p.rng.uniform32());
+            p.d = spin(d, ct, cp, sp);
+            if p.w < par.wmin {
+                if p.rng.uniform32() * par.prwin <= 1.0 {
+                    tally.roulette -= p.w * (par.prwin - 1.0);
+                    p.w *= par.prwin;
+                } else {
+                    tally.roulette += p.w;
+                    return false;
+                }
             }
-            if l < h {
-                // Hop to the interaction, drop, spin.
-                pos = [pos[0] + l * d[0], pos[1] + l * d[1], pos[2] + l * d[2]];
-                s = 0.0;
-                let dw = w * r.absorb;
-                tally.absorbed[t as usize] += dw;
-                if self.gates > 0 {
-                    let g = (time * self.gate_inv_width) as usize;
-                    if g < self.gates {
-                        tally.gated[g * stride + t as usize] += dw;
+            return true;
+        }
+        // Hop to the face, keep the leftover optical depth.
+        p.pos = [
+            p.pos[0] + h * d[0],
+            p.pos[1] + h * d[1],
+            p.pos[2] + h * d[2],
+        ];
+        p.s -= h * r.mut_;
+        let next = tet.neighbours[f];
+        let next_tet = &self.tets[next as usize];
+        let n2 = self.regs[next_tet.region as usize].n;
+        if r.n != n2 {
+            // Exact f64 normal from the mesh (rare path).
+            let fp = sim.mesh.faces[self.orig[t as usize] as usize][f];
+            let nrm = [fp[0], fp[1], fp[2]];
+            let cos_i = (nrm[0] * d[0] + nrm[1] * d[1] + nrm[2] * d[2]).min(1.0);
+            let (refl, cos_t) = fresnel(r.n, n2, cos_i);
+            if p.rng.uniform() <= refl {
+                p.d = [0, 1, 2].map(|k| d[k] - 2.0 * cos_i * nrm[k]);
+                return true;
+            }
+            let eta = r.n / n2;
+            let e = [0, 1, 2].map(|k| eta * d[k] + (cos_t - eta * cos_i) * nrm[k]);
+            let l = (e[0] * e[0] + e[1] * e[1] + e[2] * e[2]).sqrt();
+            p.d = [e[0] / l, e[1] / l, e[2] / l];
+        }
+        if tet.flags & (1 << f) != 0 {
+            self.cross_face(t, f, d, p.w, tally);
+        }
+        if next == 0 {
+            let o = self.orig[t as usize] as usize;
+            tally.escaped[sim.mesh.boundary_index[o][f] as usize] += p.w;
+            return false;
+        }
+        p.t = next;
+        self.prefetch_neighbours(next_tet);
+        true
+    }
+
+    /// Run photons `lo..hi`, [`LANES`] packets in flight at a time: their events are
+    /// independent, so the processor overlaps one packet's dependency chain (distances,
+    /// divisions, square roots) with the other's. Each photon still draws only from its
+    /// own stream, so results do not depend on the interleaving (up to summation order).
+    fn run_photons(&self, lo: u64, hi: u64, tally: &mut Tally) {
+        let mut next = lo;
+        let mut lanes: [Option<Packet>; LANES] = [const { None }; LANES];
+        loop {
+            let mut alive = false;
+            for lane in &mut lanes {
+                while lane.is_none() && next < hi {
+                    *lane = self.start(next, tally);
+                    next += 1;
+                }
+                if let Some(p) = lane {
+                    alive = true;
+                    if !self.event(p, tally) {
+                        *lane = None;
                     }
                 }
-                w -= dw;
-                let ct = r.hg.cos(rng.uniform32());
-                let (cp, sp) = azimuth(rng.uniform32());
-                d = spin(d, ct, cp, sp);
-                if w < p.wmin {
-                    if rng.uniform32() * p.prwin <= 1.0 {
-                        tally.roulette -= w * (p.prwin - 1.0);
-                        w *= p.prwin;
-                    } else {
-                        tally.roulette += w;
-                        return;
-                    }
-                }
-            } else {
-                // Hop to the face, keep the leftover optical depth.
-                pos = [pos[0] + h * d[0], pos[1] + h * d[1], pos[2] + h * d[2]];
-                s -= h * r.mut_;
-                let next = tet.neighbours[f];
-                let next_tet = &self.tets[next as usize];
-                let n2 = self.regs[next_tet.region as usize].n;
-                let incident = d;
-                if r.n != n2 {
-                    // Exact f64 normal from the mesh (rare path).
-                    let fp = sim.mesh.faces[self.orig[t as usize] as usize][f];
-                    let nrm = [fp[0], fp[1], fp[2]];
-                    let cos_i = (nrm[0] * d[0] + nrm[1] * d[1] + nrm[2] * d[2]).min(1.0);
-                    let (refl, cos_t) = fresnel(r.n, n2, cos_i);
-                    if rng.uniform() <= refl {
-                        d = [0, 1, 2].map(|k| d[k] - 2.0 * cos_i * nrm[k]);
-                        continue;
-                    }
-                    let eta = r.n / n2;
-                    d = [0, 1, 2].map(|k| eta * d[k] + (cos_t - eta * cos_i) * nrm[k]);
-                    let l = (d[0] * d[0] + d[1] * d[1] + d[2] * d[2]).sqrt();
-                    d = [d[0] / l, d[1] / l, d[2] / l];
-                }
-                if tet.flags & (1 << f) != 0 {
-                    self.cross_face(t, f, incident, w, tally);
-                }
-                if next == 0 {
-                    let o = self.orig[t as usize] as usize;
-                    tally.escaped[sim.mesh.boundary_index[o][f] as usize] += w;
-                    return;
-                }
-                t = next;
-                tet = next_tet;
-                r = self.regs[tet.region as usize];
-                self.prefetch_neighbours(tet);
+            }
+            if !alive {
+                break;
             }
         }
-        tally.lost += w;
     }
 
     /// Ask for the records of the four neighbours while this tet's faces are tested: the
@@ -527,9 +594,7 @@ impl<'a> Cpu<'a> {
                     }
                     let lo = first + b * BLOCK;
                     let hi = (lo + BLOCK).min(first + count);
-                    for i in lo..hi {
-                        self.run_photon(i, &mut tally);
-                    }
+                    self.run_photons(lo, hi, &mut tally);
                     tally.photons += hi - lo;
                     tally
                 },
