@@ -1,7 +1,9 @@
 //! The CPU reference: hop-drop-spin transport (f64 positions, directions, weights and times;
 //! f32 face planes), one xoshiro stream per photon, rayon over blocks of photons with one
-//! tally per worker. The mesh is packed once per run in Morton order of tetrahedron
-//! centroids for cache locality; results are in the mesh's own numbering.
+//! tally per worker and two packets in flight per worker (their events interleave, so one
+//! packet's dependency chain overlaps the other's). The mesh is packed once per run in Morton
+//! order of tetrahedron centroids for cache locality; results are in the mesh's own
+//! numbering.
 //!
 //! Per event: draw a dimensionless step s = -ln(u) (in units of mean free paths), walk it
 //! through tetrahedra (at each face the leftover s is kept, so the physical length rescales
