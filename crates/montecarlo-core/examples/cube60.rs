@@ -39,6 +39,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
         .build()?;
+    let t0 = std::time::Instant::now();
+    let _ = pool.install(|| sim.run_cpu(0, 1));
+    eprintln!(
+        "one photon (packing included): {:.1} ms",
+        t0.elapsed().as_secs_f64() * 1e3
+    );
     let r = pool.install(|| sim.run_cpu(0, photons));
     let s = &r.summary;
     println!(

@@ -350,10 +350,13 @@ struct Packet {
 impl<'a> Cpu<'a> {
     pub(crate) fn new(sim: &'a Simulation) -> Self {
         let mesh = &sim.mesh;
-        let order = mesh.morton_order();
-        let mut orig = Vec::with_capacity(order.len() + 1);
+        let mut orig = Vec::with_capacity(mesh.len() + 1);
         orig.push(0);
-        orig.extend_from_slice(&order);
+        if mesh.order.len() == mesh.len() {
+            orig.extend_from_slice(&mesh.order);
+        } else {
+            orig.extend(mesh.morton_order());
+        }
         let mut packed_of = vec![0u32; mesh.len() + 1];
         for (p, &o) in orig.iter().enumerate() {
             packed_of[o as usize] = p as u32;
@@ -374,7 +377,7 @@ impl<'a> Cpu<'a> {
             }
         }
         let tets = orig
-            .iter()
+            .par_iter()
             .map(|&o| {
                 let o = o as usize;
                 let f = &mesh.faces[o];
