@@ -7,7 +7,6 @@
 
 use crate::error::{Error, Result};
 use rayon::prelude::*;
-use std::collections::HashMap;
 
 /// A validated tetrahedral mesh. Lengths are in the user's unit (mm in the benchmarks).
 #[derive(Debug, Clone)]
@@ -145,29 +144,51 @@ impl Mesh {
             volumes[id] = v6.abs() / 6.0;
             out_tets.push(t);
         }
-        // Face adjacency from sorted node triples.
+        // Face adjacency: one record per (tet, face) holding the face's sorted node triple
+        // (96 bits) above 4 x tet + face (32 bits); after sorting, the two sides of an
+        // interior face are adjacent and a triple found three or more times is non-manifold.
+        if n >= 1 << 30 {
+            return Err(Error::Invalid(format!(
+                "{n} tetrahedra: at most 2^30 are supported"
+            )));
+        }
+        let mut records: Vec<u128> = (1..=n)
+            .into_par_iter()
+            .flat_map_iter(|id| {
+                let t = out_tets[id];
+                FACE_NODES.iter().enumerate().map(move |(f, fn_)| {
+                    let mut key = fn_.map(|k| t[k]);
+                    key.sort_unstable();
+                    u128::from(key[0]) << 96
+                        | u128::from(key[1]) << 64
+                        | u128::from(key[2]) << 32
+                        | (4 * id + f) as u128
+                })
+            })
+            .collect();
+        records.par_sort_unstable();
         let mut neighbours = vec![[0u32; 4]; n + 1];
-        let mut seen: HashMap<[u32; 3], (u32, u8)> = HashMap::with_capacity(2 * n);
-        let mut matched = vec![[false; 4]; n + 1];
-        for id in 1..=n {
-            for (f, fn_) in FACE_NODES.iter().enumerate() {
-                let mut key = fn_.map(|k| out_tets[id][k]);
-                key.sort_unstable();
-                if let Some(&(other, of)) = seen.get(&key) {
-                    if matched[other as usize][of as usize] {
-                        return Err(Error::NonManifold {
-                            nodes: key.map(|v| v + 1),
-                            count: 3,
-                        });
-                    }
-                    neighbours[id][f] = other;
-                    neighbours[other as usize][of as usize] = id as u32;
-                    matched[id][f] = true;
-                    matched[other as usize][of as usize] = true;
-                } else {
-                    seen.insert(key, (id as u32, f as u8));
-                }
+        let triple = |r: u128| r >> 32;
+        let side = |r: u128| ((r as u32 >> 2) as usize, (r as u32 & 3) as usize);
+        let mut i = 0;
+        while i < records.len() {
+            let mut j = i + 1;
+            while j < records.len() && triple(records[j]) == triple(records[i]) {
+                j += 1;
             }
+            if j - i > 2 {
+                let k = triple(records[i]);
+                return Err(Error::NonManifold {
+                    nodes: [(k >> 64) as u32 + 1, (k >> 32) as u32 + 1, k as u32 + 1],
+                    count: j - i,
+                });
+            }
+            if j - i == 2 {
+                let ((a, fa), (b, fb)) = (side(records[i]), side(records[i + 1]));
+                neighbours[a][fa] = b as u32;
+                neighbours[b][fb] = a as u32;
+            }
+            i = j;
         }
         let mut boundary = Vec::new();
         let mut boundary_area = Vec::new();
