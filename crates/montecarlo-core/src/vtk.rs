@@ -56,13 +56,26 @@ pub fn read_vtk(path: &Path, region_array: Option<&str>) -> Result<Imported> {
             std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"),
         ));
     }
-    let mut vtk = Vtk::import(path).map_err(|e| {
-        fmt_err(
-            path,
-            "whole file",
-            format!("not a readable VTK file (truncated or corrupt?): {e}"),
-        )
-    })?;
+    let imported = Vtk::import(path).or_else(|e| {
+        // VTK 9 and meshio write legacy data types as `vtktypeint64` etc., which vtkio's
+        // legacy parser only knows after OFFSETS/CONNECTIVITY: retry with the classic names.
+        let is_legacy = path
+            .extension()
+            .is_some_and(|x| x.eq_ignore_ascii_case("vtk"));
+        let bytes = std::fs::read(path).map_err(|io| Error::io(path, io))?;
+        match classic_type_names(&bytes) {
+            Some(fixed) if is_legacy => Vtk::parse_legacy_be(fixed.as_slice()).map_err(|_| e),
+            _ => Err(e),
+        }
+        .map_err(|e| {
+            fmt_err(
+                path,
+                "whole file",
+                format!("not a readable VTK file (truncated or corrupt?): {e}"),
+            )
+        })
+    });
+    let mut vtk = imported?;
     vtk.load_all_pieces()
         .map_err(|e| fmt_err(path, "pieces", e.to_string()))?;
     let DataSet::UnstructuredGrid { pieces, .. } = vtk.data else {
@@ -181,6 +194,50 @@ pub fn read_vtk(path: &Path, region_array: Option<&str>) -> Result<Imported> {
         ignored,
         notes,
     })
+}
+
+/// `bytes` with VTK 9's `vtktype*` data type names replaced by the classic legacy names
+/// (same sizes), except on OFFSETS/CONNECTIVITY lines; None when there is none to replace.
+fn classic_type_names(bytes: &[u8]) -> Option<Vec<u8>> {
+    const NAMES: [(&[u8], &[u8]); 9] = [
+        (b"vtktypeint64", b"long"),
+        (b"vtktypeuint64", b"unsigned_long"),
+        (b"vtktypeint32", b"int"),
+        (b"vtktypeuint32", b"unsigned_int"),
+        (b"vtktypeint16", b"short"),
+        (b"vtktypeint8", b"char"),
+        (b"vtktypeuint8", b"unsigned_char"),
+        (b"vtktypefloat32", b"float"),
+        (b"vtktypefloat64", b"double"),
+    ];
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut changed = false;
+    let mut line_start = 0;
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'\n' {
+            line_start = i + 1;
+        }
+        let topology = bytes[line_start..].starts_with(b"OFFSETS")
+            || bytes[line_start..].starts_with(b"CONNECTIVITY");
+        let name = if !topology && i > 0 && bytes[i - 1] == b' ' {
+            NAMES.iter().find(|(f, _)| {
+                bytes[i..].starts_with(f)
+                    && bytes.get(i + f.len()).is_none_or(u8::is_ascii_whitespace)
+            })
+        } else {
+            None
+        };
+        if let Some((from, to)) = name {
+            out.extend_from_slice(to);
+            i += from.len();
+            changed = true;
+            continue;
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    changed.then_some(out)
 }
 
 /// Point lists per cell, checked (vtkio's own conversion panics on inconsistent input).

@@ -261,3 +261,43 @@ fn simulation_files_read_gmsh_and_vtk_meshes() {
     assert!(e.contains("m.vtu") && e.contains("nope"), "{e}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Files written by Gmsh 4.15.2 itself (2.2 and 4.1, ASCII and binary) and by meshio 5.3.5
+/// (.vtu, legacy VTK 5.1 ASCII and binary with `vtktypeint64` names), all of the same
+/// two-volume box (tests/data/README.md): the same 255 tetrahedra, regions 11 (z < 4,
+/// 400 mm^3) and 12 (600 mm^3), and Gmsh's 12 surface triangles ignored.
+#[test]
+fn real_gmsh_and_meshio_files_read_alike() {
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data");
+    for name in [
+        "gmsh_22_ascii.msh",
+        "gmsh_22_bin.msh",
+        "gmsh_41_ascii.msh",
+        "gmsh_41_bin.msh",
+        "meshio.vtu",
+        "meshio_ascii.vtk",
+        "meshio_binary.vtk",
+    ] {
+        let p = data.join(name);
+        let is_gmsh = name.starts_with("gmsh_");
+        let m = if is_gmsh {
+            gmsh::read_gmsh(&p)
+        } else {
+            vtk::read_vtk(&p, None)
+        }
+        .unwrap_or_else(|e| panic!("{e}"));
+        let mesh = &m.mesh;
+        assert_eq!(mesh.len(), 255, "{name}");
+        assert_eq!(m.ignored, if is_gmsh { 12 } else { 0 }, "{name}");
+        let vol = |r: u32| -> f64 {
+            (1..=mesh.len())
+                .filter(|&t| mesh.regions[t] == r)
+                .map(|t| mesh.volumes[t])
+                .sum()
+        };
+        assert!((vol(11) - 400.0).abs() < 1e-9, "{name}: {}", vol(11));
+        assert!((vol(12) - 600.0).abs() < 1e-9, "{name}: {}", vol(12));
+        let area: f64 = mesh.boundary_area.iter().sum();
+        assert!((area - 600.0).abs() < 1e-9, "{name}: boundary {area}");
+    }
+}
