@@ -15,6 +15,35 @@ pub struct Gates {
     pub count: u32,
 }
 
+/// What a packet of weight `w` crossing a tallied face at direction cosine `cos` (with the
+/// face's reference normal) adds to its fluence and net current: w / |cos|, with |cos| < 0.1
+/// counted as 0.05 (MCNP's rule: the estimator's variance is infinite at grazing angles),
+/// and w sign(cos).
+///
+/// ```
+/// use montecarlo_core::tally::face_crossing;
+/// assert_eq!(face_crossing(0.5, -0.5), (1.0, -0.5));
+/// assert_eq!(face_crossing(1.0, 0.01), (20.0, 1.0));
+/// ```
+#[inline]
+pub fn face_crossing(w: f64, cos: f64) -> (f64, f64) {
+    let a = cos.abs();
+    (w / if a < 0.1 { 0.05 } else { a }, w * cos.signum())
+}
+
+/// The time gate of time of flight `time_ns`: floor(time / width) when below `count`.
+///
+/// ```
+/// use montecarlo_core::tally::gate_of;
+/// assert_eq!(gate_of(0.25, 1.0 / 0.1, 3), Some(2));
+/// assert_eq!(gate_of(0.3, 1.0 / 0.1, 3), None);
+/// ```
+#[inline]
+pub fn gate_of(time_ns: f64, inv_width: f64, count: usize) -> Option<usize> {
+    let g = (time_ns * inv_width) as usize;
+    (g < count).then_some(g)
+}
+
 /// Faces where packets crossing them are tallied (face fluence and net current).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct FaceSet {

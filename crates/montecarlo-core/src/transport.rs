@@ -17,7 +17,7 @@ use crate::optics::{Material, Optics};
 use crate::rng::Xoshiro128;
 use crate::sim::Simulation;
 use crate::source::launch;
-use crate::tally::Tally;
+use crate::tally::{Tally, face_crossing, gate_of};
 use rayon::prelude::*;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -468,11 +468,10 @@ impl<'a> Cpu<'a> {
             p.s = 0.0;
             let dw = p.w * r.absorb;
             tally.absorbed[t as usize] += dw;
-            if self.gates > 0 {
-                let g = (p.time * self.gate_inv_width) as usize;
-                if g < self.gates {
-                    tally.gated[g * self.tets.len() + t as usize] += dw;
-                }
+            if self.gates > 0
+                && let Some(g) = gate_of(p.time, self.gate_inv_width, self.gates)
+            {
+                tally.gated[g * self.tets.len() + t as usize] += dw;
             }
             p.w -= dw;
             let ct = r.hg.cos(p.rng.uniform32());
@@ -577,10 +576,9 @@ impl<'a> Cpu<'a> {
             return;
         };
         let n = self.sim.faces.normals[i as usize];
-        let c = n[0] * d[0] + n[1] * d[1] + n[2] * d[2];
-        let a = c.abs();
-        tally.face_fluence[i as usize] += w / if a < 0.1 { 0.05 } else { a };
-        tally.face_current[i as usize] += w * c.signum();
+        let (fluence, current) = face_crossing(w, n[0] * d[0] + n[1] * d[1] + n[2] * d[2]);
+        tally.face_fluence[i as usize] += fluence;
+        tally.face_current[i as usize] += current;
     }
 
     /// Run photons `first..first + count` with rayon (blocks of 4096 photons, one tally per
