@@ -9,6 +9,7 @@ pub mod error;
 pub mod gpu;
 pub mod io;
 pub mod methods;
+pub mod output;
 pub mod preprocess;
 pub mod sim;
 

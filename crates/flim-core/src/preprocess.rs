@@ -49,7 +49,10 @@ impl Binning {
                     return Err(invalid("binning radius", r, "must be 0 to 64 pixels"));
                 }
                 let r2 = r * r + 1e-9;
-                (r.floor() as isize, Box::new(move |dy, dx| ((dy * dy + dx * dx) as f64) <= r2))
+                (
+                    r.floor() as isize,
+                    Box::new(move |dy, dx| ((dy * dy + dx * dx) as f64) <= r2),
+                )
             }
         };
         Ok((-reach..=reach)
@@ -155,6 +158,13 @@ impl FitRange {
         Self::from_bins(first, end.max(first), total)
     }
 
+    /// From the peak of the summed decay to the last bin: the tail that tail-fitting methods
+    /// (RLD, IEM, CMM) assume starts at the window's first bin.
+    pub fn from_peak(cube: &AnyCube) -> Result<Self> {
+        let peak = argmax(&summed_decay(cube));
+        Self::from_bins(peak, cube.bins(), cube.bins())
+    }
+
     /// `opts` restricted to this range.
     pub fn apply(self, opts: Analysis) -> Analysis {
         opts.with_range(self.first, Some(self.bins))
@@ -241,7 +251,9 @@ pub fn estimate_offset(cube: &AnyCube) -> Result<Offset> {
 fn argmax(v: &[f64]) -> usize {
     v.iter()
         .enumerate()
-        .fold((0, f64::NEG_INFINITY), |(bi, bv), (i, &x)| if x > bv { (i, x) } else { (bi, bv) })
+        .fold((0, f64::NEG_INFINITY), |(bi, bv), (i, &x)| {
+            if x > bv { (i, x) } else { (bi, bv) }
+        })
         .0
 }
 
@@ -265,7 +277,11 @@ impl Irf {
     /// An IRF from counts per bin (any scale; negative values are an error).
     pub fn new(values: Vec<f64>, bin_ns: f64) -> Result<Self> {
         if !(bin_ns.is_finite() && bin_ns > 0.0) {
-            return Err(invalid("IRF bin width", bin_ns, "must be finite and > 0 ns"));
+            return Err(invalid(
+                "IRF bin width",
+                bin_ns,
+                "must be finite and > 0 ns",
+            ));
         }
         if values.iter().any(|v| !v.is_finite() || *v < 0.0) {
             return Err(invalid("IRF", "values", "must be finite and >= 0"));
@@ -315,7 +331,11 @@ impl Irf {
                     return j as f64 + step as f64 * (a - half) / (a - b);
                 }
             }
-            if step < 0 { 0.0 } else { (self.values.len() - 1) as f64 }
+            if step < 0 {
+                0.0
+            } else {
+                (self.values.len() - 1) as f64
+            }
         };
         let left = cross(&mut (1..=p).rev(), -1);
         let right = cross(&mut (p..self.values.len() - 1), 1);
@@ -418,18 +438,23 @@ impl Irf {
                     step
                 } else {
                     bin_ns.ok_or_else(|| {
-                        err("one column of counts: give the bin width (or add a time column in ns)".into())
+                        err(
+                            "one column of counts: give the bin width (or add a time column in ns)"
+                                .into(),
+                        )
                     })?
                 };
                 Irf::new(counts, bin).map_err(|e| err(e.to_string()))
             }
             "npy" => {
                 if let Ok(v) = ndarray_npy::read_npy::<_, ndarray::Array1<f64>>(path) {
-                    let b = bin_ns.ok_or_else(|| err("a 1-D .npy IRF needs the bin width".into()))?;
+                    let b =
+                        bin_ns.ok_or_else(|| err("a 1-D .npy IRF needs the bin width".into()))?;
                     return Irf::new(v.to_vec(), b).map_err(|e| err(e.to_string()));
                 }
                 if let Ok(v) = ndarray_npy::read_npy::<_, ndarray::Array1<f32>>(path) {
-                    let b = bin_ns.ok_or_else(|| err("a 1-D .npy IRF needs the bin width".into()))?;
+                    let b =
+                        bin_ns.ok_or_else(|| err("a 1-D .npy IRF needs the bin width".into()))?;
                     return Irf::new(v.iter().map(|&x| f64::from(x)).collect(), b)
                         .map_err(|e| err(e.to_string()));
                 }
@@ -531,7 +556,9 @@ impl Irf {
             let s = k as f64 * h / 20.0;
             let m = convolve_exp(irf.shifted(s).values(), h, tau);
             // Scale the model to the data over the window (least squares).
-            let (num, den) = rows.clone().fold((0.0, 0.0), |(a, b), j| (a + m[j] * d[j], b + m[j] * m[j]));
+            let (num, den) = rows
+                .clone()
+                .fold((0.0, 0.0), |(a, b), j| (a + m[j] * d[j], b + m[j] * m[j]));
             if den <= 0.0 {
                 continue;
             }
