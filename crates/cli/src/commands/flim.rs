@@ -853,3 +853,80 @@ pub fn demo(out: &Path, device: &Device) -> anyhow::Result<bool> {
     );
     Ok(true)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+    use flim_core::sim::mono_exponential;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    fn run_cli(line: &[&str]) -> anyhow::Result<()> {
+        let cli = Cli::try_parse_from(std::iter::once("flim").chain(line.iter().copied()))?;
+        run(cli.args, &Device::cpu())
+    }
+
+    fn tmp(tag: &str) -> PathBuf {
+        let p = std::env::temp_dir().join(format!("biogpu-flim-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        p
+    }
+
+    #[test]
+    fn fit_phasor_and_convert_end_to_end_on_an_sdt_phantom() {
+        let dir = tmp("e2e");
+        let input = dir.join("bars.sdt");
+        let cube = mono_exponential(&[2.0, 4.0], 16, 32, 128, 0.1, 12.8, 4000.0, 3).unwrap();
+        flim_core::io::write_sdt(&input, &[vec![cube]], true).unwrap();
+        let out = dir.join("fit");
+        let (i, o) = (input.to_str().unwrap(), out.to_str().unwrap());
+        run_cli(&["fit", i, "--method", "cmm", "--range", "all", "--out", o]).unwrap();
+        for f in ["tau_cmm_ns.tif", "tau_cmm_ns.png", "intensity.tif", "tau_histogram.csv", "summary.json", "summary.csv"] {
+            assert!(out.join(f).exists(), "{f}");
+        }
+        let summary: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+        let median = summary["images"][0]["tau"]["median"].as_f64().unwrap();
+        assert!((median - 3.0).abs() < 1.05, "median of 2 and 4 ns bars: {median}");
+        assert_eq!(summary["images"][0]["tau"]["valid"], 512);
+        // Outputs are never overwritten without --force, inputs never.
+        let again = run_cli(&["fit", i, "--method", "cmm", "--out", o]).unwrap_err();
+        assert!(again.to_string().contains("--force"), "{again}");
+        run_cli(&["fit", i, "--method", "cmm", "--out", o, "--force"]).unwrap();
+        let conv = dir.join("conv");
+        run_cli(&["convert", i, "--to", "npy", "--bin", "1", "--out", conv.to_str().unwrap()]).unwrap();
+        let rec = read(&conv.join("bars.npy"), &ReadOptions::default().with_bin_ns(0.1)).unwrap();
+        assert_eq!((rec.images[0].cube.shape(), rec.images[0].cube.dtype()), ((16, 32), "u32"));
+        let ph = dir.join("ph");
+        run_cli(&["phasor", i, "--out", ph.to_str().unwrap()]).unwrap();
+        assert!(ph.join("phasor.png").exists() && ph.join("g.tif").exists());
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn methods_still_being_built_fail_clearly_and_options_are_checked() {
+        let dir = tmp("methods");
+        let input = dir.join("x.sdt");
+        let cube = mono_exponential(&[2.0], 4, 4, 64, 0.2, 12.8, 1000.0, 1).unwrap();
+        flim_core::io::write_sdt(&input, &[vec![cube]], false).unwrap();
+        let i = input.to_str().unwrap();
+        let o = dir.join("o");
+        for m in ["lsq", "mle", "global", "bcmm"] {
+            let e = run_cli(&["fit", i, "--method", m, "--out", o.to_str().unwrap(), "--force"]).unwrap_err();
+            assert!(e.to_string().contains(&format!("--method {m}")), "{e}");
+        }
+        let bad = |args: &[&str]| run_cli(args).unwrap_err().to_string();
+        assert!(bad(&["fit", i, "--range", "5", "--out", o.to_str().unwrap()]).contains("A:B"));
+        assert!(bad(&["fit", i, "--range", "1ns:20", "--out", o.to_str().unwrap()]).contains("both"));
+        assert!(bad(&["fit", i, "--frames", "x", "--out", o.to_str().unwrap()]).contains("--frames"));
+        assert!(bad(&["fit", i, "--irf-shift", "auto", "--out", o.to_str().unwrap()]).contains("--irf"));
+        assert!(bad(&["convert", i, "--to", "png", "--out", o.to_str().unwrap()]).contains("npy or tiff"));
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}
