@@ -408,7 +408,7 @@ impl Irf {
                         continue;
                     }
                     let fields: Vec<&str> = line
-                        .split(|c: char| c == ',' || c == ';' || c == '\t' || c == ' ')
+                        .split([',', ';', '\t', ' '])
                         .filter(|f| !f.is_empty())
                         .collect();
                     let nums: std::result::Result<Vec<f64>, _> =
@@ -631,7 +631,7 @@ fn tail_lifetime(d: &[f64], h: f64) -> Result<f64> {
 pub fn half_rise_ns(decay: &[f64], bin_ns: f64) -> f64 {
     let peak = argmax(decay);
     let half = decay[peak] / 2.0;
-    if !(half > 0.0) {
+    if half.is_nan() || half <= 0.0 {
         return f64::NAN;
     }
     for j in (0..peak).rev() {

@@ -647,7 +647,7 @@ pub fn render_weighted(
     ndarray::Zip::indexed(map)
         .and(weight)
         .for_each(|(r, c), &v, &w| {
-            let colour = if v.is_nan() || !(w > 0.0) {
+            let colour = if v.is_nan() || w.is_nan() || w <= 0.0 {
                 [0, 0, 0]
             } else {
                 let b = f64::from(w.min(1.0));

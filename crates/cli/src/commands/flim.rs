@@ -16,6 +16,7 @@ use flim_core::{Analysis, Calibration};
 use gpu_runtime::Device;
 use imaging_io::{Colormap, Range};
 use indicatif::{ProgressBar, ProgressStyle};
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -473,7 +474,7 @@ fn write_irf(out: &OutDir, p: &Prepared) -> anyhow::Result<Option<serde_json::Va
     let Some(irf) = &p.irf else { return Ok(None) };
     let mut csv = String::from("time_ns,irf\n");
     for (j, v) in irf.values().iter().enumerate() {
-        csv.push_str(&format!("{},{v}\n", (j as f64 + 0.5) * irf.bin_ns()));
+        let _ = writeln!(csv, "{},{v}", (j as f64 + 0.5) * irf.bin_ns());
     }
     let path = out.file(&format!("{}.csv", named(&p.label, "irf")))?;
     std::fs::write(&path, csv).with_context(|| format!("writing {}", path.display()))?;
@@ -887,22 +888,50 @@ mod tests {
         let out = dir.join("fit");
         let (i, o) = (input.to_str().unwrap(), out.to_str().unwrap());
         run_cli(&["fit", i, "--method", "cmm", "--range", "all", "--out", o]).unwrap();
-        for f in ["tau_cmm_ns.tif", "tau_cmm_ns.png", "intensity.tif", "tau_histogram.csv", "summary.json", "summary.csv"] {
+        for f in [
+            "tau_cmm_ns.tif",
+            "tau_cmm_ns.png",
+            "intensity.tif",
+            "tau_histogram.csv",
+            "summary.json",
+            "summary.csv",
+        ] {
             assert!(out.join(f).exists(), "{f}");
         }
         let summary: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+            serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap())
+                .unwrap();
         let median = summary["images"][0]["tau"]["median"].as_f64().unwrap();
-        assert!((median - 3.0).abs() < 1.05, "median of 2 and 4 ns bars: {median}");
+        assert!(
+            (median - 3.0).abs() < 1.05,
+            "median of 2 and 4 ns bars: {median}"
+        );
         assert_eq!(summary["images"][0]["tau"]["valid"], 512);
         // Outputs are never overwritten without --force, inputs never.
         let again = run_cli(&["fit", i, "--method", "cmm", "--out", o]).unwrap_err();
         assert!(again.to_string().contains("--force"), "{again}");
         run_cli(&["fit", i, "--method", "cmm", "--out", o, "--force"]).unwrap();
         let conv = dir.join("conv");
-        run_cli(&["convert", i, "--to", "npy", "--bin", "1", "--out", conv.to_str().unwrap()]).unwrap();
-        let rec = read(&conv.join("bars.npy"), &ReadOptions::default().with_bin_ns(0.1)).unwrap();
-        assert_eq!((rec.images[0].cube.shape(), rec.images[0].cube.dtype()), ((16, 32), "u32"));
+        run_cli(&[
+            "convert",
+            i,
+            "--to",
+            "npy",
+            "--bin",
+            "1",
+            "--out",
+            conv.to_str().unwrap(),
+        ])
+        .unwrap();
+        let rec = read(
+            &conv.join("bars.npy"),
+            &ReadOptions::default().with_bin_ns(0.1),
+        )
+        .unwrap();
+        assert_eq!(
+            (rec.images[0].cube.shape(), rec.images[0].cube.dtype()),
+            ((16, 32), "u32")
+        );
         let ph = dir.join("ph");
         run_cli(&["phasor", i, "--out", ph.to_str().unwrap()]).unwrap();
         assert!(ph.join("phasor.png").exists() && ph.join("g.tif").exists());
@@ -918,15 +947,41 @@ mod tests {
         let i = input.to_str().unwrap();
         let o = dir.join("o");
         for m in ["lsq", "mle", "global", "bcmm"] {
-            let e = run_cli(&["fit", i, "--method", m, "--out", o.to_str().unwrap(), "--force"]).unwrap_err();
+            let e = run_cli(&[
+                "fit",
+                i,
+                "--method",
+                m,
+                "--out",
+                o.to_str().unwrap(),
+                "--force",
+            ])
+            .unwrap_err();
             assert!(e.to_string().contains(&format!("--method {m}")), "{e}");
         }
         let bad = |args: &[&str]| run_cli(args).unwrap_err().to_string();
         assert!(bad(&["fit", i, "--range", "5", "--out", o.to_str().unwrap()]).contains("A:B"));
-        assert!(bad(&["fit", i, "--range", "1ns:20", "--out", o.to_str().unwrap()]).contains("both"));
-        assert!(bad(&["fit", i, "--frames", "x", "--out", o.to_str().unwrap()]).contains("--frames"));
-        assert!(bad(&["fit", i, "--irf-shift", "auto", "--out", o.to_str().unwrap()]).contains("--irf"));
-        assert!(bad(&["convert", i, "--to", "png", "--out", o.to_str().unwrap()]).contains("npy or tiff"));
+        assert!(
+            bad(&["fit", i, "--range", "1ns:20", "--out", o.to_str().unwrap()]).contains("both")
+        );
+        assert!(
+            bad(&["fit", i, "--frames", "x", "--out", o.to_str().unwrap()]).contains("--frames")
+        );
+        assert!(
+            bad(&[
+                "fit",
+                i,
+                "--irf-shift",
+                "auto",
+                "--out",
+                o.to_str().unwrap()
+            ])
+            .contains("--irf")
+        );
+        assert!(
+            bad(&["convert", i, "--to", "png", "--out", o.to_str().unwrap()])
+                .contains("npy or tiff")
+        );
         std::fs::remove_dir_all(&dir).ok();
     }
 }

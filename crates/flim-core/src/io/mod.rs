@@ -538,7 +538,7 @@ pub fn read_cube(path: &Path, bin_ns: Option<f64>) -> Result<AnyCube> {
 /// every count fits, u32 otherwise.
 pub(crate) fn narrow_counts(counts: Array3<u32>, bin_ns: f64, period_ns: f64) -> Result<AnyCube> {
     let max = counts.iter().copied().max().unwrap_or(0);
-    let cube: AnyCube = if max <= u32::from(u16::MAX) {
+    let cube: AnyCube = if u16::try_from(max).is_ok() {
         Cube::new(counts.mapv(|v| v as u16), bin_ns)?.into()
     } else {
         Cube::new(counts, bin_ns)?.into()

@@ -10,14 +10,6 @@ use std::path::Path;
 
 /// Read a 3-D (y, x, bin) or 4-D (frame, y, x, bin) `.npy` of counts in bins `bin_ns` wide.
 pub fn read_npy(path: &Path, bin_ns: f64) -> Result<Recording> {
-    let fail = |e: ReadNpyError| {
-        format_error(
-            path,
-            format!(
-                "not a 3-D (y, x, bin) or 4-D (frame, y, x, bin) array of u16, u32, f32 or f64: {e}"
-            ),
-        )
-    };
     // The header names the type; try the supported ones in turn.
     fn attempt<T: ReadableElement + Count>(
         path: &Path,
@@ -28,6 +20,14 @@ pub fn read_npy(path: &Path, bin_ns: f64) -> Result<Recording> {
     {
         read::<_, ArrayD<T>>(path).map(|a| frames(path, a, bin_ns))
     }
+    let fail = |e: ReadNpyError| {
+        format_error(
+            path,
+            format!(
+                "not a 3-D (y, x, bin) or 4-D (frame, y, x, bin) array of u16, u32, f32 or f64: {e}"
+            ),
+        )
+    };
     let cubes = match attempt::<u16>(path, bin_ns) {
         Err(ReadNpyError::WrongDescriptor(_)) => match attempt::<u32>(path, bin_ns) {
             Err(ReadNpyError::WrongDescriptor(_)) => match attempt::<f32>(path, bin_ns) {

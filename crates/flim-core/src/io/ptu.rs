@@ -590,21 +590,6 @@ pub fn read_ptu(path: &Path, opts: &ReadOptions) -> Result<Recording> {
         let at = r.pos;
         let got = read_full(&mut r, &mut buf[..4 * want])
             .map_err(|e| err(format!("record {index} at byte {at}: {e}")))?;
-        if got % 4 != 0 {
-            let rec = index + (got / 4) as u64;
-            return Err(err(format!(
-                "record {rec} at byte {}: the file ends inside a record (truncated?)",
-                at + (got / 4 * 4) as u64
-            )));
-        }
-        if got < 4 * want && expected.is_some() {
-            let rec = index + (got / 4) as u64;
-            return Err(err(format!(
-                "record {rec} at byte {}: the file ends after {rec} of the {} records its header announces (truncated?)",
-                at + got as u64,
-                expected.unwrap_or(0)
-            )));
-        }
         for (k, word) in buf[..got].chunks_exact(4).enumerate() {
             let rec_index = index + k as u64;
             let rec = u32::from_le_bytes(word.try_into().expect("4 bytes"));
@@ -663,6 +648,22 @@ pub fn read_ptu(path: &Path, opts: &ReadOptions) -> Result<Recording> {
                     }
                 }
             }
+        }
+        // The records read are decoded first, so a corrupt one is named before a short file.
+        if got % 4 != 0 {
+            let rec = index + (got / 4) as u64;
+            return Err(err(format!(
+                "record {rec} at byte {}: the file ends inside a record (truncated?)",
+                at + (got / 4 * 4) as u64
+            )));
+        }
+        if got < 4 * want && expected.is_some() {
+            let rec = index + (got / 4) as u64;
+            return Err(err(format!(
+                "record {rec} at byte {}: the file ends after {rec} of the {} records its header announces (truncated?)",
+                at + got as u64,
+                expected.unwrap_or(0)
+            )));
         }
         index += (got / 4) as u64;
         tally.records = index;

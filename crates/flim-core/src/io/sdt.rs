@@ -166,7 +166,7 @@ impl Geometry {
         ]
         .into_iter()
         .find(|&(c, h, w)| c * h * w > 0 && c * h * w * m == values)
-        .or_else(|| (values % m == 0 && values > 0).then_some((1, 1, values / m)))
+        .or_else(|| (values.is_multiple_of(m) && values > 0).then_some((1, 1, values / m)))
     }
 }
 
@@ -251,7 +251,7 @@ pub fn read_sdt(path: &Path) -> Result<Recording> {
     let mut geometries = Vec::with_capacity(meas_count);
     let mut metadata = vec![
         ("format".to_string(), "Becker & Hickl SPC .sdt".to_string()),
-        ("revision".into(), format!("{:#x}", revision)),
+        ("revision".into(), format!("{revision:#x}")),
     ];
     for line in info.lines() {
         if let Some((k, v)) = line.split_once(':') {
@@ -542,7 +542,7 @@ pub fn write_sdt(path: &Path, blocks: &[Vec<Cube<u16>>], zipped: bool) -> Result
     let u32_of = |v: usize| u32::try_from(v).map_err(|_| too_big());
     let mut out = vec![0u8; FILE_HEADER];
     let put = |out: &mut Vec<u8>, at: usize, bytes: &[u8]| {
-        out[at..at + bytes.len()].copy_from_slice(bytes)
+        out[at..at + bytes.len()].copy_from_slice(bytes);
     };
     put(&mut out, 0, &0x28fu16.to_le_bytes()); // SPC-150, revision 15
     put(&mut out, 2, &u32_of(info_offset)?.to_le_bytes());

@@ -22,6 +22,17 @@ enum Pages {
 
 /// Read a multi-page TIFF, one page per time bin of `bin_ns`, into one image.
 pub fn read_tiff(path: &Path, bin_ns: f64) -> Result<Recording> {
+    fn stack<T: Copy + Default>(pages: &[Vec<T>], h: usize, w: usize) -> Array3<T> {
+        let bins = pages.len();
+        let mut a = Array3::<T>::default((h, w, bins));
+        for (j, p) in pages.iter().enumerate() {
+            a.index_axis_mut(Axis(2), j)
+                .iter_mut()
+                .zip(p)
+                .for_each(|(d, &s)| *d = s);
+        }
+        a
+    }
     let err = |what: String| format_error(path, what);
     let file = File::open(path).map_err(|e| io_error(path, e))?;
     let mut dec = Decoder::new(BufReader::new(file))
@@ -55,22 +66,22 @@ pub fn read_tiff(path: &Path, bin_ns: f64) -> Result<Recording> {
         };
         match (&mut pages, data) {
             (None, DecodingResult::U8(v)) => {
-                pages = Some(Pages::U16(vec![v.into_iter().map(u16::from).collect()]))
+                pages = Some(Pages::U16(vec![v.into_iter().map(u16::from).collect()]));
             }
             (None, DecodingResult::U16(v)) => pages = Some(Pages::U16(vec![v])),
             (None, DecodingResult::U32(v)) => pages = Some(Pages::U32(vec![v])),
             (None, DecodingResult::F32(v)) => pages = Some(Pages::F32(vec![v])),
             (None, DecodingResult::F64(v)) => {
-                pages = Some(Pages::F32(vec![v.into_iter().map(|x| x as f32).collect()]))
+                pages = Some(Pages::F32(vec![v.into_iter().map(|x| x as f32).collect()]));
             }
             (Some(Pages::U16(p)), DecodingResult::U8(v)) => {
-                p.push(v.into_iter().map(u16::from).collect())
+                p.push(v.into_iter().map(u16::from).collect());
             }
             (Some(Pages::U16(p)), DecodingResult::U16(v)) => p.push(v),
             (Some(Pages::U32(p)), DecodingResult::U32(v)) => p.push(v),
             (Some(Pages::F32(p)), DecodingResult::F32(v)) => p.push(v),
             (Some(Pages::F32(p)), DecodingResult::F64(v)) => {
-                p.push(v.into_iter().map(|x| x as f32).collect())
+                p.push(v.into_iter().map(|x| x as f32).collect());
             }
             (None, _) => {
                 return Err(what(
@@ -97,17 +108,6 @@ pub fn read_tiff(path: &Path, bin_ns: f64) -> Result<Recording> {
             .map_err(|e| err(format!("page {page}: {e}")))?;
     }
     let (h, w) = (h as usize, w as usize);
-    fn stack<T: Copy + Default>(pages: &[Vec<T>], h: usize, w: usize) -> Array3<T> {
-        let bins = pages.len();
-        let mut a = Array3::<T>::default((h, w, bins));
-        for (j, p) in pages.iter().enumerate() {
-            a.index_axis_mut(Axis(2), j)
-                .iter_mut()
-                .zip(p)
-                .for_each(|(d, &s)| *d = s);
-        }
-        a
-    }
     let cube: AnyCube = match pages.expect("at least page 0") {
         Pages::U16(p) => Cube::new(stack(&p, h, w), bin_ns)?.into(),
         Pages::U32(p) => Cube::new(stack(&p, h, w), bin_ns)?.into(),
@@ -144,7 +144,6 @@ pub fn write_tiff(path: &Path, cube: &AnyCube) -> Result<()> {
             write_page(&mut enc, w as u32, h as u32, &page).map_err(err)?;
         }
     });
-    drop(enc);
     std::fs::write(path, buf.into_inner()).map_err(|e| io_error(path, e))
 }
 

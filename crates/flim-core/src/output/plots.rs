@@ -4,6 +4,7 @@ use crate::error::{Error, Result, invalid};
 use imaging_io::draw::{Canvas, GLYPH_HEIGHT, format_tick, nice_ticks, text_width};
 use imaging_io::{Colormap, RgbImage};
 use ndarray::ArrayView2;
+use std::fmt::Write as _;
 use std::path::Path;
 
 const WHITE: [u8; 3] = [255, 255, 255];
@@ -88,7 +89,7 @@ pub fn write_histogram_csv(path: &Path, h: &Histogram) -> Result<()> {
     let w = h.width();
     for (k, (&n, &i)) in h.pixels.iter().zip(&h.intensity).enumerate() {
         let a = h.lo + k as f64 * w;
-        out.push_str(&format!("{a},{},{n},{i}\n", a + w));
+        let _ = writeln!(out, "{a},{},{n},{i}", a + w);
     }
     std::fs::write(path, out).map_err(|e| Error::Io {
         path: path.to_path_buf(),

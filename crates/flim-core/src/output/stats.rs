@@ -3,6 +3,7 @@
 use crate::error::{Error, Result};
 use ndarray::ArrayView2;
 use serde::Serialize;
+use std::fmt::Write as _;
 use std::path::Path;
 
 /// Statistics of one map over its valid pixels (analysed and finite). Every field is finite
@@ -96,8 +97,9 @@ pub fn write_summary_csv(path: &Path, rows: &[(String, String, MapStats)]) -> Re
     let mut out =
         String::from("image,map,valid,masked,failed,mean,sd,min,p05,p25,median,p75,p95,max\n");
     for (image, map, s) in rows {
-        out.push_str(&format!(
-            "{image},{map},{},{},{},{},{},{},{},{},{},{},{},{}\n",
+        let _ = writeln!(
+            out,
+            "{image},{map},{},{},{},{},{},{},{},{},{},{},{},{}",
             s.valid,
             s.masked,
             s.failed,
@@ -110,7 +112,7 @@ pub fn write_summary_csv(path: &Path, rows: &[(String, String, MapStats)]) -> Re
             s.p75,
             s.p95,
             s.max
-        ));
+        );
     }
     std::fs::write(path, out).map_err(|e| Error::Io {
         path: path.to_path_buf(),
