@@ -467,13 +467,27 @@ impl Irf {
     }
 
     fn from_recording(path: &Path, bin_ns: Option<f64>) -> Result<Irf> {
+        use crate::io::Format;
+        // Files that store their bin width keep it (and must match the data's).
+        let stores_bin_width = matches!(Format::of(path)?, Format::Sdt | Format::Ptu);
         let opts = match bin_ns {
-            Some(b) => ReadOptions::default().with_bin_ns(b),
-            None => ReadOptions::default(),
+            Some(b) if !stores_bin_width => ReadOptions::default().with_bin_ns(b),
+            _ => ReadOptions::default(),
         }
         .with_sum_frames(true);
         let rec = crate::io::read(path, &opts)?;
         let cube = AnyCube::sum(&rec.images.iter().map(|i| &i.cube).collect::<Vec<_>>())?;
+        if let Some(b) = bin_ns
+            && (cube.bin_ns() - b).abs() > 1e-3 * b
+        {
+            return Err(Error::Format {
+                path: path.to_path_buf(),
+                what: format!(
+                    "the IRF reference has bins of {} ns, the data {b} ns: record both with the same TAC/binning settings",
+                    cube.bin_ns()
+                ),
+            });
+        }
         Irf::from_reference(&cube)
     }
 

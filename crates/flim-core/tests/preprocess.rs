@@ -218,6 +218,21 @@ fn irf_from_a_reference_measurement_and_from_text_files() {
             .to_string()
             .contains("line 2")
     );
+    // A reference recording in a TCSPC format keeps its own bin width, which must match.
+    let refpath = dir.join("scatter.sdt");
+    let AnyCube::U16(rc) = &reference else {
+        panic!("u16 counts")
+    };
+    flim_core::io::write_sdt(&refpath, &[vec![rc.clone()]], true).unwrap();
+    let c = Irf::from_file(&refpath, Some(0.1)).unwrap();
+    assert!((c.centroid_ns() - irf.centroid_ns()).abs() < 1e-6);
+    let e = Irf::from_file(&refpath, Some(0.05))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("scatter.sdt") && e.contains("the data 0.05 ns"),
+        "{e}"
+    );
     std::fs::remove_dir_all(&dir).ok();
     assert!(Irf::new(vec![0.0, 0.0], 0.1).is_err());
     assert!(Irf::new(vec![1.0, -1.0], 0.1).is_err());
