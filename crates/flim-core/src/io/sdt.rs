@@ -454,7 +454,9 @@ fn unzip(stored: &[u8], expected: u64) -> std::result::Result<Vec<u8>, String> {
         return Err("empty zip archive".into());
     }
     let member = archive.by_index(0).map_err(|e| e.to_string())?;
-    let mut out = Vec::with_capacity(usize::try_from(expected).unwrap_or(0));
+    // Deflate expands at most ~1032x: a corrupt size cannot reserve more than that.
+    let cap = expected.min(stored.len() as u64 * 1032);
+    let mut out = Vec::with_capacity(usize::try_from(cap).unwrap_or(0));
     // Never unzip more than the header promises (a corrupt size cannot exhaust memory).
     member
         .take(expected + 1)
