@@ -149,15 +149,22 @@ fn pixel(input: &Array<u32>, idx: u32, #[comptime] bits: u32) -> u32 {
     (input[(idx / per_word) as usize] >> ((idx % per_word) * bits)) & mask
 }
 
-/// Mirror `i` into 0..n about the edge pixels, any distance out (n >= 1).
+/// Mirror `i` into 0..n about the edge pixels, any distance out (n >= 1). Windows reach
+/// at most 15 pixels past an edge, so one fold per side is the rule; the loop only turns
+/// again for images narrower than the window (no integer division on this path).
 #[cube]
 fn reflect(i: i32, n: i32) -> i32 {
-    let period = 2 * (n - 1);
-    let mut m = 0i32;
-    if period > 0 {
-        m = ((i % period) + period) % period;
-        if m >= n {
-            m = period - m;
+    let mut m = i;
+    if n == 1 {
+        m = 0i32;
+    } else {
+        while m < 0 || m >= n {
+            if m < 0 {
+                m = -m;
+            }
+            if m >= n {
+                m = 2 * (n - 1) - m;
+            }
         }
     }
     m
@@ -318,6 +325,196 @@ pub fn spatial_contrast_kernel(
             }
         }
     }
+}
+
+/// Threads per cube of the column-sweep kernel: one input column each.
+pub const SWEEP_X: u32 = 128;
+
+/// Spatial speckle contrast by column sweeps: each unit owns one input column of a strip
+/// of `rows` output rows, keeps that column's window sums in registers and slides them
+/// down row by row (add the entering pixel, remove the leaving one: exact in integers);
+/// per row the cube shares its column sums through shared memory (double-buffered, one
+/// barrier per row) and each unit adds `2r + 1` of them for its output pixel. Border
+/// rules are resolved once per column and once per row, not per pixel.
+///
+/// Same inputs, outputs and exactness as [`spatial_contrast_kernel`]; launched unchecked
+/// for the same reasons (shared indices are bounded by the comptime cube width, input
+/// indices by the border rule, outputs by the `out_width`/`out_height` guard).
+#[cube(launch_unchecked)]
+pub fn spatial_sweep_kernel(
+    input: &Array<u32>,
+    k_out: &mut Array<f32>,
+    sfi_out: &mut Array<f32>,
+    flags_out: &mut Array<u32>,
+    width: u32,
+    height: u32,
+    out_width: u32,
+    out_height: u32,
+    first_frame: u32,
+    rows: u32,
+    sfi_scale: f32,
+    saturation: u32,
+    #[comptime] r: u32,
+    #[comptime] bits: u32,
+    #[comptime] border: u32,
+    #[comptime] with_sfi: bool,
+    #[comptime] with_flags: bool,
+) {
+    let side = comptime!(2 * r + 1);
+    let out_cols = comptime!(SWEEP_X - 2 * r);
+    let planes = comptime!(if with_flags { 4u32 } else { 3u32 });
+    let buf_len = comptime!(planes * SWEEP_X);
+    let mut buf = SharedMemory::<u32>::new((2 * buf_len) as usize);
+
+    let tid = UNIT_POS_X;
+    // Input offset of output (0, 0): `valid` outputs start r pixels in.
+    let shift = comptime!(if border == BORDER_VALID {
+        0i32
+    } else {
+        r as i32
+    });
+    let w = width as i32;
+    let h = height as i32;
+    let frame = first_frame + CUBE_POS_Z;
+    let frame_base = frame * width * height;
+    let ox0 = CUBE_POS_X * out_cols;
+    let oy0 = CUBE_POS_Y * rows;
+
+    // This unit's input column, with the border rule applied once.
+    let x = (ox0 + tid) as i32 - shift;
+    let mut col = x;
+    let mut col_in = x >= 0 && x < w;
+    if comptime!(border == BORDER_REFLECT) {
+        col = reflect(x, w);
+        col_in = true;
+    }
+    // `valid` units past the right edge feed only outputs that are dropped.
+    let col_addr = col.clamp(0, w - 1) as u32;
+
+    let mut s = zero_sums();
+    // Input row of the window's top edge for output row oy0.
+    let top = oy0 as i32 - shift;
+    #[unroll]
+    for k in 0..comptime!(2 * r) {
+        let v = sweep_pixel(
+            input,
+            frame_base,
+            top + k as i32,
+            col_addr,
+            col_in,
+            w,
+            h,
+            bits,
+            border,
+        );
+        accumulate(&mut s, v);
+        if comptime!(with_flags) {
+            if saturation > 0 && v >= saturation {
+                s.sat += 1u32;
+            }
+        }
+    }
+    let mut n_rows = rows;
+    if oy0 + rows > out_height {
+        n_rows = out_height - oy0;
+    }
+    for i in 0..n_rows {
+        let enter = sweep_pixel(
+            input,
+            frame_base,
+            top + (i + 2 * r) as i32,
+            col_addr,
+            col_in,
+            w,
+            h,
+            bits,
+            border,
+        );
+        accumulate(&mut s, enter);
+        if comptime!(with_flags) {
+            if saturation > 0 && enter >= saturation {
+                s.sat += 1u32;
+            }
+        }
+        let base = (i % 2) * buf_len;
+        buf[(base + tid) as usize] = s.s1;
+        buf[(base + SWEEP_X + tid) as usize] = s.s2_hi;
+        buf[(base + 2 * SWEEP_X + tid) as usize] = s.s2_lo;
+        if comptime!(with_flags) {
+            buf[(base + 3 * SWEEP_X + tid) as usize] = s.sat;
+        }
+        sync_cube();
+        let ox = ox0 + tid;
+        if tid < out_cols && ox < out_width {
+            let mut t = zero_sums();
+            #[unroll]
+            for dx in 0..side {
+                let at = base + tid + dx;
+                let mut c = Sums {
+                    s1: buf[at as usize],
+                    s2_hi: buf[(at + SWEEP_X) as usize],
+                    s2_lo: buf[(at + 2 * SWEEP_X) as usize],
+                    sat: 0u32,
+                };
+                if comptime!(with_flags) {
+                    c.sat = buf[(at + 3 * SWEEP_X) as usize];
+                }
+                add_sums(&mut t, c);
+            }
+            let k = contrast_from_sums(t, side * side);
+            let out = (frame * out_width * out_height + (oy0 + i) * out_width + ox) as usize;
+            k_out[out] = k;
+            if comptime!(with_sfi) {
+                sfi_out[out] = sfi_scale / (k * k);
+            }
+            if comptime!(with_flags) {
+                flags_out[out] = flags_of(t);
+            }
+        }
+        let leave = sweep_pixel(
+            input,
+            frame_base,
+            top + i as i32,
+            col_addr,
+            col_in,
+            w,
+            h,
+            bits,
+            border,
+        );
+        remove(&mut s, leave);
+        if comptime!(with_flags) {
+            if saturation > 0 && leave >= saturation {
+                s.sat -= 1u32;
+            }
+        }
+    }
+}
+
+/// Pixel of row `y` (any distance out, by the border rule) in column `col` of one frame.
+#[cube]
+fn sweep_pixel(
+    input: &Array<u32>,
+    frame_base: u32,
+    y: i32,
+    col: u32,
+    col_in: bool,
+    w: i32,
+    h: i32,
+    #[comptime] bits: u32,
+    #[comptime] border: u32,
+) -> u32 {
+    let mut v = 0u32;
+    if comptime!(border == BORDER_REFLECT) {
+        v = pixel(
+            input,
+            frame_base + reflect(y, h) as u32 * w as u32 + col,
+            bits,
+        );
+    } else if col_in && y >= 0 && y < h {
+        v = pixel(input, frame_base + y as u32 * w as u32 + col, bits);
+    }
+    v
 }
 
 #[cube]
@@ -538,6 +735,28 @@ pub struct SpatialParams {
     pub sfi_scale: Option<f32>,
     /// `Some(level)` writes flags; pixels >= level are saturated.
     pub saturation: Option<u32>,
+    /// Which kernel computes the sums (same results to the bit).
+    pub strategy: SpatialStrategy,
+}
+
+/// The spatial kernels: both give identical, exact sums; they differ in speed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SpatialStrategy {
+    /// Shared-memory tiles of 32 x 16 outputs, separable column then row sums.
+    Tiled,
+    /// One unit per column sliding down strips of rows ([`spatial_sweep_kernel`]).
+    #[default]
+    Sweep,
+}
+
+impl SpatialStrategy {
+    /// `BIOGPU_SPECKLE_KERNEL=tiled|sweep`, for benchmarking one against the other.
+    pub fn from_env() -> Self {
+        match std::env::var("BIOGPU_SPECKLE_KERNEL").as_deref() {
+            Ok("tiled") => SpatialStrategy::Tiled,
+            _ => SpatialStrategy::Sweep,
+        }
+    }
 }
 
 impl SpatialParams {
@@ -601,37 +820,116 @@ pub fn spatial_contrast<R: Runtime>(
     let mut first = 0u32;
     while first < p.frames {
         let layers = (p.frames - first).min(max_z);
-        let count = CubeCount::Static(ow.div_ceil(TILE_X), oh.div_ceil(TILE_Y), layers);
-        gpu.launch(name, count, |count| {
-            // SAFETY: buffer lengths were checked above; the kernel's indices stay inside
-            // them for every launch geometry (see the kernel's doc comment).
-            unsafe {
-                spatial_contrast_kernel::launch_unchecked::<R>(
-                    gpu.client(),
-                    count,
-                    CubeDim::new_2d(TILE_X, UNITS_Y),
-                    input.arg(),
-                    k.arg(),
-                    sfi.arg(),
-                    flags.arg(),
-                    p.width,
-                    p.height,
-                    ow,
-                    oh,
-                    first,
-                    p.sfi_scale.unwrap_or(0.0),
-                    p.saturation.unwrap_or(0),
-                    p.radius,
-                    p.pixel.bits(),
-                    p.border,
-                    p.sfi_scale.is_some(),
-                    p.saturation.is_some(),
-                );
-            };
-        })?;
+        match p.strategy {
+            SpatialStrategy::Tiled => {
+                launch_tiled(gpu, input, p, (ow, oh), first, layers, k, sfi, flags)?
+            }
+            SpatialStrategy::Sweep => {
+                launch_sweep(gpu, input, p, (ow, oh), first, layers, k, sfi, flags)?
+            }
+        }
         first += layers;
     }
     Ok(())
+}
+
+fn launch_tiled<R: Runtime>(
+    gpu: &Gpu<R>,
+    input: &GpuArray<u32>,
+    p: &SpatialParams,
+    (ow, oh): (u32, u32),
+    first: u32,
+    layers: u32,
+    k: &GpuArray<f32>,
+    sfi: &GpuArray<f32>,
+    flags: &GpuArray<u32>,
+) -> Result<()> {
+    let count = CubeCount::Static(ow.div_ceil(TILE_X), oh.div_ceil(TILE_Y), layers);
+    gpu.launch("spatial_contrast", count, |count| {
+        // SAFETY: buffer lengths were checked by `spatial_contrast`; the kernel's indices
+        // stay inside them for every launch geometry (see the kernel's doc comment).
+        unsafe {
+            spatial_contrast_kernel::launch_unchecked::<R>(
+                gpu.client(),
+                count,
+                CubeDim::new_2d(TILE_X, UNITS_Y),
+                input.arg(),
+                k.arg(),
+                sfi.arg(),
+                flags.arg(),
+                p.width,
+                p.height,
+                ow,
+                oh,
+                first,
+                p.sfi_scale.unwrap_or(0.0),
+                p.saturation.unwrap_or(0),
+                p.radius,
+                p.pixel.bits(),
+                p.border,
+                p.sfi_scale.is_some(),
+                p.saturation.is_some(),
+            );
+        };
+    })
+}
+
+/// Output rows per sweep cube: long strips keep the `2r` priming rows a small share, but
+/// the grid must still give every multiprocessor several cubes (single frames too).
+fn sweep_rows(out_cols: u32, (ow, oh): (u32, u32), layers: u32, units: u32) -> u32 {
+    let columns = u64::from(ow.div_ceil(out_cols)) * u64::from(layers);
+    let wanted_cubes = u64::from(units.max(1)) * 8;
+    let rows = (u64::from(oh) * columns).div_ceil(wanted_cubes);
+    rows.clamp(16, 64) as u32
+}
+
+fn launch_sweep<R: Runtime>(
+    gpu: &Gpu<R>,
+    input: &GpuArray<u32>,
+    p: &SpatialParams,
+    (ow, oh): (u32, u32),
+    first: u32,
+    layers: u32,
+    k: &GpuArray<f32>,
+    sfi: &GpuArray<f32>,
+    flags: &GpuArray<u32>,
+) -> Result<()> {
+    let out_cols = SWEEP_X - 2 * p.radius;
+    let rows = sweep_rows(
+        out_cols,
+        (ow, oh),
+        layers,
+        gpu.info().compute_units.unwrap_or(16),
+    );
+    let count = CubeCount::Static(ow.div_ceil(out_cols), oh.div_ceil(rows), layers);
+    gpu.launch("spatial_contrast", count, |count| {
+        // SAFETY: buffer lengths were checked by `spatial_contrast`; the kernel's indices
+        // stay inside them for every launch geometry (see the kernel's doc comment).
+        unsafe {
+            spatial_sweep_kernel::launch_unchecked::<R>(
+                gpu.client(),
+                count,
+                CubeDim::new_1d(SWEEP_X),
+                input.arg(),
+                k.arg(),
+                sfi.arg(),
+                flags.arg(),
+                p.width,
+                p.height,
+                ow,
+                oh,
+                first,
+                rows,
+                p.sfi_scale.unwrap_or(0.0),
+                p.saturation.unwrap_or(0),
+                p.radius,
+                p.pixel.bits(),
+                p.border,
+                p.sfi_scale.is_some(),
+                p.saturation.is_some(),
+            );
+        };
+    })
 }
 
 /// Temporal (`radius` 0) or spatio-temporal contrast over windows of `frames_n` frames;
