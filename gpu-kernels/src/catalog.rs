@@ -61,8 +61,8 @@ pub(crate) fn array() -> ArrayCompilationArg {
 pub fn all<R: Runtime>(client: &ComputeClient<R>) -> Vec<CatalogEntry> {
     use crate::base::{atomic_accumulate_kernel, axpy_kernel, block_sum_kernel, fill_kernel};
     use crate::speckle::{
-        BORDER_REFLECT, BORDER_VALID, BORDER_ZERO, SWEEP_X, TILE_X, UNITS_Y,
-        spatial_contrast_kernel, spatial_sweep_kernel, temporal_contrast_kernel,
+        BORDER_REFLECT, BORDER_VALID, BORDER_ZERO, TILE_X, UNITS_Y, spatial_contrast_kernel,
+        temporal_contrast_kernel,
     };
     let s = || settings_1d(crate::CUBE_1D);
     let c = || client.clone();
@@ -120,34 +120,6 @@ pub fn all<R: Runtime>(client: &ComputeClient<R>) -> Vec<CatalogEntry> {
             border,
             true,
             true,
-        );
-        entries.push(entry("speckle", name, k));
-    }
-    for (name, r, bits, border) in [
-        ("sweep_5x5_u16_reflect", 2, 16, BORDER_REFLECT),
-        ("sweep_7x7_u16_reflect", 3, 16, BORDER_REFLECT),
-        ("sweep_31x31_u16_zero", 15, 16, BORDER_ZERO),
-        ("sweep_7x7_u8_valid", 3, 8, BORDER_VALID),
-    ] {
-        let k = spatial_sweep_kernel::SpatialSweepKernel::<R>::new(
-            settings_1d(SWEEP_X),
-            c(),
-            array(),
-            array(),
-            array(),
-            array(),
-            (),
-            (),
-            (),
-            (),
-            (),
-            (),
-            (),
-            (),
-            r,
-            bits,
-            border,
-            true,
             true,
         );
         entries.push(entry("speckle", name, k));
@@ -167,6 +139,7 @@ pub fn all<R: Runtime>(client: &ComputeClient<R>) -> Vec<CatalogEntry> {
             r,
             16,
             BORDER_REFLECT,
+            true,
         );
         entries.push(entry("speckle", name, k));
     }

@@ -54,19 +54,6 @@ fn mul_wide(a: u32, b: u32) -> U64 {
 }
 
 #[cube]
-fn add_wide(x: U64, y: U64) -> U64 {
-    let lo = x.lo + y.lo;
-    let mut carry = 0u32;
-    if lo < x.lo {
-        carry = 1u32;
-    }
-    U64 {
-        hi: x.hi + y.hi + carry,
-        lo,
-    }
-}
-
-#[cube]
 fn sub_wide(x: U64, y: U64) -> U64 {
     let mut borrow = 0u32;
     if x.lo < y.lo {
@@ -94,45 +81,75 @@ struct Sums {
     sat: u32,
 }
 
-/// Add one pixel value to the sums.
+/// S2 as one native 64-bit integer (CUDA); the halves stay the storage format.
 #[cube]
-fn accumulate(s: &mut Sums, v: u32) {
+fn s2_of(s: &Sums) -> u64 {
+    (u64::cast_from(s.s2_hi) << 32u64) | u64::cast_from(s.s2_lo)
+}
+
+#[cube]
+fn set_s2(s: &mut Sums, x: u64) {
+    s.s2_hi = u32::cast_from(x >> 32u64);
+    s.s2_lo = u32::cast_from(x);
+}
+
+/// Add one pixel value to the sums. `wide`: native 64-bit integers (CUDA), else carries
+/// between u32 halves (WGSL has no 64-bit types).
+#[cube]
+fn accumulate(s: &mut Sums, v: u32, #[comptime] wide: bool) {
     let sq = v * v;
-    let lo = s.s2_lo + sq;
-    if lo < sq {
-        s.s2_hi += 1u32;
+    if comptime!(wide) {
+        let x = s2_of(s) + u64::cast_from(sq);
+        set_s2(s, x);
+    } else {
+        let lo = s.s2_lo + sq;
+        if lo < sq {
+            s.s2_hi += 1u32;
+        }
+        s.s2_lo = lo;
     }
-    s.s2_lo = lo;
     s.s1 += v;
 }
 
 /// Remove one pixel value from the sums (it was added before).
 #[cube]
-fn remove(s: &mut Sums, v: u32) {
+fn remove(s: &mut Sums, v: u32, #[comptime] wide: bool) {
     let sq = v * v;
-    if s.s2_lo < sq {
-        s.s2_hi -= 1u32;
+    if comptime!(wide) {
+        let x = s2_of(s) - u64::cast_from(sq);
+        set_s2(s, x);
+    } else {
+        if s.s2_lo < sq {
+            s.s2_hi -= 1u32;
+        }
+        s.s2_lo -= sq;
     }
-    s.s2_lo -= sq;
     s.s1 -= v;
 }
 
-/// K = sqrt(D N / (N - 1)) / S1 with D = N S2 - S1^2 exact; NaN when S1 = 0.
+/// K = sqrt(D N / (N - 1)) / S1 with D = N S2 - S1^2 exact; NaN when S1 = 0. D is rounded
+/// to f32 once (3e-8 relative); the division is the fast one (kernels use fast math,
+/// 2 ulp), so K is within about 3e-7 relative of an f64 reference.
 #[cube]
-fn contrast_from_sums(s: Sums, n: u32) -> f32 {
-    let ns2 = mul_wide(s.s2_lo, n);
-    let ns2 = U64 {
-        hi: ns2.hi + s.s2_hi * n,
-        lo: ns2.lo,
+fn contrast_from_sums(s: Sums, n: u32, #[comptime] wide: bool) -> f32 {
+    let d = if comptime!(wide) {
+        let s1 = u64::cast_from(s.s1);
+        f32::cast_from(s2_of(&s) * u64::cast_from(n) - s1 * s1)
+    } else {
+        let ns2 = mul_wide(s.s2_lo, n);
+        let ns2 = U64 {
+            hi: ns2.hi + s.s2_hi * n,
+            lo: ns2.lo,
+        };
+        wide_to_f32(sub_wide(ns2, mul_wide(s.s1, s.s1)))
     };
-    let d = sub_wide(ns2, mul_wide(s.s1, s.s1));
     // Quiet NaN where the mean is zero; built from a runtime value because CUDA C++
     // cannot reinterpret a literal.
     let nan_bits = s.s1 | 0x7FC0_0000u32;
     let mut k = f32::reinterpret(nan_bits);
     if s.s1 > 0 {
         let nf = f32::cast_from(n);
-        k = f32::sqrt(wide_to_f32(d) * (nf / (nf - 1.0f32))) / f32::cast_from(s.s1);
+        k = f32::sqrt(d * (nf / (nf - 1.0f32))) / f32::cast_from(s.s1);
     }
     k
 }
@@ -180,7 +197,9 @@ fn reflect(i: i32, n: i32) -> i32 {
 /// Launched unchecked: every index is in range by construction (tile and apron indices
 /// are bounded by the comptime tile size, input indices by the border rule, outputs by
 /// the `out_width`/`out_height` guard) and the wrapper checks the buffer lengths.
-#[cube(launch_unchecked)]
+// Fast division (`__fdividef` on CUDA, 2 ulp): IEEE division was a tenth of the
+// instructions; nothing else is relaxed.
+#[cube(launch_unchecked, fast_math = FastMath::AllowReciprocal | FastMath::ReducedPrecision | FastMath::UnsignedZero | FastMath::NotInf)]
 pub fn spatial_contrast_kernel(
     input: &Array<u32>,
     k_out: &mut Array<f32>,
@@ -198,6 +217,7 @@ pub fn spatial_contrast_kernel(
     #[comptime] border: u32,
     #[comptime] with_sfi: bool,
     #[comptime] with_flags: bool,
+    #[comptime] wide: bool,
 ) {
     let side = comptime!(2 * r + 1);
     let tile_w = comptime!(TILE_X + 2 * r);
@@ -258,7 +278,7 @@ pub fn spatial_contrast_kernel(
         #[unroll]
         for dy in 0..side {
             let v = tile[((cy0 + dy) * tile_w + cx) as usize];
-            accumulate(&mut s, v);
+            accumulate(&mut s, v, wide);
             if comptime!(with_flags) {
                 if saturation > 0 && v >= saturation {
                     s.sat += 1u32;
@@ -270,8 +290,8 @@ pub fn spatial_contrast_kernel(
             if k > 0 {
                 let enter = tile[((cy0 + k + side - 1) * tile_w + cx) as usize];
                 let leave = tile[((cy0 + k - 1) * tile_w + cx) as usize];
-                accumulate(&mut s, enter);
-                remove(&mut s, leave);
+                accumulate(&mut s, enter, wide);
+                remove(&mut s, leave, wide);
                 if comptime!(with_flags) {
                     if saturation > 0 && enter >= saturation {
                         s.sat += 1u32;
@@ -312,9 +332,9 @@ pub fn spatial_contrast_kernel(
                 if comptime!(with_flags) {
                     t.sat = cols[(3 * col_len + at) as usize];
                 }
-                add_sums(&mut s, t);
+                add_sums(&mut s, t, wide);
             }
-            let k = contrast_from_sums(s, side * side);
+            let k = contrast_from_sums(s, side * side, wide);
             let out = (frame * out_width * out_height + oy * out_width + ox) as usize;
             k_out[out] = k;
             if comptime!(with_sfi) {
@@ -325,196 +345,6 @@ pub fn spatial_contrast_kernel(
             }
         }
     }
-}
-
-/// Threads per cube of the column-sweep kernel: one input column each.
-pub const SWEEP_X: u32 = 128;
-
-/// Spatial speckle contrast by column sweeps: each unit owns one input column of a strip
-/// of `rows` output rows, keeps that column's window sums in registers and slides them
-/// down row by row (add the entering pixel, remove the leaving one: exact in integers);
-/// per row the cube shares its column sums through shared memory (double-buffered, one
-/// barrier per row) and each unit adds `2r + 1` of them for its output pixel. Border
-/// rules are resolved once per column and once per row, not per pixel.
-///
-/// Same inputs, outputs and exactness as [`spatial_contrast_kernel`]; launched unchecked
-/// for the same reasons (shared indices are bounded by the comptime cube width, input
-/// indices by the border rule, outputs by the `out_width`/`out_height` guard).
-#[cube(launch_unchecked)]
-pub fn spatial_sweep_kernel(
-    input: &Array<u32>,
-    k_out: &mut Array<f32>,
-    sfi_out: &mut Array<f32>,
-    flags_out: &mut Array<u32>,
-    width: u32,
-    height: u32,
-    out_width: u32,
-    out_height: u32,
-    first_frame: u32,
-    rows: u32,
-    sfi_scale: f32,
-    saturation: u32,
-    #[comptime] r: u32,
-    #[comptime] bits: u32,
-    #[comptime] border: u32,
-    #[comptime] with_sfi: bool,
-    #[comptime] with_flags: bool,
-) {
-    let side = comptime!(2 * r + 1);
-    let out_cols = comptime!(SWEEP_X - 2 * r);
-    let planes = comptime!(if with_flags { 4u32 } else { 3u32 });
-    let buf_len = comptime!(planes * SWEEP_X);
-    let mut buf = SharedMemory::<u32>::new((2 * buf_len) as usize);
-
-    let tid = UNIT_POS_X;
-    // Input offset of output (0, 0): `valid` outputs start r pixels in.
-    let shift = comptime!(if border == BORDER_VALID {
-        0i32
-    } else {
-        r as i32
-    });
-    let w = width as i32;
-    let h = height as i32;
-    let frame = first_frame + CUBE_POS_Z;
-    let frame_base = frame * width * height;
-    let ox0 = CUBE_POS_X * out_cols;
-    let oy0 = CUBE_POS_Y * rows;
-
-    // This unit's input column, with the border rule applied once.
-    let x = (ox0 + tid) as i32 - shift;
-    let mut col = x;
-    let mut col_in = x >= 0 && x < w;
-    if comptime!(border == BORDER_REFLECT) {
-        col = reflect(x, w);
-        col_in = true;
-    }
-    // `valid` units past the right edge feed only outputs that are dropped.
-    let col_addr = col.clamp(0, w - 1) as u32;
-
-    let mut s = zero_sums();
-    // Input row of the window's top edge for output row oy0.
-    let top = oy0 as i32 - shift;
-    #[unroll]
-    for k in 0..comptime!(2 * r) {
-        let v = sweep_pixel(
-            input,
-            frame_base,
-            top + k as i32,
-            col_addr,
-            col_in,
-            w,
-            h,
-            bits,
-            border,
-        );
-        accumulate(&mut s, v);
-        if comptime!(with_flags) {
-            if saturation > 0 && v >= saturation {
-                s.sat += 1u32;
-            }
-        }
-    }
-    let mut n_rows = rows;
-    if oy0 + rows > out_height {
-        n_rows = out_height - oy0;
-    }
-    for i in 0..n_rows {
-        let enter = sweep_pixel(
-            input,
-            frame_base,
-            top + (i + 2 * r) as i32,
-            col_addr,
-            col_in,
-            w,
-            h,
-            bits,
-            border,
-        );
-        accumulate(&mut s, enter);
-        if comptime!(with_flags) {
-            if saturation > 0 && enter >= saturation {
-                s.sat += 1u32;
-            }
-        }
-        let base = (i % 2) * buf_len;
-        buf[(base + tid) as usize] = s.s1;
-        buf[(base + SWEEP_X + tid) as usize] = s.s2_hi;
-        buf[(base + 2 * SWEEP_X + tid) as usize] = s.s2_lo;
-        if comptime!(with_flags) {
-            buf[(base + 3 * SWEEP_X + tid) as usize] = s.sat;
-        }
-        sync_cube();
-        let ox = ox0 + tid;
-        if tid < out_cols && ox < out_width {
-            let mut t = zero_sums();
-            #[unroll]
-            for dx in 0..side {
-                let at = base + tid + dx;
-                let mut c = Sums {
-                    s1: buf[at as usize],
-                    s2_hi: buf[(at + SWEEP_X) as usize],
-                    s2_lo: buf[(at + 2 * SWEEP_X) as usize],
-                    sat: 0u32,
-                };
-                if comptime!(with_flags) {
-                    c.sat = buf[(at + 3 * SWEEP_X) as usize];
-                }
-                add_sums(&mut t, c);
-            }
-            let k = contrast_from_sums(t, side * side);
-            let out = (frame * out_width * out_height + (oy0 + i) * out_width + ox) as usize;
-            k_out[out] = k;
-            if comptime!(with_sfi) {
-                sfi_out[out] = sfi_scale / (k * k);
-            }
-            if comptime!(with_flags) {
-                flags_out[out] = flags_of(t);
-            }
-        }
-        let leave = sweep_pixel(
-            input,
-            frame_base,
-            top + i as i32,
-            col_addr,
-            col_in,
-            w,
-            h,
-            bits,
-            border,
-        );
-        remove(&mut s, leave);
-        if comptime!(with_flags) {
-            if saturation > 0 && leave >= saturation {
-                s.sat -= 1u32;
-            }
-        }
-    }
-}
-
-/// Pixel of row `y` (any distance out, by the border rule) in column `col` of one frame.
-#[cube]
-fn sweep_pixel(
-    input: &Array<u32>,
-    frame_base: u32,
-    y: i32,
-    col: u32,
-    col_in: bool,
-    w: i32,
-    h: i32,
-    #[comptime] bits: u32,
-    #[comptime] border: u32,
-) -> u32 {
-    let mut v = 0u32;
-    if comptime!(border == BORDER_REFLECT) {
-        v = pixel(
-            input,
-            frame_base + reflect(y, h) as u32 * w as u32 + col,
-            bits,
-        );
-    } else if col_in && y >= 0 && y < h {
-        v = pixel(input, frame_base + y as u32 * w as u32 + col, bits);
-    }
-    v
 }
 
 #[cube]
@@ -544,7 +374,8 @@ fn flags_of(s: Sums) -> u32 {
 /// `(2r + 1)^2` spatial window and `frames_n` consecutive frames, sliding along the stack
 /// with exact running sums (add the entering frame, subtract the leaving one).
 /// Output frame t covers input frames t..t + frames_n. Launched unchecked, as above.
-#[cube(launch_unchecked)]
+// Fast division, as for the spatial kernel.
+#[cube(launch_unchecked, fast_math = FastMath::AllowReciprocal | FastMath::ReducedPrecision | FastMath::UnsignedZero | FastMath::NotInf)]
 pub fn temporal_contrast_kernel(
     input: &Array<u32>,
     k_out: &mut Array<f32>,
@@ -557,6 +388,7 @@ pub fn temporal_contrast_kernel(
     #[comptime] r: u32,
     #[comptime] bits: u32,
     #[comptime] border: u32,
+    #[comptime] wide: bool,
 ) {
     let side = comptime!(2 * r + 1);
     let plane = width * height;
@@ -582,8 +414,9 @@ pub fn temporal_contrast_kernel(
         let mut s = zero_sums();
         // Running sums: add the entering frame's window, subtract the leaving one's (exact).
         for t in 0..frames {
-            let entering = window_sums(input, t * plane, cx, cy, w, h, saturation, r, bits, border);
-            add_sums(&mut s, entering);
+            let entering =
+                window_sums(input, t * plane, cx, cy, w, h, saturation, r, bits, border, wide);
+            add_sums(&mut s, entering, wide);
             if t >= frames_n {
                 let leaving = window_sums(
                     input,
@@ -596,13 +429,14 @@ pub fn temporal_contrast_kernel(
                     r,
                     bits,
                     border,
+                    wide,
                 );
-                sub_sums(&mut s, leaving);
+                sub_sums(&mut s, leaving, wide);
             }
             if t + 1 >= frames_n {
                 let out_t = t + 1 - frames_n;
                 let at = (out_t * out_w * out_h + p) as usize;
-                k_out[at] = contrast_from_sums(s, n);
+                k_out[at] = contrast_from_sums(s, n, wide);
                 flags_out[at] = flags_of(s);
             }
         }
@@ -622,6 +456,7 @@ fn window_sums(
     #[comptime] r: u32,
     #[comptime] bits: u32,
     #[comptime] border: u32,
+    #[comptime] wide: bool,
 ) -> Sums {
     let side = comptime!(2 * r + 1);
     let mut s = zero_sums();
@@ -639,7 +474,7 @@ fn window_sums(
                 bits,
                 border,
             );
-            accumulate(&mut s, v);
+            accumulate(&mut s, v, wide);
             if saturation > 0 && v >= saturation {
                 s.sat += 1u32;
             }
@@ -649,26 +484,36 @@ fn window_sums(
 }
 
 #[cube]
-fn add_sums(s: &mut Sums, t: Sums) {
-    let lo = s.s2_lo + t.s2_lo;
-    let mut carry = 0u32;
-    if lo < t.s2_lo {
-        carry = 1u32;
+fn add_sums(s: &mut Sums, t: Sums, #[comptime] wide: bool) {
+    if comptime!(wide) {
+        let x = s2_of(s) + s2_of(&t);
+        set_s2(s, x);
+    } else {
+        let lo = s.s2_lo + t.s2_lo;
+        let mut carry = 0u32;
+        if lo < t.s2_lo {
+            carry = 1u32;
+        }
+        s.s2_hi += t.s2_hi + carry;
+        s.s2_lo = lo;
     }
-    s.s2_hi += t.s2_hi + carry;
-    s.s2_lo = lo;
     s.s1 += t.s1;
     s.sat += t.sat;
 }
 
 #[cube]
-fn sub_sums(s: &mut Sums, t: Sums) {
-    let mut borrow = 0u32;
-    if s.s2_lo < t.s2_lo {
-        borrow = 1u32;
+fn sub_sums(s: &mut Sums, t: Sums, #[comptime] wide: bool) {
+    if comptime!(wide) {
+        let x = s2_of(s) - s2_of(&t);
+        set_s2(s, x);
+    } else {
+        let mut borrow = 0u32;
+        if s.s2_lo < t.s2_lo {
+            borrow = 1u32;
+        }
+        s.s2_hi -= t.s2_hi + borrow;
+        s.s2_lo -= t.s2_lo;
     }
-    s.s2_hi -= t.s2_hi + borrow;
-    s.s2_lo -= t.s2_lo;
     s.s1 -= t.s1;
     s.sat -= t.sat;
 }
@@ -735,28 +580,6 @@ pub struct SpatialParams {
     pub sfi_scale: Option<f32>,
     /// `Some(level)` writes flags; pixels >= level are saturated.
     pub saturation: Option<u32>,
-    /// Which kernel computes the sums (same results to the bit).
-    pub strategy: SpatialStrategy,
-}
-
-/// The spatial kernels: both give identical, exact sums; they differ in speed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum SpatialStrategy {
-    /// Shared-memory tiles of 32 x 16 outputs, separable column then row sums.
-    Tiled,
-    /// One unit per column sliding down strips of rows ([`spatial_sweep_kernel`]).
-    #[default]
-    Sweep,
-}
-
-impl SpatialStrategy {
-    /// `BIOGPU_SPECKLE_KERNEL=tiled|sweep`, for benchmarking one against the other.
-    pub fn from_env() -> Self {
-        match std::env::var("BIOGPU_SPECKLE_KERNEL").as_deref() {
-            Ok("tiled") => SpatialStrategy::Tiled,
-            _ => SpatialStrategy::Sweep,
-        }
-    }
 }
 
 impl SpatialParams {
@@ -820,20 +643,13 @@ pub fn spatial_contrast<R: Runtime>(
     let mut first = 0u32;
     while first < p.frames {
         let layers = (p.frames - first).min(max_z);
-        match p.strategy {
-            SpatialStrategy::Tiled => {
-                launch_tiled(gpu, input, p, (ow, oh), first, layers, k, sfi, flags)?
-            }
-            SpatialStrategy::Sweep => {
-                launch_sweep(gpu, input, p, (ow, oh), first, layers, k, sfi, flags)?
-            }
-        }
+        launch_spatial(gpu, input, p, (ow, oh), first, layers, k, sfi, flags)?;
         first += layers;
     }
     Ok(())
 }
 
-fn launch_tiled<R: Runtime>(
+fn launch_spatial<R: Runtime>(
     gpu: &Gpu<R>,
     input: &GpuArray<u32>,
     p: &SpatialParams,
@@ -869,64 +685,7 @@ fn launch_tiled<R: Runtime>(
                 p.border,
                 p.sfi_scale.is_some(),
                 p.saturation.is_some(),
-            );
-        };
-    })
-}
-
-/// Output rows per sweep cube: long strips keep the `2r` priming rows a small share, but
-/// the grid must still give every multiprocessor several cubes (single frames too).
-fn sweep_rows(out_cols: u32, (ow, oh): (u32, u32), layers: u32, units: u32) -> u32 {
-    let columns = u64::from(ow.div_ceil(out_cols)) * u64::from(layers);
-    let wanted_cubes = u64::from(units.max(1)) * 8;
-    let rows = (u64::from(oh) * columns).div_ceil(wanted_cubes);
-    rows.clamp(16, 64) as u32
-}
-
-fn launch_sweep<R: Runtime>(
-    gpu: &Gpu<R>,
-    input: &GpuArray<u32>,
-    p: &SpatialParams,
-    (ow, oh): (u32, u32),
-    first: u32,
-    layers: u32,
-    k: &GpuArray<f32>,
-    sfi: &GpuArray<f32>,
-    flags: &GpuArray<u32>,
-) -> Result<()> {
-    let out_cols = SWEEP_X - 2 * p.radius;
-    let rows = sweep_rows(
-        out_cols,
-        (ow, oh),
-        layers,
-        gpu.info().compute_units.unwrap_or(16),
-    );
-    let count = CubeCount::Static(ow.div_ceil(out_cols), oh.div_ceil(rows), layers);
-    gpu.launch("spatial_contrast", count, |count| {
-        // SAFETY: buffer lengths were checked by `spatial_contrast`; the kernel's indices
-        // stay inside them for every launch geometry (see the kernel's doc comment).
-        unsafe {
-            spatial_sweep_kernel::launch_unchecked::<R>(
-                gpu.client(),
-                count,
-                CubeDim::new_1d(SWEEP_X),
-                input.arg(),
-                k.arg(),
-                sfi.arg(),
-                flags.arg(),
-                p.width,
-                p.height,
-                ow,
-                oh,
-                first,
-                rows,
-                p.sfi_scale.unwrap_or(0.0),
-                p.saturation.unwrap_or(0),
-                p.radius,
-                p.pixel.bits(),
-                p.border,
-                p.sfi_scale.is_some(),
-                p.saturation.is_some(),
+                native_u64(gpu),
             );
         };
     })
@@ -996,9 +755,15 @@ pub fn temporal_contrast<R: Runtime>(
                 radius,
                 pixel.bits(),
                 border,
+                native_u64(gpu),
             );
         };
     })
+}
+
+/// Whether kernels on `gpu` may use native 64-bit integers (CUDA; WGSL has none).
+fn native_u64<R: Runtime>(gpu: &Gpu<R>) -> bool {
+    gpu.info().backend == gpu_runtime::Backend::Cuda
 }
 
 /// The u32 partial sums overflow beyond `(2r+1)^2 * frames_n * 255^2 >= 2^32`.

@@ -221,7 +221,6 @@ pub(crate) fn spatial_params<T: PackedPixel>(
         pixel: T::BITS,
         sfi_scale: params.exposure_s.map(|t| (1.0 / (2.0 * t)) as f32),
         saturation,
-        strategy: kernels::SpatialStrategy::from_env(),
     }
 }
 
