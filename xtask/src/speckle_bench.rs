@@ -60,6 +60,9 @@ fn link_rates(earlier: &[Measurement]) -> Option<(f64, f64)> {
     Some((best("host→device")?, best("device→host")?))
 }
 
+/// Batches launched back to back per timed sample of the kernel benchmark.
+const LAUNCHES: usize = 4;
+
 /// Kernel time: frames resident on the device, K + SFI written. Timed two ways: a batch
 /// of frames in one launch (as the streaming pipeline launches them; per-frame device time,
 /// the figure compared with the bandwidth bound), and one frame per launch + sync (the
@@ -112,7 +115,6 @@ fn kernel_times<R: KnownRuntime>(
             }
             // Device time per frame: LAUNCHES batches back to back, then one sync, so the
             // launch and sync latency is shared by LAUNCHES x batch frames.
-            const LAUNCHES: usize = 4;
             let batched = bench(5, reps, || {
                 for _ in 0..LAUNCHES {
                     kernels::spatial_contrast(gpu, &input, &many, &k, &sfi, &flags)?;
