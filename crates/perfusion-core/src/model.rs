@@ -76,19 +76,21 @@ const fn param(
     }
 }
 
+/// Delays may be negative: a bound at 0 traps Nelder-Mead (its simplex collapses against the
+/// barrier when noise pulls a delay towards 0; see docs/perfusion.md).
 const DELAY_MAX: f64 = 30.0;
 
 const DUAL_INPUT: [ParamInfo; 5] = [
     param("ka", "ml/100g/min", 0.0, 2000.0, 10.0, false, "arterial inflow rate"),
     param("kp", "ml/100g/min", 0.0, 2000.0, 80.0, false, "portal-venous inflow rate"),
     param("kl", "ml/100g/min", 0.0, 10000.0, 200.0, false, "outflow rate"),
-    param("tau_a", "s", 0.0, DELAY_MAX, 2.0, true, "arterial delay"),
-    param("tau_p", "s", 0.0, DELAY_MAX, 3.0, true, "portal-venous delay"),
+    param("tau_a", "s", -DELAY_MAX, DELAY_MAX, 2.0, true, "arterial delay"),
+    param("tau_p", "s", -DELAY_MAX, DELAY_MAX, 3.0, true, "portal-venous delay"),
 ];
 const TOFTS: [ParamInfo; 3] = [
     param("ktrans", "1/min", 0.0, 5.0, 0.2, false, "volume transfer constant"),
     param("ve", "", 1e-3, 1.0, 0.3, false, "extravascular extracellular volume fraction"),
-    param("tau", "s", 0.0, DELAY_MAX, 1.0, true, "bolus-arrival delay"),
+    param("tau", "s", -DELAY_MAX, DELAY_MAX, 1.0, true, "bolus-arrival delay"),
 ];
 const EXTENDED_TOFTS: [ParamInfo; 4] = [
     TOFTS[0],

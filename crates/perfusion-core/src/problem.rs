@@ -119,6 +119,12 @@ impl Problem {
         self.dual.then_some(self.u2.as_slice())
     }
 
+    /// Mean sampling interval (s).
+    pub fn mean_interval(&self) -> f64 {
+        let n = self.t.len();
+        (self.t[n - 1] - self.t[0]) / (n - 1) as f64
+    }
+
     /// Whether the grid is uniform (convolution weights computed once per evaluation).
     pub fn is_uniform(&self) -> bool {
         self.uniform

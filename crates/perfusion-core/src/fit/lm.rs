@@ -1,6 +1,7 @@
 //! Bounded Levenberg-Marquardt with the analytic Jacobian (`conv::normal`): Marquardt's
 //! diagonal damping, projection onto the bounds, and an active set (parameters on a bound
-//! whose gradient points out of the box, and fixed parameters, are held for the step).
+//! whose gradient points out of the box, and fixed parameters, are held for the step), and
+//! delay steps limited to one sampling interval.
 //! `gpu_kernels::perfusion` implements the same sequence.
 
 use super::Bounds;
@@ -19,6 +20,11 @@ pub(crate) struct LmSettings {
     pub stall: f64,
     /// Costs at or below this are fits to rounding (exact data).
     pub floor: f64,
+    /// Which parameters are delays, and the longest delay step (s) one iteration may take:
+    /// the delay Jacobian is piecewise constant between samples, so longer Gauss-Newton
+    /// steps in a delay are not trusted (the whole step is shortened, keeping its direction).
+    pub delay: [bool; MAX_PARAMS],
+    pub max_delay_step: f64,
 }
 
 /// Damping schedule: start, factor 10 up and down, limits (powers of two, exact in f32 and f64).
@@ -161,6 +167,21 @@ pub(crate) fn levenberg_marquardt(
                 break;
             }
             continue;
+        }
+        let mut scale = 1.0;
+        for u in 0..np {
+            let a = delta[u].abs();
+            if s.delay[u] && a > s.max_delay_step {
+                let f = s.max_delay_step / a;
+                if f < scale {
+                    scale = f;
+                }
+            }
+        }
+        if scale < 1.0 {
+            for d in &mut delta[..np] {
+                *d *= scale;
+            }
         }
         let mut trial = x;
         for u in 0..np {

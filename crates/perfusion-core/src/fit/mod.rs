@@ -145,8 +145,9 @@ pub struct FitOptions {
     pub max_iterations: Option<u32>,
     /// Nelder-Mead: converged when the vertex costs differ by at most this (default 1e-8).
     pub tol_fun: f64,
-    /// Nelder-Mead: and the vertices by at most this in every parameter (default off, as in
-    /// the paper; fminsearch uses 1e-4).
+    /// Nelder-Mead: and the vertices by at most this in every parameter (default 1e-4, as
+    /// fminsearch; infinite gives the paper's rule as written, which stops early in flat
+    /// valleys, see docs/perfusion.md).
     pub tol_x: f64,
     /// Levenberg-Marquardt: relative step and cost decrease that count as converged.
     pub tolerance: f64,
@@ -168,7 +169,7 @@ impl FitOptions {
             fixed: vec![false; p.len()],
             max_iterations: None,
             tol_fun: 1e-8,
-            tol_x: f64::INFINITY,
+            tol_x: 1e-4,
             tolerance: 1e-10,
             delay_grid: None,
             precision: Precision::Auto,
@@ -366,6 +367,8 @@ impl FitOptions {
                 tol_grad: LM_TOL_GRAD,
                 stall: LM_STALL,
                 floor: 0.0,
+                delay: std::array::from_fn(|i| i < np && model.params()[i].delay),
+                max_delay_step: f64::INFINITY,
             },
             floor_rel: LM_FLOOR_REL,
             grid: self.delay_grid,
@@ -846,6 +849,7 @@ fn fit_voxel_impl<const TI: bool, const TE: bool, const VA: bool>(
             };
             let mut s = setup.lm;
             s.floor = setup.floor_rel * setup.floor_rel * sumsq;
+            s.max_delay_step = problem.mean_interval();
             let o = lm::levenberg_marquardt(&mut nrm, &mut cost, &x0, b, &s);
             (o.x, o.f, o.iterations, o.end)
         }
