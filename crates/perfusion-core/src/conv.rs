@@ -89,21 +89,32 @@ pub(crate) fn weights_d(k: f64, dt: f64) -> Weights {
     w
 }
 
-/// Linear interpolation of an input at increasing abscissae, with a pointer that only moves
-/// forward (O(Nt) per curve). Before the first sample the first value holds, after the last
-/// the last one.
+/// Linear interpolation of an input at increasing abscissae. On a uniform grid the interval
+/// is `floor((x - t0) / dt)`; otherwise a pointer moves forward (O(Nt) per curve). Before
+/// the first sample the first value holds, after the last the last one.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Sampler {
     j: usize,
 }
 
 impl Sampler {
-    /// (value, slope) at `x`.
+    /// (value, slope) at `x`; `inv_dt` is 1 / interval of a uniform grid, else 0.
     #[inline(always)]
-    pub fn at(&mut self, t: &[f64], u: &[f64], s: &[f64], x: f64) -> (f64, f64) {
+    pub fn at(&mut self, t: &[f64], u: &[f64], s: &[f64], inv_dt: f64, x: f64) -> (f64, f64) {
         let n = t.len();
-        while self.j + 1 < n && t[self.j + 1] <= x {
-            self.j += 1;
+        if inv_dt > 0.0 {
+            let q = (x - t[0]) * inv_dt;
+            self.j = if q >= (n - 1) as f64 {
+                n - 1
+            } else if q > 0.0 {
+                q as usize
+            } else {
+                0
+            };
+        } else {
+            while self.j + 1 < n && t[self.j + 1] <= x {
+                self.j += 1;
+            }
         }
         if x <= t[0] {
             (u[0], 0.0)
@@ -126,10 +137,10 @@ pub(crate) fn evaluate<const TI: bool, const TE: bool, const VA: bool>(
     let (t, dt) = (&p.t[..], &p.dt[..]);
     let n = t.len();
     let (mut s1, mut s2) = (Sampler::default(), Sampler::default());
-    let (u1, _) = s1.at(t, &p.u1, &p.s1, t[0] - c.tau1);
+    let (u1, _) = s1.at(t, &p.u1, &p.s1, p.inv_dt, t[0] - c.tau1);
     let mut f1p = c.g1 * u1;
     if TI {
-        let (u2, _) = s2.at(t, &p.u2, &p.s2, t[0] - c.tau2);
+        let (u2, _) = s2.at(t, &p.u2, &p.s2, p.inv_dt, t[0] - c.tau2);
         f1p += c.h1 * u2;
     }
     let mut f2p = if TE { c.g2 * u1 } else { 0.0 };
@@ -151,10 +162,10 @@ pub(crate) fn evaluate<const TI: bool, const TE: bool, const VA: bool>(
             dtp = h;
         }
         let ti = t[i];
-        let (u1, _) = s1.at(t, &p.u1, &p.s1, ti - c.tau1);
+        let (u1, _) = s1.at(t, &p.u1, &p.s1, p.inv_dt, ti - c.tau1);
         let mut f1 = c.g1 * u1;
         if TI {
-            let (u2, _) = s2.at(t, &p.u2, &p.s2, ti - c.tau2);
+            let (u2, _) = s2.at(t, &p.u2, &p.s2, p.inv_dt, ti - c.tau2);
             f1 += c.h1 * u2;
         }
         y1 = w1.e * y1 + w1.wa * f1p + w1.wb * f1;
@@ -243,14 +254,14 @@ pub(crate) fn normal<const TI: bool, const TE: bool, const VA: bool>(
     let n = t.len();
     let (mut s1, mut s2) = (Sampler::default(), Sampler::default());
     let sample = |s1: &mut Sampler, s2: &mut Sampler, ti: f64| {
-        let (u1, sl1) = s1.at(t, &p.u1, &p.s1, ti - c.tau1);
+        let (u1, sl1) = s1.at(t, &p.u1, &p.s1, p.inv_dt, ti - c.tau1);
         let mut s = Samples {
             u1,
             du1: -sl1,
             ..Samples::default()
         };
         if TI {
-            let (u2, sl2) = s2.at(t, &p.u2, &p.s2, ti - c.tau2);
+            let (u2, sl2) = s2.at(t, &p.u2, &p.s2, p.inv_dt, ti - c.tau2);
             s.u2 = u2;
             s.du2 = -sl2;
         }

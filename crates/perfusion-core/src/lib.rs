@@ -28,6 +28,6 @@ pub use error::{Error, Result};
 pub use fit::{
     Control, DelayGrid, FitOptions, FitStatus, Fits, Method, Precision, fit, fit_on, fit_with,
 };
-pub use gpu::kernel_fit;
+pub use gpu::{CUBE_ENV, kernel_times};
 pub use model::{MAX_PARAMS, Model, ParamInfo};
 pub use problem::Problem;

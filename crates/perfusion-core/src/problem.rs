@@ -29,6 +29,8 @@ pub struct Problem {
     pub(crate) s2: Vec<f64>,
     dual: bool,
     uniform: bool,
+    /// 1 / interval on a uniform grid (samples are then indexed directly), else 0.
+    pub(crate) inv_dt: f64,
 }
 
 impl Problem {
@@ -92,6 +94,7 @@ impl Problem {
             u2,
             dual: portal.is_some(),
             uniform,
+            inv_dt: if uniform { 1.0 / mean } else { 0.0 },
         })
     }
 
