@@ -81,7 +81,10 @@ pub(crate) fn weights_d(k: f64, dt: f64) -> Weights {
         let e = w.e;
         let em = 1.0 - e;
         let xxx = x * x * x;
-        ((x * x * e - 2.0 * (em - x * e)) / xxx, (x * em - 2.0 * (x - em)) / xxx)
+        (
+            (x * x * e - 2.0 * (em - x * e)) / xxx,
+            (x * em - 2.0 * (x - em)) / xxx,
+        )
     };
     w.de = -dt * w.e;
     w.dwa = dt * dt * da;
@@ -231,7 +234,14 @@ struct Samples {
 }
 
 #[inline(always)]
-fn step_branch<const TI: bool>(b: &mut Branch, w: &Weights, fp: f64, f: f64, sp: &Samples, s: &Samples) {
+fn step_branch<const TI: bool>(
+    b: &mut Branch,
+    w: &Weights,
+    fp: f64,
+    f: f64,
+    sp: &Samples,
+    s: &Samples,
+) {
     b.dk = w.e * b.dk + w.de * b.y + w.dwa * fp + w.dwb * f;
     b.y = w.e * b.y + w.wa * fp + w.wb * f;
     b.c1 = w.e * b.c1 + w.wa * sp.u1 + w.wb * s.u1;
@@ -409,7 +419,11 @@ mod tests {
             assert!((x - y).abs() <= tol * y.abs(), "{x} vs {y}");
         }
         let w = weights(0.0, 2.0);
-        assert_eq!((w.e, w.wa, w.wb), (1.0, 1.0, 1.0), "k = 0 is the trapezoid rule");
+        assert_eq!(
+            (w.e, w.wa, w.wb),
+            (1.0, 1.0, 1.0),
+            "k = 0 is the trapezoid rule"
+        );
     }
 
     #[test]
@@ -423,7 +437,10 @@ mod tests {
                 (w.dwa, (u.wa - d.wa) / (2.0 * h)),
                 (w.dwb, (u.wb - d.wb) / (2.0 * h)),
             ] {
-                assert!((an - fd).abs() <= 1e-6 * an.abs() + 1e-12, "k {k} dt {dt}: {an} vs {fd}");
+                assert!(
+                    (an - fd).abs() <= 1e-6 * an.abs() + 1e-12,
+                    "k {k} dt {dt}: {an} vs {fd}"
+                );
             }
         }
     }
@@ -432,10 +449,20 @@ mod tests {
         let t: Vec<f64> = (0..40)
             .map(|i| {
                 let i = i as f64;
-                if uniform { 1.5 * i } else { 1.5 * i + 0.4 * (i * 0.7).sin() }
+                if uniform {
+                    1.5 * i
+                } else {
+                    1.5 * i + 0.4 * (i * 0.7).sin()
+                }
             })
             .collect();
-        let gamma = |s: f64, t0: f64| if s > t0 { (s - t0).powi(2) * (-(s - t0) / 4.0).exp() } else { 0.0 };
+        let gamma = |s: f64, t0: f64| {
+            if s > t0 {
+                (s - t0).powi(2) * (-(s - t0) / 4.0).exp()
+            } else {
+                0.0
+            }
+        };
         let a: Vec<f64> = t.iter().map(|&s| gamma(s, 6.0) + 0.2).collect();
         let v: Vec<f64> = t.iter().map(|&s| 0.6 * gamma(s, 11.0)).collect();
         Problem::new(&t, &a, dual.then_some(&v[..])).unwrap()
@@ -457,8 +484,14 @@ mod tests {
                 th[..v.len()].copy_from_slice(v);
                 let data: Vec<f64> = (0..p.len()).map(|i| 0.3 + 0.01 * i as f64).collect();
                 let np = model.n_params();
-                let nrm = by_flags!(model, normal, (&p, &canonical(model, &th), &chain(model, &th), np, &data));
-                let cost = |th: &[f64; MAX_PARAMS]| by_flags!(model, sse, (&p, &canonical(model, th), &data));
+                let nrm = by_flags!(
+                    model,
+                    normal,
+                    (&p, &canonical(model, &th), &chain(model, &th), np, &data)
+                );
+                let cost = |th: &[f64; MAX_PARAMS]| {
+                    by_flags!(model, sse, (&p, &canonical(model, th), &data))
+                };
                 assert!((nrm.cost - cost(&th)).abs() <= 1e-12 * nrm.cost);
                 for q in 0..np {
                     let h = 1e-6 * th[q].abs().max(1e-2);

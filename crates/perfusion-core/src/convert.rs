@@ -58,13 +58,25 @@ fn bad(name: &'static str, value: f64, why: &str) -> Error {
 impl Spgr {
     pub fn validate(&self, frames: usize) -> Result<()> {
         if !(self.flip_angle_deg > 0.0 && self.flip_angle_deg < 180.0) {
-            return Err(bad("flip-angle", self.flip_angle_deg, "degrees, between 0 and 180"));
+            return Err(bad(
+                "flip-angle",
+                self.flip_angle_deg,
+                "degrees, between 0 and 180",
+            ));
         }
         if !(self.tr_s.is_finite() && self.tr_s > 0.0) {
-            return Err(bad("tr", self.tr_s, "repetition time in seconds, > 0 (e.g. 0.00448)"));
+            return Err(bad(
+                "tr",
+                self.tr_s,
+                "repetition time in seconds, > 0 (e.g. 0.00448)",
+            ));
         }
         if !(self.relaxivity.is_finite() && self.relaxivity > 0.0) {
-            return Err(bad("relaxivity", self.relaxivity, "1/(mM s), > 0 (e.g. 4.5)"));
+            return Err(bad(
+                "relaxivity",
+                self.relaxivity,
+                "1/(mM s), > 0 (e.g. 4.5)",
+            ));
         }
         check_baseline(self.baseline_frames, frames)
     }
@@ -105,7 +117,11 @@ impl Spgr {
 impl Ct {
     pub fn validate(&self, frames: usize) -> Result<()> {
         if !(self.hu_per_mm.is_finite() && self.hu_per_mm != 0.0) {
-            return Err(bad("hu-per-mm", self.hu_per_mm, "enhancement per mM, finite and non-zero (1 keeps HU)"));
+            return Err(bad(
+                "hu-per-mm",
+                self.hu_per_mm,
+                "enhancement per mM, finite and non-zero (1 keeps HU)",
+            ));
         }
         check_baseline(self.baseline_frames, frames)
     }
@@ -123,7 +139,9 @@ fn check_baseline(n: usize, frames: usize) -> Result<()> {
         return Err(Error::InvalidOption {
             name: "baseline",
             value: n.to_string(),
-            why: format!("number of pre-contrast frames: at least 1 and fewer than the {frames} frames"),
+            why: format!(
+                "number of pre-contrast frames: at least 1 and fewer than the {frames} frames"
+            ),
         });
     }
     Ok(())
@@ -218,7 +236,10 @@ mod tests {
             hu_per_mm: 25.0,
             baseline_frames: 2,
         };
-        assert_eq!(ct.concentration(&[40.0, 42.0, 91.0]), vec![-0.04, 0.04, 2.0]);
+        assert_eq!(
+            ct.concentration(&[40.0, 42.0, 91.0]),
+            vec![-0.04, 0.04, 2.0]
+        );
     }
 
     #[test]
@@ -230,16 +251,22 @@ mod tests {
             relaxivity: 4.5,
             baseline_frames: 2,
         };
-        let e = Conversion::Spgr(p).apply(curves.view(), T10::Fixed(1.0)).unwrap_err();
+        let e = Conversion::Spgr(p)
+            .apply(curves.view(), T10::Fixed(1.0))
+            .unwrap_err();
         assert!(e.to_string().contains("tr"), "{e}");
         let p = Spgr { tr_s: 0.005, ..p };
-        let e = Conversion::Spgr(p).apply(curves.view(), T10::Map(&[1.0])).unwrap_err();
+        let e = Conversion::Spgr(p)
+            .apply(curves.view(), T10::Map(&[1.0]))
+            .unwrap_err();
         assert!(e.to_string().contains("T1 map"), "{e}");
         let ct = Ct {
             hu_per_mm: 1.0,
             baseline_frames: 5,
         };
-        let e = Conversion::Ct(ct).apply(curves.view(), T10::Fixed(1.0)).unwrap_err();
+        let e = Conversion::Ct(ct)
+            .apply(curves.view(), T10::Fixed(1.0))
+            .unwrap_err();
         assert!(e.to_string().contains("baseline"), "{e}");
     }
 }

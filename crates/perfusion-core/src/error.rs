@@ -12,7 +12,9 @@ pub enum Error {
     #[error("time vector: {why}")]
     InvalidTimes { why: String },
     /// Two things that must have the same length do not.
-    #[error("{what}: {got} values, but the time vector has {expected}; give one value per time point")]
+    #[error(
+        "{what}: {got} values, but the time vector has {expected}; give one value per time point"
+    )]
     LengthMismatch {
         what: String,
         expected: usize,

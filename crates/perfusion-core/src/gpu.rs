@@ -7,7 +7,7 @@
 
 use crate::error::{Error, Result};
 use crate::fit::{
-    Control, DAMP_FLOOR, Fits, FitStatus, LAMBDA_MAX, LAMBDA_MIN, LAMBDA_START, Method, NO_DELAY,
+    Control, DAMP_FLOOR, FitStatus, Fits, LAMBDA_MAX, LAMBDA_MIN, LAMBDA_START, Method, NO_DELAY,
     Setup,
 };
 use crate::model::MAX_PARAMS;
@@ -28,6 +28,8 @@ const MAX_CHUNK: usize = 1 << 20;
 const F32_TOL: f64 = 1e-6;
 const F32_TOL_GRAD: f64 = 1e-4;
 const F32_FLOOR_REL: f64 = 3e-7;
+/// At an f32 minimum rounding leaves J^T r at about this cosine with the residuals.
+const F32_STALL: f64 = 1e-2;
 
 /// Units per cube: `BIOGPU_PERFUSION_CUBE` or the kernels' default.
 pub fn cube_units() -> u32 {
@@ -70,7 +72,7 @@ fn params<F: KernelFloat>(setup: &Setup, problem: &Problem, voxels: usize) -> Fi
         ten_eps: 10.0 * eps,
         tol: at_least(setup.lm.tol, F32_TOL),
         tol_grad: at_least(setup.lm.tol_grad, F32_TOL_GRAD),
-        stall: setup.lm.stall,
+        stall: at_least(setup.lm.stall, F32_STALL),
         floor_rel: at_least(setup.floor_rel, F32_FLOOR_REL),
         max_delay_step: problem.mean_interval(),
         delay_mask,
@@ -96,7 +98,11 @@ fn setup_values<F: KernelFloat>(setup: &Setup) -> Vec<F> {
     let b = &setup.bounds;
     let mut v = vec![F::from_f64(0.0); kernels::SETUP_LEN];
     for p in 0..MAX_PARAMS {
-        v[p] = F::from_f64(if b.free[p] { setup.start[p] } else { b.fixed[p] });
+        v[p] = F::from_f64(if b.free[p] {
+            setup.start[p]
+        } else {
+            b.fixed[p]
+        });
         v[5 + p] = F::from_f64(b.lo[p]);
         v[10 + p] = F::from_f64(b.hi[p]);
     }
@@ -185,7 +191,16 @@ fn run<F: KernelFloat>(
                 break;
             }
             let range = start..(start + chunk).min(n);
-            fit_chunk::<_, F>(gpu, curves, range.clone(), problem, setup, &grid, &setup_dev, &mut fits)?;
+            fit_chunk::<_, F>(
+                gpu,
+                curves,
+                range.clone(),
+                problem,
+                setup,
+                &grid,
+                &setup_dev,
+                &mut fits,
+            )?;
             start = range.end;
             control.report(start, n);
         }
@@ -263,6 +278,7 @@ fn launch<R: KnownRuntime, F: KernelFloat>(
 /// Kernel time alone: the curves stay on the device; each repetition is one launch and a
 /// sync. For benchmarks (`biogpu-bench --filter perfusion`); `f64` selects the arithmetic.
 /// Returns the per-repetition times and the units per cube used.
+/// `cube` overrides the units per cube (else [`CUBE_ENV`] or the default).
 pub fn kernel_times(
     curves: ArrayView2<f32>,
     problem: &Problem,
@@ -270,14 +286,15 @@ pub fn kernel_times(
     device: &Device,
     f64: bool,
     reps: usize,
+    cube: Option<u32>,
 ) -> Result<(Vec<Duration>, u32)> {
     let setup = opts.setup()?;
     problem.check_model(opts.model)?;
     if f64 {
         device.require_f64()?;
-        time_kernel::<f64>(curves, problem, &setup, device, reps)
+        time_kernel::<f64>(curves, problem, &setup, device, reps, cube)
     } else {
-        time_kernel::<f32>(curves, problem, &setup, device, reps)
+        time_kernel::<f32>(curves, problem, &setup, device, reps, cube)
     }
 }
 
@@ -287,6 +304,7 @@ fn time_kernel<F: KernelFloat>(
     setup: &Setup,
     device: &Device,
     reps: usize,
+    cube: Option<u32>,
 ) -> Result<(Vec<Duration>, u32)> {
     let n = curves.nrows();
     let nt = problem.len();
@@ -299,12 +317,35 @@ fn time_kernel<F: KernelFloat>(
         let setup_dev = gpu.upload(&setup_values::<F>(setup))?;
         let out = gpu.empty::<F>((np + 2) * n)?;
         let status = gpu.empty::<u32>(n)?;
-        let p = params::<F>(setup, problem, n);
-        launch(gpu, setup.method, &data, &grid, &setup_dev, &p, &out, &status)?;
+        let mut p = params::<F>(setup, problem, n);
+        if let Some(c) = cube {
+            p.cube = c;
+        }
+        launch(
+            gpu,
+            setup.method,
+            &data,
+            &grid,
+            &setup_dev,
+            &p,
+            &out,
+            &status,
+        )?;
         gpu.sync()?;
         let mut times = Vec::with_capacity(reps);
         for _ in 0..reps.max(1) {
-            let ((), t) = gpu.timed(|| launch(gpu, setup.method, &data, &grid, &setup_dev, &p, &out, &status))?;
+            let ((), t) = gpu.timed(|| {
+                launch(
+                    gpu,
+                    setup.method,
+                    &data,
+                    &grid,
+                    &setup_dev,
+                    &p,
+                    &out,
+                    &status,
+                )
+            })?;
             times.push(t);
         }
         Ok((times, p.cube))

@@ -13,8 +13,8 @@
 //! ml/100g/min, other rates in 1/min, volume fractions unitless, delays in s.
 //! See docs/perfusion.md.
 
-pub mod convert;
 mod conv;
+pub mod convert;
 pub mod error;
 mod fit;
 mod gpu;
@@ -27,6 +27,7 @@ pub use conv::predict;
 pub use error::{Error, Result};
 pub use fit::{
     Control, DelayGrid, FitOptions, FitStatus, Fits, Method, Precision, fit, fit_on, fit_with,
+    mean_evaluations,
 };
 pub use gpu::{CUBE_ENV, kernel_times};
 pub use model::{MAX_PARAMS, Model, ParamInfo};

@@ -45,7 +45,10 @@ impl Problem {
         }
         if let Some(i) = times.iter().position(|t| !t.is_finite()) {
             return Err(Error::InvalidTimes {
-                why: format!("time {i} is {}; every time must be a finite number of seconds", times[i]),
+                why: format!(
+                    "time {i} is {}; every time must be a finite number of seconds",
+                    times[i]
+                ),
             });
         }
         if let Some(i) = (1..n).find(|&i| times[i] <= times[i - 1]) {
@@ -65,7 +68,13 @@ impl Problem {
             None => vec![0.0; n],
         };
         let mut dt: Vec<f64> = (0..n)
-            .map(|i| if i + 1 < n { times[i + 1] - times[i] } else { 0.0 })
+            .map(|i| {
+                if i + 1 < n {
+                    times[i + 1] - times[i]
+                } else {
+                    0.0
+                }
+            })
             .collect();
         let mean = (times[n - 1] - times[0]) / (n - 1) as f64;
         let uniform = dt[..n - 1]
@@ -185,18 +194,32 @@ mod tests {
         let e = Problem::new(&times, &aif, None).unwrap_err().to_string();
         assert!(e.contains("increase strictly") && e.contains("t[3]"), "{e}");
         times[3] = f64::NAN;
-        assert!(Problem::new(&times, &aif, None).unwrap_err().to_string().contains("finite"));
-        let e = Problem::new(&t(6), &aif[..5], None).unwrap_err().to_string();
+        assert!(
+            Problem::new(&times, &aif, None)
+                .unwrap_err()
+                .to_string()
+                .contains("finite")
+        );
+        let e = Problem::new(&t(6), &aif[..5], None)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("5 values") && e.contains("has 6"), "{e}");
-        let e = Problem::new(&t(6), &[0.0; 6], None).unwrap_err().to_string();
+        let e = Problem::new(&t(6), &[0.0; 6], None)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("all values are zero"), "{e}");
         let mut bad = aif.clone();
         bad[2] = f64::INFINITY;
         assert!(Problem::new(&t(6), &bad, None).is_err());
-        let e = Problem::new(&t(3), &aif[..3], None).unwrap_err().to_string();
+        let e = Problem::new(&t(3), &aif[..3], None)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("at least 4"), "{e}");
         let p = Problem::new(&t(6), &aif, None).unwrap();
-        let e = p.check_model(crate::Model::DualInput).unwrap_err().to_string();
+        let e = p
+            .check_model(crate::Model::DualInput)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("portal-venous") && e.contains("missing"), "{e}");
     }
 

@@ -259,7 +259,14 @@ pub struct SyntheticLiver {
 }
 
 /// Build a `nx x ny x nz` synthetic liver with `nt` frames over 2 min, tissue CNR `cnr`.
-pub fn synthetic_liver(nx: usize, ny: usize, nz: usize, nt: usize, cnr: Option<f64>, seed: u64) -> Result<SyntheticLiver> {
+pub fn synthetic_liver(
+    nx: usize,
+    ny: usize,
+    nz: usize,
+    nt: usize,
+    cnr: Option<f64>,
+    seed: u64,
+) -> Result<SyntheticLiver> {
     let base = Simulation::paper(nt);
     let times = base.times();
     let arterial: Vec<f64> = times.iter().map(|&s| parker_aif(s)).collect();
@@ -272,19 +279,31 @@ pub fn synthetic_liver(nx: usize, ny: usize, nz: usize, nt: usize, cnr: Option<f
     for z in 0..nz {
         for y in 0..ny {
             for x in 0..nx {
-                let (dx, dy) = ((x as f64 + 0.5 - cx) / (0.45 * nx as f64), (y as f64 + 0.5 - cy) / (0.4 * ny as f64));
+                let (dx, dy) = (
+                    (x as f64 + 0.5 - cx) / (0.45 * nx as f64),
+                    (y as f64 + 0.5 - cy) / (0.4 * ny as f64),
+                );
                 if dx * dx + dy * dy > 1.0 {
                     continue;
                 }
                 mask[[x, y, z]] = true;
                 // Smooth gradient across the liver; a tumour at upper right.
                 let gx = x as f64 / nx.max(2) as f64;
-                let (tx, ty) = ((x as f64 - 0.68 * nx as f64) / (0.12 * nx as f64), (y as f64 - 0.4 * ny as f64) / (0.12 * ny as f64));
+                let (tx, ty) = (
+                    (x as f64 - 0.68 * nx as f64) / (0.12 * nx as f64),
+                    (y as f64 - 0.4 * ny as f64) / (0.12 * ny as f64),
+                );
                 let tumour = tx * tx + ty * ty <= 1.0;
                 let theta = if tumour {
                     [90.0, 15.0, 300.0, 0.5, 2.0]
                 } else {
-                    [15.0 + 15.0 * gx, 80.0 + 50.0 * gx, 350.0 + 100.0 * gx, 1.0, 2.0]
+                    [
+                        15.0 + 15.0 * gx,
+                        80.0 + 50.0 * gx,
+                        350.0 + 100.0 * gx,
+                        1.0,
+                        2.0,
+                    ]
                 };
                 let mut c = predict(&problem, Model::DualInput, &theta)?;
                 if let Some(cnr) = cnr {
@@ -318,7 +337,10 @@ mod tests {
     fn parker_aif_has_its_published_shape() {
         let t: Vec<f64> = (0..1200).map(|i| i as f64 * 0.1).collect();
         let a: Vec<f64> = t.iter().map(|&s| parker_aif(s)).collect();
-        let (imax, peak) = a.iter().enumerate().fold((0, 0.0), |m, (i, &v)| if v > m.1 { (i, v) } else { m });
+        let (imax, peak) = a
+            .iter()
+            .enumerate()
+            .fold((0, 0.0), |m, (i, &v)| if v > m.1 { (i, v) } else { m });
         assert!((t[imax] - 10.3).abs() < 0.5, "peak at {} s", t[imax]);
         assert!((5.0..7.5).contains(&peak), "peak {peak} mM");
         assert!(a[1199] > 0.5 && a[1199] < 1.5, "plateau {}", a[1199]);
@@ -329,16 +351,28 @@ mod tests {
         let t: Vec<f64> = (0..241).map(|i| i as f64 * 0.5).collect();
         let a: Vec<f64> = t.iter().map(|&s| parker_aif(s)).collect();
         let p = portal_venous(&t);
-        let arg = |v: &[f64]| v.iter().enumerate().fold(0, |m, (i, &x)| if x > v[m] { i } else { m });
+        let arg = |v: &[f64]| {
+            v.iter()
+                .enumerate()
+                .fold(0, |m, (i, &x)| if x > v[m] { i } else { m })
+        };
         assert!(t[arg(&p)] > t[arg(&a)] + 5.0);
         assert!(p[arg(&p)] < 0.6 * a[arg(&a)]);
         let area = |v: &[f64]| v.iter().sum::<f64>() * 0.5;
-        assert!((area(&p) / area(&a) - 1.0).abs() < 0.25, "{} vs {}", area(&p), area(&a));
+        assert!(
+            (area(&p) / area(&a) - 1.0).abs() < 0.25,
+            "{} vs {}",
+            area(&p),
+            area(&a)
+        );
     }
 
     #[test]
     fn noise_has_the_requested_cnr_and_is_reproducible() {
-        let s = Simulation::paper(128).with_cnr(Some(10.0)).with_voxels(400).with_seed(5);
+        let s = Simulation::paper(128)
+            .with_cnr(Some(10.0))
+            .with_voxels(400)
+            .with_seed(5);
         let a = s.run().unwrap();
         let b = s.run().unwrap();
         assert_eq!(a.curves, b.curves);
@@ -350,6 +384,9 @@ mod tests {
             }
         }
         let sd = (sum2 / (400.0 * 128.0)).sqrt();
-        assert!((sd / (peak / 10.0) - 1.0).abs() < 0.03, "sd {sd}, peak {peak}");
+        assert!(
+            (sd / (peak / 10.0) - 1.0).abs() < 0.03,
+            "sd {sd}, peak {peak}"
+        );
     }
 }

@@ -24,7 +24,10 @@ fn noise_free_fits_recover_the_truth_at_every_paper_nt() {
         let s = Simulation::paper(nt).run().unwrap();
         // Data are stored as f32: the truth is recovered to f32 rounding through the
         // conditioning (LM), or to the simplex size at the stopping rule (NM: 1e-4 in x).
-        for (method, tol) in [(Method::NelderMead, 1e-3), (Method::LevenbergMarquardt, 1e-5)] {
+        for (method, tol) in [
+            (Method::NelderMead, 1e-3),
+            (Method::LevenbergMarquardt, 1e-5),
+        ] {
             let f = fit(s.curves.view(), &s.problem, &options(method)).unwrap();
             let got = f.params.column(0).to_vec();
             eprintln!(
@@ -62,7 +65,11 @@ fn the_paper_stopping_rule_alone_stops_early_on_a_flat_valley() {
     opts.tol_x = f64::INFINITY;
     let f = fit(s.curves.view(), &s.problem, &opts).unwrap();
     assert_eq!(f.status(0), FitStatus::Converged);
-    assert!(rel(f.params[[0, 0]], 20.0) > 0.05, "{:?}", f.params.column(0));
+    assert!(
+        rel(f.params[[0, 0]], 20.0) > 0.05,
+        "{:?}",
+        f.params.column(0)
+    );
 }
 
 struct Stats {
@@ -81,9 +88,14 @@ fn stats(f: &Fits) -> Stats {
         let vals: Vec<f64> = ok.iter().map(|&v| f.params[[p, v]]).collect();
         let m = vals.iter().sum::<f64>() / vals.len() as f64;
         mean[p] = m;
-        sd[p] = (vals.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (vals.len() - 1) as f64).sqrt();
+        sd[p] =
+            (vals.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (vals.len() - 1) as f64).sqrt();
     }
-    Stats { mean, sd, n: ok.len() }
+    Stats {
+        mean,
+        sd,
+        n: ok.len(),
+    }
 }
 
 #[test]
@@ -91,7 +103,9 @@ fn noisy_fits_report_bias_and_spread_and_nm_agrees_with_lm() {
     // Table 3 of the paper: 1000 realisations per CNR at Nt 128; 200 here (seeded). The
     // table printed here is the one in docs/perfusion.md.
     let voxels = 200;
-    eprintln!("CNR  method converged  ka mean±sd     kp mean±sd      kl mean±sd      tau_a      tau_p");
+    eprintln!(
+        "CNR  method converged  ka mean±sd     kp mean±sd      kl mean±sd      tau_a      tau_p"
+    );
     let mut last_sd = f64::INFINITY;
     for cnr in [10.0, 20.0, 50.0, 100.0] {
         let s = Simulation::paper(128)
@@ -101,15 +115,34 @@ fn noisy_fits_report_bias_and_spread_and_nm_agrees_with_lm() {
             .run()
             .unwrap();
         let nm = fit(s.curves.view(), &s.problem, &options(Method::NelderMead)).unwrap();
-        let lm = fit(s.curves.view(), &s.problem, &options(Method::LevenbergMarquardt)).unwrap();
+        let lm = fit(
+            s.curves.view(),
+            &s.problem,
+            &options(Method::LevenbergMarquardt),
+        )
+        .unwrap();
         for (name, f) in [("nm", &nm), ("lm", &lm)] {
             let st = stats(f);
             eprintln!(
                 "{cnr:<4} {name:<6} {:>3}/{voxels}   {:5.1}±{:4.1}  {:6.1}±{:5.1}  {:6.1}±{:5.1}  {:.2}±{:.2}  {:.2}±{:.2}   statuses {:?}",
-                st.n, st.mean[0], st.sd[0], st.mean[1], st.sd[1], st.mean[2], st.sd[2], st.mean[3], st.sd[3], st.mean[4], st.sd[4],
+                st.n,
+                st.mean[0],
+                st.sd[0],
+                st.mean[1],
+                st.sd[1],
+                st.mean[2],
+                st.sd[2],
+                st.mean[3],
+                st.sd[3],
+                st.mean[4],
+                st.sd[4],
                 f.status_counts()
             );
-            assert!(st.n * 10 >= voxels * 8, "CNR {cnr} {name}: only {} of {voxels} converged", st.n);
+            assert!(
+                st.n * 10 >= voxels * 8,
+                "CNR {cnr} {name}: only {} of {voxels} converged",
+                st.n
+            );
             if cnr >= 50.0 {
                 // Nearly unbiased: the mean is within 3 standard errors plus 2% of the truth.
                 for p in 0..3 {
@@ -125,7 +158,11 @@ fn noisy_fits_report_bias_and_spread_and_nm_agrees_with_lm() {
                 }
             }
             if name == "lm" {
-                assert!(st.sd[2] < last_sd, "CNR {cnr}: kl spread {} does not fall with noise", st.sd[2]);
+                assert!(
+                    st.sd[2] < last_sd,
+                    "CNR {cnr}: kl spread {} does not fall with noise",
+                    st.sd[2]
+                );
                 last_sd = st.sd[2];
             }
         }
@@ -143,6 +180,9 @@ fn noisy_fits_report_bias_and_spread_and_nm_agrees_with_lm() {
         }
         eprintln!("CNR {cnr}: NM and LM agree (flows within 1%, SSE within 1e-4) on {same}/{both}");
         let need = if cnr >= 50.0 { 95 } else { 60 };
-        assert!(same * 100 >= both * need, "CNR {cnr}: NM and LM agree on only {same}/{both}");
+        assert!(
+            same * 100 >= both * need,
+            "CNR {cnr}: NM and LM agree on only {same}/{both}"
+        );
     }
 }

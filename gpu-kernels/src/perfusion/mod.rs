@@ -194,7 +194,13 @@ fn hold_fixed<F: Float>(x: &mut Array<F>, setup: &Array<F>, mask: u32, #[comptim
 /// Whether a free parameter lies within 1e-4 of its range from a bound
 /// (perfusion-core's `Bounds::at_bound`); `margin_rel` is 1e-4.
 #[cube]
-fn at_bound<F: Float>(x: &Array<F>, setup: &Array<F>, mask: u32, margin_rel: F, #[comptime] np: u32) -> bool {
+fn at_bound<F: Float>(
+    x: &Array<F>,
+    setup: &Array<F>,
+    mask: u32,
+    margin_rel: F,
+    #[comptime] np: u32,
+) -> bool {
     let mut at = false;
     #[unroll]
     for p in 0..np {
@@ -312,7 +318,13 @@ fn copy<F: Float>(dst: &mut Array<F>, src: &Array<F>, #[comptime] np: u32) {
 
 /// Vertex `j` of the simplex into `dst` (select chain: indices stay constant).
 #[cube]
-fn read_vertex<F: Float>(dst: &mut Array<F>, vtx: &Array<F>, j: u32, #[comptime] nv: u32, #[comptime] np: u32) {
+fn read_vertex<F: Float>(
+    dst: &mut Array<F>,
+    vtx: &Array<F>,
+    j: u32,
+    #[comptime] nv: u32,
+    #[comptime] np: u32,
+) {
     #[unroll]
     for k in 0..nv {
         if k == j {
@@ -494,7 +506,8 @@ pub fn nelder_mead_kernel<F: Float + CubeElement>(
                     if fr < fv[0] {
                         #[unroll]
                         for p in 0..np {
-                            pt[p as usize] = F::new(3.0) * xbar[p as usize] - F::new(2.0) * worst[p as usize];
+                            pt[p as usize] =
+                                F::new(3.0) * xbar[p as usize] - F::new(2.0) * worst[p as usize];
                         }
                         hold_fixed::<F>(&mut pt, setup, mask, np);
                         state = S_EXPAND;
@@ -504,7 +517,8 @@ pub fn nelder_mead_kernel<F: Float + CubeElement>(
                     } else if fr < fv[(nv - 1) as usize] {
                         #[unroll]
                         for p in 0..np {
-                            pt[p as usize] = F::new(1.5) * xbar[p as usize] - half * worst[p as usize];
+                            pt[p as usize] =
+                                F::new(1.5) * xbar[p as usize] - half * worst[p as usize];
                         }
                         hold_fixed::<F>(&mut pt, setup, mask, np);
                         state = S_OUTSIDE;
@@ -548,7 +562,8 @@ pub fn nelder_mead_kernel<F: Float + CubeElement>(
                     read_vertex::<F>(&mut pt, &vtx, j, nv, np);
                     #[unroll]
                     for p in 0..np {
-                        pt[p as usize] = vtx[p as usize] + half * (pt[p as usize] - vtx[p as usize]);
+                        pt[p as usize] =
+                            vtx[p as usize] + half * (pt[p as usize] - vtx[p as usize]);
                     }
                     hold_fixed::<F>(&mut pt, setup, mask, np);
                 }
@@ -629,7 +644,8 @@ pub fn nelder_mead_kernel<F: Float + CubeElement>(
                                 xbar[p as usize] = sum / F::cast_from(n_free);
                             }
                             worst[p as usize] = vtx[((nv - 1) * 5 + p) as usize];
-                            pt[p as usize] = F::new(2.0) * xbar[p as usize] - F::new(1.0) * worst[p as usize];
+                            pt[p as usize] =
+                                F::new(2.0) * xbar[p as usize] - F::new(1.0) * worst[p as usize];
                         }
                         hold_fixed::<F>(&mut pt, setup, mask, np);
                         state = S_REFLECT;
@@ -648,7 +664,9 @@ pub fn nelder_mead_kernel<F: Float + CubeElement>(
                 }
             }
         }
-        write_result::<F>(out, status, &x, best_f, stats, result, it, voxel, nvox, nan, np);
+        write_result::<F>(
+            out, status, &x, best_f, stats, result, it, voxel, nvox, nan, np,
+        );
     }
 }
 
@@ -727,7 +745,12 @@ fn gradient_cosine<F: Float>(
 /// Solve `m x = b` (upper triangle of row-major 5x5 `m`, size `np`) by Cholesky; false when
 /// `m` is not positive definite (perfusion-core's `lm::cholesky_solve`).
 #[cube]
-fn cholesky_solve<F: Float>(m: &Array<F>, b: &Array<F>, x: &mut Array<F>, #[comptime] np: u32) -> bool {
+fn cholesky_solve<F: Float>(
+    m: &Array<F>,
+    b: &Array<F>,
+    x: &mut Array<F>,
+    #[comptime] np: u32,
+) -> bool {
     let mut l = Array::<F>::new(25usize);
     let mut y = Array::<F>::new(5usize);
     let mut ok = true;
@@ -970,13 +993,17 @@ pub fn levenberg_marquardt_kernel<F: Float + CubeElement>(
                             project::<F>(&mut trial, setup, mask, np);
                             chain::<F>(&trial, rate_scale, &mut d, model);
                             let ct = canonical::<F>(&trial, rate_scale, model);
-                            let ft = normal::<F>(data, grid, ctx, ct, &d, &mut jtj2, &mut jtr2, &mut jac, model);
+                            let ft = normal::<F>(
+                                data, grid, ctx, ct, &d, &mut jtj2, &mut jtr2, &mut jac, model,
+                            );
                             if ft < cost {
                                 let mut step_small = true;
                                 #[unroll]
                                 for u in 0..np {
                                     let xu = x[u as usize];
-                                    if F::abs(trial[u as usize] - xu) > cfg.tol * (F::abs(xu) + cfg.tol) {
+                                    if F::abs(trial[u as usize] - xu)
+                                        > cfg.tol * (F::abs(xu) + cfg.tol)
+                                    {
                                         step_small = false;
                                     }
                                 }
@@ -1019,7 +1046,9 @@ pub fn levenberg_marquardt_kernel<F: Float + CubeElement>(
                 result = STATUS_AT_BOUND;
             }
         }
-        write_result::<F>(out, status, &x, cost, stats, result, it, voxel, nvox, nan, np);
+        write_result::<F>(
+            out, status, &x, cost, stats, result, it, voxel, nvox, nan, np,
+        );
     }
 }
 
@@ -1063,7 +1092,10 @@ fn check<F: KernelFloat>(
         ));
     }
     if ![32, 64, 128, 256, 512].contains(&p.cube) {
-        return Err(invalid(name, format!("cube of {} units; use 32 to 512, a power of two", p.cube)));
+        return Err(invalid(
+            name,
+            format!("cube of {} units; use 32 to 512, a power of two", p.cube),
+        ));
     }
     Ok(())
 }
@@ -1193,11 +1225,33 @@ pub(crate) fn catalog<R: Runtime>(client: &ComputeClient<R>) -> Vec<CatalogEntry
     let names = ["dual_input", "tofts", "extended_tofts", "patlak", "2cxm"];
     for model in 0..5u32 {
         let n = n_params(model);
-        entries.push(nm_entry::<R, f64>(client, model, n, names[model as usize], "f64"));
-        entries.push(lm_entry::<R, f64>(client, model, names[model as usize], "f64"));
+        entries.push(nm_entry::<R, f64>(
+            client,
+            model,
+            n,
+            names[model as usize],
+            "f64",
+        ));
+        entries.push(lm_entry::<R, f64>(
+            client,
+            model,
+            names[model as usize],
+            "f64",
+        ));
     }
-    entries.push(nm_entry::<R, f32>(client, MODEL_DUAL_INPUT, 5, "dual_input", "f32"));
-    entries.push(lm_entry::<R, f32>(client, MODEL_DUAL_INPUT, "dual_input", "f32"));
+    entries.push(nm_entry::<R, f32>(
+        client,
+        MODEL_DUAL_INPUT,
+        5,
+        "dual_input",
+        "f32",
+    ));
+    entries.push(lm_entry::<R, f32>(
+        client,
+        MODEL_DUAL_INPUT,
+        "dual_input",
+        "f32",
+    ));
     entries
 }
 

@@ -215,9 +215,11 @@ pub(crate) fn chain<F: Float>(x: &Array<F>, scale: F, d: &mut Array<F>, #[compti
                     dvp = F::new(1.0);
                 }
                 let fp_sum = e.f + e.p;
-                let dsum = (df + dp) / vp - fp_sum * dvp / (vp * vp) + dp / ve - e.p * dve / (ve * ve);
+                let dsum =
+                    (df + dp) / vp - fp_sum * dvp / (vp * vp) + dp / ve - e.p * dve / (ve * ve);
                 let dprod = (df * e.p + e.f * dp) / (vp * ve) - e.prod * (dvp / vp + dve / ve);
-                let dd1 = (df + dp) / vp - fp_sum * dvp / (vp * vp) - dp / ve + e.p * dve / (ve * ve);
+                let dd1 =
+                    (df + dp) / vp - fp_sum * dvp / (vp * vp) - dp / ve + e.p * dve / (ve * ve);
                 let q4 = F::new(4.0) * e.p * e.p / (vp * ve);
                 let ddisc = F::new(2.0) * e.d1 * dd1 + F::new(8.0) * e.p * dp / (vp * ve)
                     - q4 * (dvp / vp + dve / ve);
@@ -332,7 +334,14 @@ pub(crate) struct Sample<F: Float> {
 /// Linear interpolation of input `which` (0: arterial, 1: portal) at `x`, from pointer `j0`
 /// (perfusion-core's `Sampler::at`). On a uniform grid the interval is found directly.
 #[cube]
-pub(crate) fn sample<F: Float>(grid: &Array<F>, ctx: Ctx<F>, which: u32, j0: u32, x: F, #[comptime] model: u32) -> Sample<F> {
+pub(crate) fn sample<F: Float>(
+    grid: &Array<F>,
+    ctx: Ctx<F>,
+    which: u32,
+    j0: u32,
+    x: F,
+    #[comptime] model: u32,
+) -> Sample<F> {
     let nt = ctx.nt;
     let mut j = j0;
     if comptime!(uniform(model)) {
@@ -441,7 +450,13 @@ fn sse_step<F: Float>(
 
 /// Sum of squared residuals of `c` against the voxel's data (perfusion-core's `sse`).
 #[cube]
-pub(crate) fn sse<F: Float>(data: &Array<f32>, grid: &Array<F>, ctx: Ctx<F>, c: Canon<F>, #[comptime] model: u32) -> F {
+pub(crate) fn sse<F: Float>(
+    data: &Array<f32>,
+    grid: &Array<F>,
+    ctx: Ctx<F>,
+    c: Canon<F>,
+    #[comptime] model: u32,
+) -> F {
     let nt = ctx.nt;
     let t0 = grid[0];
     let zero = F::new(0.0);
@@ -476,7 +491,17 @@ pub(crate) fn sse<F: Float>(data: &Array<f32>, grid: &Array<F>, ctx: Ctx<F>, c: 
     for b in 0..blocks {
         #[unroll]
         for k in 0..UNROLL {
-            sse_step::<F>(&mut st, &mut w1, &mut w2, data, grid, ctx, c, 1 + b * UNROLL + k, model);
+            sse_step::<F>(
+                &mut st,
+                &mut w1,
+                &mut w2,
+                data,
+                grid,
+                ctx,
+                c,
+                1 + b * UNROLL + k,
+                model,
+            );
         }
     }
     for i in 1 + blocks * UNROLL..nt {
@@ -520,7 +545,15 @@ pub(crate) struct Samples<F: Float> {
 
 /// One interval of every running convolution (the derivative uses the old `y`).
 #[cube]
-fn step_branch<F: Float>(b: &mut Branch<F>, w: Weights<F>, fp: F, f: F, sp: Samples<F>, s: Samples<F>, #[comptime] ti: bool) {
+fn step_branch<F: Float>(
+    b: &mut Branch<F>,
+    w: Weights<F>,
+    fp: F,
+    f: F,
+    sp: Samples<F>,
+    s: Samples<F>,
+    #[comptime] ti: bool,
+) {
     b.dk = w.e * b.dk + w.de * b.y + w.dwa * fp + w.dwb * f;
     b.y = w.e * b.y + w.wa * fp + w.wb * f;
     b.c1 = w.e * b.c1 + w.wa * sp.u1 + w.wb * s.u1;
@@ -724,11 +757,31 @@ pub(crate) fn normal<F: Float>(
     for b in 0..blocks {
         #[unroll]
         for k in 0..UNROLL {
-            normal_step::<F>(&mut st, &mut sp, &mut b1, &mut b2, &mut w1, &mut w2, data, grid, ctx, c, d, jtj, jtr, jac, b * UNROLL + k, model);
+            normal_step::<F>(
+                &mut st,
+                &mut sp,
+                &mut b1,
+                &mut b2,
+                &mut w1,
+                &mut w2,
+                data,
+                grid,
+                ctx,
+                c,
+                d,
+                jtj,
+                jtr,
+                jac,
+                b * UNROLL + k,
+                model,
+            );
         }
     }
     for i in blocks * UNROLL..nt {
-        normal_step::<F>(&mut st, &mut sp, &mut b1, &mut b2, &mut w1, &mut w2, data, grid, ctx, c, d, jtj, jtr, jac, i, model);
+        normal_step::<F>(
+            &mut st, &mut sp, &mut b1, &mut b2, &mut w1, &mut w2, data, grid, ctx, c, d, jtj, jtr,
+            jac, i, model,
+        );
     }
     st.cost
 }

@@ -18,8 +18,7 @@ use gpu_runtime::Device;
 use ndarray::Array2;
 use perfusion_core::sim::{Normal, Simulation, add_noise, parker_aif, portal_venous};
 use perfusion_core::{
-    DelayGrid, FitOptions, FitStatus, Fits, Method, Model, Precision, Problem, fit, fit_on,
-    predict,
+    DelayGrid, FitOptions, FitStatus, Fits, Method, Model, Precision, Problem, fit, fit_on, predict,
 };
 
 const F64_PARAMS: Tolerance = Tolerance::new("f64 GPU vs CPU parameters", 1e-6, 0.0);
@@ -39,13 +38,21 @@ fn truths(model: Model) -> (&'static [f64], &'static [f64]) {
         Model::Tofts => (&[0.25, 0.3, 2.0], &[0.5, 0.4, 0.8]),
         Model::ExtendedTofts => (&[0.25, 0.3, 0.05, 2.0], &[0.5, 0.4, 0.5, 0.8]),
         Model::Patlak => (&[0.05, 0.05, 2.0], &[0.5, 0.5, 0.8]),
-        Model::TwoCompartmentExchange => (&[0.8, 0.15, 0.25, 0.06, 2.0], &[0.4, 0.4, 0.3, 0.4, 0.8]),
+        Model::TwoCompartmentExchange => {
+            (&[0.8, 0.15, 0.25, 0.06, 2.0], &[0.4, 0.4, 0.3, 0.4, 0.8])
+        }
     }
 }
 
 /// `voxels` curves of `model` on an `nt`-point grid over 2 min, parameters spread around
 /// the typical values, Gaussian noise at `cnr`.
-fn dataset(model: Model, nt: usize, voxels: usize, cnr: Option<f64>, seed: u64) -> (Problem, Array2<f32>, Vec<Vec<f64>>) {
+fn dataset(
+    model: Model,
+    nt: usize,
+    voxels: usize,
+    cnr: Option<f64>,
+    seed: u64,
+) -> (Problem, Array2<f32>, Vec<Vec<f64>>) {
     let t = Simulation::new(model, truths(model).0).with_nt(nt).times();
     let a: Vec<f64> = t.iter().map(|&s| parker_aif(s)).collect();
     let pv = portal_venous(&t);
@@ -61,7 +68,11 @@ fn dataset(model: Model, nt: usize, voxels: usize, cnr: Option<f64>, seed: u64) 
             .enumerate()
             .map(|(i, (&m, &s))| {
                 let u = (rng.sample() * 0.5).clamp(-1.0, 1.0);
-                if model.params()[i].delay { m + 2.0 * s * u } else { m * (1.0 + s * u) }
+                if model.params()[i].delay {
+                    m + 2.0 * s * u
+                } else {
+                    m * (1.0 + s * u)
+                }
             })
             .collect();
         let mut c = predict(&problem, model, &theta).unwrap();
@@ -88,7 +99,9 @@ fn f32_fits_reach_the_f64_cpu_minimum_for_every_model_and_method() {
     for model in Model::ALL {
         for method in [Method::NelderMead, Method::LevenbergMarquardt] {
             let (problem, curves, _) = dataset(model, 48, 24, Some(50.0), 7);
-            let opts = FitOptions::new(model).with_method(method).with_precision(Precision::F32);
+            let opts = FitOptions::new(model)
+                .with_method(method)
+                .with_precision(Precision::F32);
             let cpu = fit(curves.view(), &problem, &opts).unwrap();
             let gpu = fit_on(curves.view(), &problem, &opts, &device).unwrap();
             assert_eq!(gpu.precision, "f32");
@@ -129,7 +142,10 @@ fn f32_fits_reach_the_f64_cpu_minimum_for_every_model_and_method() {
                 let gc = predict(&problem, model, &gpu.params.column(v).to_vec()).unwrap();
                 let cc = predict(&problem, model, &cpu.params.column(v).to_vec()).unwrap();
                 let peak = cc.iter().fold(0.0f64, |m, x| m.max(x.abs()));
-                let worst = gc.iter().zip(&cc).fold(0.0f64, |m, (g, c)| m.max((g - c).abs()));
+                let worst = gc
+                    .iter()
+                    .zip(&cc)
+                    .fold(0.0f64, |m, (g, c)| m.max((g - c).abs()));
                 worst_curve = worst_curve.max(worst / peak);
                 assert!(
                     worst <= curve_tol * peak,
@@ -141,9 +157,20 @@ fn f32_fits_reach_the_f64_cpu_minimum_for_every_model_and_method() {
                 "f32 loss {model} {}: converged CPU {cpu_ok}/24, GPU {gpu_ok}/24; in another minimum {elsewhere}; worst SSE excess {worst_sse:.1e}, curve {worst_curve:.1e} of peak, rate parameter {worst_param:.1e}",
                 method.name()
             );
-            assert!(elsewhere <= 2, "{model}: f32 Nelder-Mead ended in another minimum on {elsewhere}/{both}");
-            assert!(gpu_ok + 2 >= cpu_ok, "{model} {}: GPU converged on {gpu_ok}, CPU on {cpu_ok}", method.name());
-            assert!(both >= 18, "{model} {}: only {both}/24 converged on both", method.name());
+            assert!(
+                elsewhere <= 2,
+                "{model}: f32 Nelder-Mead ended in another minimum on {elsewhere}/{both}"
+            );
+            assert!(
+                gpu_ok + 2 >= cpu_ok,
+                "{model} {}: GPU converged on {gpu_ok}, CPU on {cpu_ok}",
+                method.name()
+            );
+            assert!(
+                both >= 18,
+                "{model} {}: only {both}/24 converged on both",
+                method.name()
+            );
         }
     }
 }
@@ -157,14 +184,20 @@ fn f32_fits_of_noise_free_data_recover_the_truth() {
     for (model, nt) in [(Model::DualInput, 64), (Model::Tofts, 48)] {
         let (problem, curves, truth) = dataset(model, nt, 16, None, 3);
         for method in [Method::NelderMead, Method::LevenbergMarquardt] {
-            let opts = FitOptions::new(model).with_method(method).with_precision(Precision::F32);
+            let opts = FitOptions::new(model)
+                .with_method(method)
+                .with_precision(Precision::F32);
             let gpu = fit_on(curves.view(), &problem, &opts, &device).unwrap();
             let mut good = 0;
             for (v, t) in truth.iter().enumerate() {
                 let ok = (0..model.n_params()).all(|p| F32_TRUTH.accepts(gpu.params[[p, v]], t[p]));
                 good += usize::from(ok && converged(&gpu, v));
             }
-            assert!(good >= 14, "{model} {}: truth recovered on {good}/16", method.name());
+            assert!(
+                good >= 14,
+                "{model} {}: truth recovered on {good}/16",
+                method.name()
+            );
         }
     }
 }
@@ -192,7 +225,9 @@ fn f64_fits_match_the_cpu_to_1e_minus_6() {
     for (model, nt, voxels, cnr) in cases {
         let (problem, curves, _) = dataset(model, nt, voxels, cnr, 11);
         for method in [Method::NelderMead, Method::LevenbergMarquardt] {
-            let opts = FitOptions::new(model).with_method(method).with_precision(Precision::F64);
+            let opts = FitOptions::new(model)
+                .with_method(method)
+                .with_precision(Precision::F64);
             let cpu = fit(curves.view(), &problem, &opts).unwrap();
             let gpu = fit_on(curves.view(), &problem, &opts, &device).unwrap();
             assert_eq!(gpu.precision, "f64");
@@ -267,24 +302,48 @@ fn delay_grid_and_fixed_parameters_work_on_the_gpu_as_on_the_cpu() {
                 let first = opts.clone().with_max_iterations(1);
                 let c1 = fit(sim.curves.view(), &sim.problem, &first).unwrap();
                 let g1 = fit_on(sim.curves.view(), &sim.problem, &first, &device).unwrap();
-                assert_eq!((c1.params[[3, 0]], c1.params[[4, 0]]), (6.0, 0.0), "CPU grid start");
-                assert_eq!((g1.params[[3, 0]], g1.params[[4, 0]]), (6.0, 0.0), "GPU grid start");
+                assert_eq!(
+                    (c1.params[[3, 0]], c1.params[[4, 0]]),
+                    (6.0, 0.0),
+                    "CPU grid start"
+                );
+                assert_eq!(
+                    (g1.params[[3, 0]], g1.params[[4, 0]]),
+                    (6.0, 0.0),
+                    "GPU grid start"
+                );
             }
             let cpu = fit(sim.curves.view(), &sim.problem, &opts).unwrap();
             let gpu = fit_on(sim.curves.view(), &sim.problem, &opts, &device).unwrap();
             for v in 0..4 {
                 assert_eq!(gpu.params[[2, v]], 400.0, "fixed kl moved");
                 assert_eq!(cpu.params[[2, v]], 400.0);
-                assert!(converged(&cpu, v) && converged(&gpu, v), "{} voxel {v}", method.name());
+                assert!(
+                    converged(&cpu, v) && converged(&gpu, v),
+                    "{} voxel {v}",
+                    method.name()
+                );
                 for p in [0, 1, 3, 4] {
                     let (g, c) = (gpu.params[[p, v]], cpu.params[[p, v]]);
-                    assert!(F32_TRUTH.accepts(c, truth[p]), "CPU {} p{p}: {c}", method.name());
+                    assert!(
+                        F32_TRUTH.accepts(c, truth[p]),
+                        "CPU {} p{p}: {c}",
+                        method.name()
+                    );
                     // f32 Nelder-Mead may leave the f64 path and end in another minimum of
                     // this multimodal (delay) problem; f64 and LM must not.
                     if precision == Precision::F64 {
-                        assert!(F64_PARAMS.accepts(g, c), "GPU f64 {} p{p}: {g} vs {c}", method.name());
+                        assert!(
+                            F64_PARAMS.accepts(g, c),
+                            "GPU f64 {} p{p}: {g} vs {c}",
+                            method.name()
+                        );
                     } else if method == Method::LevenbergMarquardt {
-                        assert!(F32_TRUTH.accepts(g, truth[p]), "GPU f32 {} p{p}: {g}", method.name());
+                        assert!(
+                            F32_TRUTH.accepts(g, truth[p]),
+                            "GPU f32 {} p{p}: {g}",
+                            method.name()
+                        );
                     }
                 }
             }
@@ -310,13 +369,20 @@ fn bad_input_is_an_error_or_a_voxel_status_on_the_gpu() {
             assert!(gpu.params[[0, v]].is_nan() && gpu.sse[v].is_nan() && gpu.r2[v].is_nan());
             assert_eq!(gpu.iterations[v], 0);
         }
-        assert!(matches!(gpu.status(4), FitStatus::Converged | FitStatus::AtBound));
+        assert!(matches!(
+            gpu.status(4),
+            FitStatus::Converged | FitStatus::AtBound
+        ));
     }
     let opts = FitOptions::new(Model::DualInput);
-    let e = fit_on(curves.view(), &problem, &opts, &device).unwrap_err().to_string();
+    let e = fit_on(curves.view(), &problem, &opts, &device)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("portal-venous"), "{e}");
     let short = curves.slice(ndarray::s![.., ..30]);
-    let e = fit_on(short, &problem, &FitOptions::new(Model::Tofts), &device).unwrap_err().to_string();
+    let e = fit_on(short, &problem, &FitOptions::new(Model::Tofts), &device)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("30 values") && e.contains("32"), "{e}");
 }
 
@@ -326,11 +392,20 @@ fn chunked_fits_equal_one_pass() {
         return;
     };
     let (problem, curves, _) = dataset(Model::Tofts, 32, 300, Some(30.0), 13);
-    let opts = FitOptions::new(Model::Tofts).with_method(Method::LevenbergMarquardt).with_precision(Precision::F32);
+    let opts = FitOptions::new(Model::Tofts)
+        .with_method(Method::LevenbergMarquardt)
+        .with_precision(Precision::F32);
     let one = fit_on(curves.view(), &problem, &opts, &device).unwrap();
     // The grid plus about 100 voxels per chunk: three chunks.
-    let small: Device = (*device).clone().with_memory_limit(8192 + 100 * (32 * 4 + 5 * 4 + 4));
+    let small: Device = (*device)
+        .clone()
+        .with_memory_limit(8192 + 100 * (32 * 4 + 5 * 4 + 4));
     let many = fit_on(curves.view(), &problem, &opts, &small).unwrap();
     assert_eq!(one.status, many.status);
-    assert!(one.params.iter().zip(&many.params).all(|(a, b)| a.to_bits() == b.to_bits()));
+    assert!(
+        one.params
+            .iter()
+            .zip(&many.params)
+            .all(|(a, b)| a.to_bits() == b.to_bits())
+    );
 }

@@ -202,7 +202,11 @@ fn print_models() {
 }
 
 /// `NAME=VALUE` settings into (index, text after `=`).
-fn settings<'a>(model: Model, items: &'a [String], what: &str) -> anyhow::Result<Vec<(usize, &'a str)>> {
+fn settings<'a>(
+    model: Model,
+    items: &'a [String],
+    what: &str,
+) -> anyhow::Result<Vec<(usize, &'a str)>> {
     items
         .iter()
         .filter(|s| !s.trim().is_empty())
@@ -216,7 +220,11 @@ fn settings<'a>(model: Model, items: &'a [String], what: &str) -> anyhow::Result
                 .position(|p| p.name == name.trim())
                 .with_context(|| {
                     let names: Vec<_> = model.params().iter().map(|p| p.name).collect();
-                    format!("--{what} `{s}`: the {model} model has no `{}`; its parameters: {}", name.trim(), names.join(", "))
+                    format!(
+                        "--{what} `{s}`: the {model} model has no `{}`; its parameters: {}",
+                        name.trim(),
+                        names.join(", ")
+                    )
                 })?;
             Ok((i, value.trim()))
         })
@@ -259,7 +267,10 @@ fn parse_grid(text: &str) -> anyhow::Result<Option<DelayGrid>> {
         return Ok(None);
     }
     let parts: Vec<&str> = text.split(':').collect();
-    ensure!(parts.len() == 3, "--delay-grid `{text}`: expected START:STOP:STEP seconds or none");
+    ensure!(
+        parts.len() == 3,
+        "--delay-grid `{text}`: expected START:STOP:STEP seconds or none"
+    );
     let v: Vec<f64> = parts
         .iter()
         .map(|p| number(p, "--delay-grid"))
@@ -270,7 +281,9 @@ fn parse_grid(text: &str) -> anyhow::Result<Option<DelayGrid>> {
 /// `FILE` or `FILE:COLUMN` of a CSV input function, with the file's times if it has them.
 fn read_input_csv(spec: &str) -> anyhow::Result<(PathBuf, Vec<f64>, Option<Vec<f64>>)> {
     let (path, column) = match spec.rsplit_once(':') {
-        Some((p, c)) if !c.contains('/') && !c.contains('\\') && Path::new(p).exists() => (p, Some(c)),
+        Some((p, c)) if !c.contains('/') && !c.contains('\\') && Path::new(p).exists() => {
+            (p, Some(c))
+        }
         _ => (spec, None),
     };
     let path = PathBuf::from(path);
@@ -279,7 +292,13 @@ fn read_input_csv(spec: &str) -> anyhow::Result<(PathBuf, Vec<f64>, Option<Vec<f
     let values = match column {
         Some(c) => table
             .column(c)
-            .with_context(|| format!("{}: no column `{c}` (columns: {})", path.display(), table.names.join(", ")))?
+            .with_context(|| {
+                format!(
+                    "{}: no column `{c}` (columns: {})",
+                    path.display(),
+                    table.names.join(", ")
+                )
+            })?
             .to_vec(),
         None => table
             .curves()
@@ -296,7 +315,12 @@ struct Job {
     names: Vec<String>,
     problem: Problem,
     /// For NIfTI input: voxel indices, grid shape, header, mean image for overlays.
-    volume: Option<(Vec<[usize; 3]>, (usize, usize, usize), pnii::NiftiHeader, Array3<f32>)>,
+    volume: Option<(
+        Vec<[usize; 3]>,
+        (usize, usize, usize),
+        pnii::NiftiHeader,
+        Array3<f32>,
+    )>,
     inputs: Vec<PathBuf>,
 }
 
@@ -304,7 +328,9 @@ fn conversion(a: &FitArgs) -> anyhow::Result<Conversion> {
     Ok(match a.convert.to_ascii_lowercase().as_str() {
         "none" => Conversion::None,
         "spgr" => Conversion::Spgr(Spgr {
-            flip_angle_deg: a.flip_angle.context("--convert spgr needs --flip-angle (degrees)")?,
+            flip_angle_deg: a
+                .flip_angle
+                .context("--convert spgr needs --flip-angle (degrees)")?,
             tr_s: a.tr.context("--convert spgr needs --tr (seconds)")?,
             relaxivity: a.relaxivity,
             baseline_frames: a.baseline,
@@ -335,14 +361,30 @@ fn load(a: &FitArgs) -> anyhow::Result<Job> {
             }
             None => Array3::from_elem((nx, ny, nz), true),
         };
-        let (curves, index) = pnii::masked_curves(&s.data, &mask)
-            .with_context(|| format!("mask {}", a.mask.as_deref().unwrap_or(Path::new("")).display()))?;
+        let (curves, index) = pnii::masked_curves(&s.data, &mask).with_context(|| {
+            format!(
+                "mask {}",
+                a.mask.as_deref().unwrap_or(Path::new("")).display()
+            )
+        })?;
         ensure!(!index.is_empty(), "the mask selects no voxel");
-        let names = index.iter().map(|[x, y, z]| format!("{x},{y},{z}")).collect();
-        let t = pnii::frame_interval_s(&s.header)
-            .map(|dt| (0..s.data.dim().3).map(|i| i as f64 * dt).collect::<Vec<_>>());
+        let names = index
+            .iter()
+            .map(|[x, y, z]| format!("{x},{y},{z}"))
+            .collect();
+        let t = pnii::frame_interval_s(&s.header).map(|dt| {
+            (0..s.data.dim().3)
+                .map(|i| i as f64 * dt)
+                .collect::<Vec<_>>()
+        });
         let mean = s.data.mean_axis(Axis(3)).expect("frames");
-        (curves, names, t, Some((index, (nx, ny, nz), s.header.clone(), mean)), Some(s))
+        (
+            curves,
+            names,
+            t,
+            Some((index, (nx, ny, nz), s.header.clone(), mean)),
+            Some(s),
+        )
     } else {
         let path = a.curves.as_ref().expect("clap requires --dce or --curves");
         inputs.push(path.clone());
@@ -365,7 +407,10 @@ fn load(a: &FitArgs) -> anyhow::Result<Job> {
             .or_else(|| t.columns.first().cloned())
             .context("--times: no column")?
     } else if let Some(dt) = a.dt {
-        ensure!(dt.is_finite() && dt > 0.0, "--dt {dt}: a frame interval in seconds, > 0");
+        ensure!(
+            dt.is_finite() && dt > 0.0,
+            "--dt {dt}: a frame interval in seconds, > 0"
+        );
         (0..nt).map(|i| i as f64 * dt).collect()
     } else {
         file_times.context("no time vector: give --dt SECONDS or --times FILE (the NIfTI header has no frame interval, or the CSV no `time` column)")?
@@ -376,8 +421,19 @@ fn load(a: &FitArgs) -> anyhow::Result<Job> {
             inputs.push(p.clone());
             let (m, _) = pnii::read_volume(p)?;
             let (index, shape, ..) = volume.as_ref().context("--t1-map needs --dce")?;
-            ensure!(m.dim() == *shape, "--t1-map {}: shape {:?}, the series is {:?}", p.display(), m.shape(), shape);
-            Some(index.iter().map(|&[x, y, z]| f64::from(m[[x, y, z]])).collect::<Vec<_>>())
+            ensure!(
+                m.dim() == *shape,
+                "--t1-map {}: shape {:?}, the series is {:?}",
+                p.display(),
+                m.shape(),
+                shape
+            );
+            Some(
+                index
+                    .iter()
+                    .map(|&[x, y, z]| f64::from(m[[x, y, z]]))
+                    .collect::<Vec<_>>(),
+            )
         }
         None => None,
     };
@@ -395,20 +451,31 @@ fn load(a: &FitArgs) -> anyhow::Result<Job> {
         let mean = pnii::roi_mean(&s.data, &mask, what)?;
         let row = Array2::from_shape_fn((1, mean.len()), |(_, i)| mean[i] as f32);
         let t10 = a.t10.unwrap_or(1.0);
-        Ok(conv.apply(row.view(), T10::Fixed(t10))?.row(0).iter().map(|&v| f64::from(v)).collect())
+        Ok(conv
+            .apply(row.view(), T10::Fixed(t10))?
+            .row(0)
+            .iter()
+            .map(|&v| f64::from(v))
+            .collect())
     };
     let hct = match a.hematocrit {
         Some(h) if (0.0..1.0).contains(&h) => 1.0 - h,
         Some(h) => bail!("--hematocrit {h}: a fraction between 0 and 1 (e.g. 0.45)"),
         None => 1.0,
     };
-    let mut get_input = |csv: &Option<String>, roi: &Option<PathBuf>, what: &'static str| -> anyhow::Result<Option<Vec<f64>>> {
+    let mut get_input = |csv: &Option<String>,
+                         roi: &Option<PathBuf>,
+                         what: &'static str|
+     -> anyhow::Result<Option<Vec<f64>>> {
         let v = match (csv, roi) {
             (Some(spec), _) => {
                 let (path, v, t) = read_input_csv(spec)?;
                 if let Some(t) = t {
                     ensure!(
-                        t.len() == times.len() && t.iter().zip(&times).all(|(a, b)| (a - b).abs() <= 1e-6 * b.abs().max(1.0)),
+                        t.len() == times.len()
+                            && t.iter()
+                                .zip(&times)
+                                .all(|(a, b)| (a - b).abs() <= 1e-6 * b.abs().max(1.0)),
                         "{}: its time column differs from the tissue times; resample the input to the tissue times",
                         path.display()
                     );
@@ -428,7 +495,9 @@ fn load(a: &FitArgs) -> anyhow::Result<Job> {
         .context("missing arterial input function: give --aif FILE.csv or --aif-mask ROI.nii.gz")?;
     let portal = get_input(&a.pv, &a.pv_mask, "portal-venous")?;
     if a.model.dual_input() && portal.is_none() {
-        bail!("the dual-input model needs a portal-venous input: give --pv FILE.csv or --pv-mask ROI.nii.gz");
+        bail!(
+            "the dual-input model needs a portal-venous input: give --pv FILE.csv or --pv-mask ROI.nii.gz"
+        );
     }
     let portal = if a.model.dual_input() { portal } else { None };
     let problem = Problem::new(&times, &arterial, portal.as_deref())?;
@@ -522,7 +591,11 @@ fn write_fit_outputs(out: &OutDir, a: &FitArgs, job: &Job, fits: &Fits) -> anyho
     match &job.volume {
         Some((index, shape, header, mean)) => {
             let z = a.slice.unwrap_or(shape.2 / 2);
-            ensure!(z < shape.2, "--slice {z}: the series has {} slices", shape.2);
+            ensure!(
+                z < shape.2,
+                "--slice {z}: the series has {} slices",
+                shape.2
+            );
             let mut maps: Vec<(String, ndarray::Array1<f64>)> = model
                 .params()
                 .iter()
@@ -557,7 +630,11 @@ fn write_fit_outputs(out: &OutDir, a: &FitArgs, job: &Job, fits: &Fits) -> anyho
             .names
             .iter()
             .position(|n| n == spec.trim())
-            .with_context(|| format!("--plot {spec}: no such voxel or curve (voxels are \"x,y,z\" inside the mask)"))?;
+            .with_context(|| {
+                format!(
+                    "--plot {spec}: no such voxel or curve (voxels are \"x,y,z\" inside the mask)"
+                )
+            })?;
         let theta = fits.params.column(v).to_vec();
         let data: Vec<f64> = job.curves.row(v).iter().map(|&c| f64::from(c)).collect();
         let fitted = if theta.iter().all(|x| x.is_finite()) {
@@ -566,7 +643,12 @@ fn write_fit_outputs(out: &OutDir, a: &FitArgs, job: &Job, fits: &Fits) -> anyho
             vec![f64::NAN; data.len()]
         };
         let safe = spec.trim().replace([',', '/', '\\', ' '], "_");
-        ppng::write_curve_plot(&out.file(&format!("plot_{safe}.png"))?, job.problem.times(), &data, &fitted)?;
+        ppng::write_curve_plot(
+            &out.file(&format!("plot_{safe}.png"))?,
+            job.problem.times(),
+            &data,
+            &fitted,
+        )?;
         pcsv::write_columns(
             &out.file(&format!("plot_{safe}.csv"))?,
             &["time_s", "data", "fit"],
@@ -599,7 +681,11 @@ fn run_simulate(a: &SimArgs) -> anyhow::Result<()> {
         pnii::write_map(&out.file("mask.nii.gz")?, mask.view(), &header)?;
         for (i, p) in Model::DualInput.params().iter().enumerate() {
             let m = liver.truth.index_axis(Axis(3), i).mapv(|v| v as f32);
-            pnii::write_map(&out.file(&format!("truth_{}.nii.gz", p.name))?, m.view(), &header)?;
+            pnii::write_map(
+                &out.file(&format!("truth_{}.nii.gz", p.name))?,
+                m.view(),
+                &header,
+            )?;
         }
         write_inputs(&out, &liver.times, &liver.arterial, Some(&liver.portal))?;
         println!(
@@ -697,8 +783,17 @@ pub fn demo(out: &Path, device: &Device) -> anyhow::Result<bool> {
             agree += usize::from(same);
         }
     }
-    ensure!(both * 10 >= got.len() * 9, "perfusion: only {both}/{} voxels converged on both paths", got.len());
-    ensure!(agree * 100 >= both * 98, "perfusion: {} disagrees with the CPU on {} of {both} voxels", got.device, both - agree);
+    ensure!(
+        both * 10 >= got.len() * 9,
+        "perfusion: only {both}/{} voxels converged on both paths",
+        got.len()
+    );
+    ensure!(
+        agree * 100 >= both * 98,
+        "perfusion: {} disagrees with the CPU on {} of {both} voxels",
+        got.device,
+        both - agree
+    );
     // Against the truth: median relative error of the flows.
     let mut errs = [Vec::new(), Vec::new(), Vec::new()];
     for (v, &[x, y, z]) in index.iter().enumerate() {
@@ -706,15 +801,26 @@ pub fn demo(out: &Path, device: &Device) -> anyhow::Result<bool> {
             e.push((got.params[[p, v]] / liver.truth[[x, y, z, p]] - 1.0).abs());
         }
     }
-    let med: Vec<f64> = errs.iter().map(|e| median(e.iter().copied()).unwrap_or(f64::NAN)).collect();
-    ensure!(med.iter().all(|&m| m < 0.1), "perfusion: median errors against the truth {med:?}");
+    let med: Vec<f64> = errs
+        .iter()
+        .map(|e| median(e.iter().copied()).unwrap_or(f64::NAN))
+        .collect();
+    ensure!(
+        med.iter().all(|&m| m < 0.1),
+        "perfusion: median errors against the truth {med:?}"
+    );
     let dir = out.join("perfusion");
     let od = OutDir::create(&dir, true, &[])?;
     let shape = liver.mask.dim();
     let mean = liver.volume.mean_axis(Axis(3)).expect("frames");
     for (i, p) in Model::DualInput.params().iter().enumerate().take(3) {
         let map = pnii::scatter(got.params.row(i), &index, shape);
-        ppng::write_overlay(&od.file(&format!("{}.png", p.name))?, mean.index_axis(Axis(2), 0), map.index_axis(Axis(2), 0), None)?;
+        ppng::write_overlay(
+            &od.file(&format!("{}.png", p.name))?,
+            mean.index_axis(Axis(2), 0),
+            map.index_axis(Axis(2), 0),
+            None,
+        )?;
     }
     println!(
         "perfusion: synthetic liver ({} voxels, 64 frames, CNR 50), dual-input LM on {} ({}) in {:.3} s: agrees with the CPU on {agree}/{both}; median error vs truth ka {:.1}%, kp {:.1}%, kl {:.1}%; maps in {}",

@@ -99,7 +99,12 @@ pub struct DelayGrid {
 impl DelayGrid {
     /// `start..=stop` in steps of `step` seconds.
     pub fn new(start: f64, stop: f64, step: f64) -> Result<Self> {
-        if !(start.is_finite() && stop.is_finite() && step.is_finite() && step > 0.0 && stop >= start) {
+        if !(start.is_finite()
+            && stop.is_finite()
+            && step.is_finite()
+            && step > 0.0
+            && stop >= start)
+        {
             return Err(Error::InvalidOption {
                 name: "delay-grid",
                 value: format!("{start}:{stop}:{step}"),
@@ -226,7 +231,12 @@ impl FitOptions {
 
     fn require(&self, name: &str) -> Result<usize> {
         self.index(name)
-            .filter(|&i| i < self.start.len() && i < self.fixed.len() && i < self.lower.len() && i < self.upper.len())
+            .filter(|&i| {
+                i < self.start.len()
+                    && i < self.fixed.len()
+                    && i < self.lower.len()
+                    && i < self.upper.len()
+            })
             .ok_or_else(|| Error::InvalidParameter {
                 model: self.model.name(),
                 name: name.into(),
@@ -285,7 +295,10 @@ impl FitOptions {
         for (i, info) in model.params().iter().enumerate() {
             let (l, u, s) = (self.lower[i], self.upper[i], self.start[i]);
             if l.is_nan() || u.is_nan() || l > u {
-                return Err(bad(info.name, format!("bounds [{l}, {u}] are not an interval")));
+                return Err(bad(
+                    info.name,
+                    format!("bounds [{l}, {u}] are not an interval"),
+                ));
             }
             if !s.is_finite() {
                 return Err(bad(info.name, format!("start value {s} is not finite")));
@@ -314,7 +327,10 @@ impl FitOptions {
         }
         let bounds = Bounds::new(&lo, &hi, &free, &start, np);
         if bounds.n_free == 0 {
-            return Err(bad("all", "every parameter is fixed: nothing to fit".into()));
+            return Err(bad(
+                "all",
+                "every parameter is fixed: nothing to fit".into(),
+            ));
         }
         let iterations = self.iterations();
         if iterations == 0 {
@@ -609,7 +625,13 @@ impl Fits {
         Some(self.params.row(i))
     }
 
-    fn empty(model: Model, method: Method, n: usize, device: String, precision: &'static str) -> Self {
+    fn empty(
+        model: Model,
+        method: Method,
+        n: usize,
+        device: String,
+        precision: &'static str,
+    ) -> Self {
         Fits {
             model,
             method,
@@ -775,7 +797,12 @@ impl Fits {
         self.status[v] = r.status as u8;
     }
 
-    pub(crate) fn new_for(setup: &Setup, n: usize, device: String, precision: &'static str) -> Self {
+    pub(crate) fn new_for(
+        setup: &Setup,
+        n: usize,
+        device: String,
+        precision: &'static str,
+    ) -> Self {
         Fits::empty(setup.model, setup.method, n, device, precision)
     }
 }
@@ -803,13 +830,45 @@ pub(crate) fn curve_stats(data: &[f64]) -> (bool, f64, f64) {
 
 /// Fit one voxel (f64).
 pub(crate) fn fit_voxel(setup: &Setup, problem: &Problem, data: &[f64]) -> VoxelFit {
-    by_flags!(setup.model, fit_voxel_impl, (setup, problem, data))
+    let mut evals = 0;
+    by_flags!(
+        setup.model,
+        fit_voxel_impl,
+        (setup, problem, data, &mut evals)
+    )
+}
+
+/// Mean number of model evaluations per voxel of the CPU fit over `curves` (cost passes for
+/// Nelder-Mead; cost and Jacobian passes for LM, a Jacobian pass counted as one): for
+/// performance accounting (`biogpu-bench` divides kernel times by it).
+pub fn mean_evaluations(
+    curves: ArrayView2<f32>,
+    problem: &Problem,
+    opts: &FitOptions,
+) -> Result<f64> {
+    let setup = opts.setup()?;
+    problem.check_model(opts.model)?;
+    let total: u64 = (0..curves.nrows())
+        .into_par_iter()
+        .map(|v| {
+            let data: Vec<f64> = curves.row(v).iter().map(|&c| f64::from(c)).collect();
+            let mut evals = 0;
+            by_flags!(
+                setup.model,
+                fit_voxel_impl,
+                (&setup, problem, &data, &mut evals)
+            );
+            evals
+        })
+        .sum();
+    Ok(total as f64 / curves.nrows().max(1) as f64)
 }
 
 fn fit_voxel_impl<const TI: bool, const TE: bool, const VA: bool>(
     setup: &Setup,
     problem: &Problem,
     data: &[f64],
+    evals: &mut u64,
 ) -> VoxelFit {
     let (valid, sst, sumsq) = curve_stats(data);
     if !valid {
@@ -823,7 +882,9 @@ fn fit_voxel_impl<const TI: bool, const TE: bool, const VA: bool>(
     }
     let model = setup.model;
     let b = &setup.bounds;
+    let count = std::cell::Cell::new(0u64);
     let mut cost = |x: &[f64; MAX_PARAMS]| {
+        count.set(count.get() + 1);
         let f = sse::<TI, TE, VA>(problem, &canonical(model, x), data);
         if f < f64::INFINITY { f } else { f64::INFINITY }
     };
@@ -845,6 +906,7 @@ fn fit_voxel_impl<const TI: bool, const TE: bool, const VA: bool>(
         Method::LevenbergMarquardt => {
             let np = b.np;
             let mut nrm = |x: &[f64; MAX_PARAMS]| {
+                count.set(count.get() + 1);
                 normal::<TI, TE, VA>(problem, &canonical(model, x), &chain(model, x), np, data)
             };
             let mut s = setup.lm;
@@ -854,6 +916,7 @@ fn fit_voxel_impl<const TI: bool, const TE: bool, const VA: bool>(
             (o.x, o.f, o.iterations, o.end)
         }
     };
+    *evals += count.get();
     let status = if !(f < f64::INFINITY) {
         FitStatus::Failed
     } else {

@@ -99,7 +99,11 @@ pub(crate) fn nelder_mead(
             }
         }
         let floor_f = s.ten_eps * f[0].abs();
-        let tol_f = if floor_f > s.tol_fun { floor_f } else { s.tol_fun };
+        let tol_f = if floor_f > s.tol_fun {
+            floor_f
+        } else {
+            s.tol_fun
+        };
         let floor_x = s.ten_eps * top_x;
         let tol_x = if floor_x > s.tol_x { floor_x } else { s.tol_x };
         if spread_f <= tol_f && spread_x <= tol_x {
@@ -206,9 +210,8 @@ mod tests {
     #[test]
     fn rosenbrock_is_minimised_like_fminsearch() {
         // fminsearch(@(x) 100*(x(2)-x(1)^2)^2 + (1-x(1))^2, [-1.2 1]) reaches [1 1].
-        let mut cost = |x: &[f64; MAX_PARAMS]| {
-            100.0 * (x[1] - x[0] * x[0]).powi(2) + (1.0 - x[0]).powi(2)
-        };
+        let mut cost =
+            |x: &[f64; MAX_PARAMS]| 100.0 * (x[1] - x[0] * x[0]).powi(2) + (1.0 - x[0]).powi(2);
         let mut x0 = [0.0; MAX_PARAMS];
         x0[0] = -1.2;
         x0[1] = 1.0;
@@ -220,8 +223,16 @@ mod tests {
         };
         let out = nelder_mead(&mut cost, &x0, &bounds(2), &s);
         assert!(out.converged);
-        assert!((out.x[0] - 1.0).abs() < 1e-5 && (out.x[1] - 1.0).abs() < 1e-5, "{:?}", out.x);
-        assert!(out.iterations > 50 && out.iterations < 400, "{}", out.iterations);
+        assert!(
+            (out.x[0] - 1.0).abs() < 1e-5 && (out.x[1] - 1.0).abs() < 1e-5,
+            "{:?}",
+            out.x
+        );
+        assert!(
+            out.iterations > 50 && out.iterations < 400,
+            "{}",
+            out.iterations
+        );
     }
 
     #[test]
@@ -245,7 +256,10 @@ mod tests {
         x0[1] = 1.0;
         x0[2] = 0.1;
         let out = nelder_mead(&mut cost, &x0, &b, &s);
-        assert!(out.x[0] >= 0.0 && out.x[0] < 1e-3 && b.at_bound(&out.x), "minimum on the bound x0 >= 0: {out:?}");
+        assert!(
+            out.x[0] >= 0.0 && out.x[0] < 1e-3 && b.at_bound(&out.x),
+            "minimum on the bound x0 >= 0: {out:?}"
+        );
         assert_eq!(out.x[2], 0.1);
         assert!((out.x[1] - 2.0).abs() < 1e-5, "{out:?}");
     }

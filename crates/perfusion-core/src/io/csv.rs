@@ -75,7 +75,10 @@ pub fn read_table(path: &Path) -> Result<Table> {
         .map(str::to_string)
         .collect();
     if names.is_empty() || names.iter().all(String::is_empty) {
-        return Err(bad(1, "no header row: expected names such as `time,aif`".into()));
+        return Err(bad(
+            1,
+            "no header row: expected names such as `time,aif`".into(),
+        ));
     }
     let mut columns = vec![Vec::new(); names.len()];
     for (i, rec) in reader.records().enumerate() {
@@ -85,14 +88,20 @@ pub fn read_table(path: &Path) -> Result<Table> {
         })?;
         let line = rec.position().map_or(i + 2, |p| p.line() as usize);
         if rec.len() != names.len() {
-            return Err(bad(line, format!("{} fields, the header has {}", rec.len(), names.len())));
+            return Err(bad(
+                line,
+                format!("{} fields, the header has {}", rec.len(), names.len()),
+            ));
         }
         for (c, field) in rec.iter().enumerate() {
             let v = if field.is_empty() || field.eq_ignore_ascii_case("nan") {
                 f64::NAN
             } else {
                 field.parse::<f64>().map_err(|_| {
-                    bad(line, format!("column `{}`: `{field}` is not a number", names[c]))
+                    bad(
+                        line,
+                        format!("column `{}`: `{field}` is not a number", names[c]),
+                    )
                 })?
             };
             columns[c].push(v);
@@ -165,7 +174,10 @@ mod tests {
         let path = dir.join("c.csv");
         std::fs::write(&path, "time,a,b\n0,1,2\n1,x,3\n").unwrap();
         let e = read_table(&path).unwrap_err().to_string();
-        assert!(e.contains("line 3") && e.contains("`a`") && e.contains("`x`"), "{e}");
+        assert!(
+            e.contains("line 3") && e.contains("`a`") && e.contains("`x`"),
+            "{e}"
+        );
         std::fs::write(&path, "time,a\n0,1\n1,2,3\n").unwrap();
         let e = read_table(&path).unwrap_err().to_string();
         assert!(e.contains("line 3"), "{e}");

@@ -37,7 +37,8 @@ fn read(path: &Path) -> Result<(ndarray::ArrayD<f32>, NiftiHeader)> {
 
 /// The header of a NIfTI file.
 pub fn read_header(path: &Path) -> Result<NiftiHeader> {
-    NiftiHeader::from_file(path).map_err(|e| file_err(path, format!("cannot read a NIfTI-1 header: {e}")))
+    NiftiHeader::from_file(path)
+        .map_err(|e| file_err(path, format!("cannot read a NIfTI-1 header: {e}")))
 }
 
 /// Read a 4-D series (a 3-D file is one frame).
@@ -46,7 +47,12 @@ pub fn read_series(path: &Path) -> Result<Series> {
     let data = match data.ndim() {
         4 => data.into_dimensionality::<Ix4>(),
         3 => data.insert_axis(Axis(3)).into_dimensionality::<Ix4>(),
-        n => return Err(file_err(path, format!("{n}-D volume; a DCE series is 4-D (x, y, z, time)"))),
+        n => {
+            return Err(file_err(
+                path,
+                format!("{n}-D volume; a DCE series is 4-D (x, y, z, time)"),
+            ));
+        }
     }
     .map_err(|e| file_err(path, e))?;
     Ok(Series {
@@ -61,12 +67,19 @@ pub fn read_volume(path: &Path) -> Result<(Array3<f32>, NiftiHeader)> {
     let (data, header) = read(path)?;
     let shape = data.shape().to_vec();
     let data = match data.ndim() {
-        3 => data.into_dimensionality::<Ix3>().map_err(|e| file_err(path, e))?,
+        3 => data
+            .into_dimensionality::<Ix3>()
+            .map_err(|e| file_err(path, e))?,
         4 if shape[3] == 1 => data
             .index_axis_move(Axis(3), 0)
             .into_dimensionality::<Ix3>()
             .map_err(|e| file_err(path, e))?,
-        _ => return Err(file_err(path, format!("shape {shape:?}; expected a 3-D volume"))),
+        _ => {
+            return Err(file_err(
+                path,
+                format!("shape {shape:?}; expected a 3-D volume"),
+            ));
+        }
     };
     Ok((data, header))
 }
@@ -88,7 +101,10 @@ pub fn frame_interval_s(header: &NiftiHeader) -> Option<f64> {
 
 /// The voxels where `mask` is set: their curves `(voxels, t)` and their indices, in x-fastest
 /// order (the file's).
-pub fn masked_curves(series: &Array4<f32>, mask: &Array3<bool>) -> Result<(Array2<f32>, Vec<[usize; 3]>)> {
+pub fn masked_curves(
+    series: &Array4<f32>,
+    mask: &Array3<bool>,
+) -> Result<(Array2<f32>, Vec<[usize; 3]>)> {
     let (nx, ny, nz, nt) = series.dim();
     if mask.dim() != (nx, ny, nz) {
         return Err(Error::ShapeMismatch {
@@ -133,7 +149,11 @@ pub fn roi_mean(series: &Array4<f32>, mask: &Array3<bool>, what: &'static str) -
 }
 
 /// A map of `values` (one per masked voxel) on the volume's grid; NaN outside the mask.
-pub fn scatter(values: ArrayView1<f64>, index: &[[usize; 3]], shape: (usize, usize, usize)) -> Array3<f32> {
+pub fn scatter(
+    values: ArrayView1<f64>,
+    index: &[[usize; 3]],
+    shape: (usize, usize, usize),
+) -> Array3<f32> {
     let mut out = Array3::from_elem(shape, f32::NAN);
     for (&v, &[x, y, z]) in values.iter().zip(index) {
         out[[x, y, z]] = v as f32;
@@ -158,7 +178,16 @@ where
 /// Write a 4-D series (used by `biogpu perfusion simulate` and the demo).
 pub fn write_series(path: &Path, data: &Array4<f32>, voxel_mm: [f32; 3], dt_s: f32) -> Result<()> {
     let header = NiftiHeader {
-        pixdim: [1.0, voxel_mm[0], voxel_mm[1], voxel_mm[2], dt_s, 0.0, 0.0, 0.0],
+        pixdim: [
+            1.0,
+            voxel_mm[0],
+            voxel_mm[1],
+            voxel_mm[2],
+            dt_s,
+            0.0,
+            0.0,
+            0.0,
+        ],
         xyzt_units: 2 | 8, // mm, s
         sform_code: 1,
         srow_x: [voxel_mm[0], 0.0, 0.0, 0.0],
@@ -180,7 +209,9 @@ mod tests {
     fn series_round_trip_with_time_step_and_masked_curves() {
         let dir = std::env::temp_dir().join(format!("perfusion-nifti-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let data = Array4::from_shape_fn((3, 4, 2, 5), |(x, y, z, t)| (x + 10 * y + 100 * z) as f32 + 0.5 * t as f32);
+        let data = Array4::from_shape_fn((3, 4, 2, 5), |(x, y, z, t)| {
+            (x + 10 * y + 100 * z) as f32 + 0.5 * t as f32
+        });
         for name in ["s.nii", "s.nii.gz"] {
             let path = dir.join(name);
             write_series(&path, &data, [1.5, 1.5, 3.0], 2.37).unwrap();
@@ -204,7 +235,9 @@ mod tests {
             let e = masked_curves(&back.data, &bad).unwrap_err().to_string();
             assert!(e.contains("mask") && e.contains("[3, 4, 2]"), "{e}");
         }
-        let e = read_series(&dir.join("missing.nii")).unwrap_err().to_string();
+        let e = read_series(&dir.join("missing.nii"))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("missing.nii"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }

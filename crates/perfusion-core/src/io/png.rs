@@ -65,7 +65,13 @@ impl Canvas {
             for (row, bits) in g.iter().enumerate() {
                 for col in 0..3 {
                     if bits >> (2 - col) & 1 == 1 {
-                        self.rect(x + (k as i64 * 4 + col) * scale, y + row as i64 * scale, scale, scale, c);
+                        self.rect(
+                            x + (k as i64 * 4 + col) * scale,
+                            y + row as i64 * scale,
+                            scale,
+                            scale,
+                            c,
+                        );
                     }
                 }
             }
@@ -78,11 +84,13 @@ impl Canvas {
             why: e,
         };
         let file = std::fs::File::create(path).map_err(|e| err(e.to_string()))?;
-        let mut enc = png::Encoder::new(std::io::BufWriter::new(file), self.w as u32, self.h as u32);
+        let mut enc =
+            png::Encoder::new(std::io::BufWriter::new(file), self.w as u32, self.h as u32);
         enc.set_color(png::ColorType::Rgb);
         enc.set_depth(png::BitDepth::Eight);
         let mut w = enc.write_header().map_err(|e| err(e.to_string()))?;
-        w.write_image_data(&self.rgb).map_err(|e| err(e.to_string()))
+        w.write_image_data(&self.rgb)
+            .map_err(|e| err(e.to_string()))
     }
 }
 
@@ -173,7 +181,8 @@ pub fn write_overlay(
         .or_else(|| percentile_range(map.iter().map(|&v| f64::from(v)), 1.0, 99.0))
         .unwrap_or((0.0, 1.0));
     let span = if hi > lo { hi - lo } else { 1.0 };
-    let (alo, ahi) = percentile_range(anatomy.iter().map(|&v| f64::from(v)), 1.0, 99.0).unwrap_or((0.0, 1.0));
+    let (alo, ahi) =
+        percentile_range(anatomy.iter().map(|&v| f64::from(v)), 1.0, 99.0).unwrap_or((0.0, 1.0));
     let aspan = if ahi > alo { ahi - alo } else { 1.0 };
     let scale = (384 / nx.max(ny).max(1)).max(1);
     let (w, h) = (nx * scale, ny * scale);
@@ -190,7 +199,13 @@ pub fn write_overlay(
                 [g, g, g]
             };
             // Rows from the top: y grows upwards in the image.
-            c.rect((x * scale) as i64, ((ny - 1 - y) * scale) as i64, scale as i64, scale as i64, col);
+            c.rect(
+                (x * scale) as i64,
+                ((ny - 1 - y) * scale) as i64,
+                scale as i64,
+                scale as i64,
+                col,
+            );
         }
     }
     let (bx, top, bh) = (w as i64 + 8, 12i64, (h.max(120) - 24) as i64);
@@ -247,14 +262,19 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("perfusion-png-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let anat = Array2::from_shape_fn((20, 16), |(x, y)| (x + y) as f32);
-        let map = Array2::from_shape_fn((20, 16), |(x, y)| if x > 5 && y > 4 { x as f32 } else { f32::NAN });
+        let map = Array2::from_shape_fn(
+            (20, 16),
+            |(x, y)| if x > 5 && y > 4 { x as f32 } else { f32::NAN },
+        );
         let (lo, hi) = write_overlay(&dir.join("o.png"), anat.view(), map.view(), None).unwrap();
         assert!(lo >= 6.0 && hi <= 19.0 && lo < hi);
         let t: Vec<f64> = (0..30).map(f64::from).collect();
         let d: Vec<f64> = t.iter().map(|x| (x / 5.0).sin()).collect();
         write_curve_plot(&dir.join("p.png"), &t, &d, &d).unwrap();
         for f in ["o.png", "p.png"] {
-            let dec = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(dir.join(f)).unwrap()));
+            let dec = png::Decoder::new(std::io::BufReader::new(
+                std::fs::File::open(dir.join(f)).unwrap(),
+            ));
             let info = dec.read_info().unwrap().info().clone();
             assert!(info.width > 100 && info.height > 100);
         }
