@@ -15,7 +15,11 @@
 // condition would turn it into a runtime branch.
 #![allow(clippy::collapsible_if, clippy::collapsible_else_if)]
 // `!(x > 0.0)` is meant: it is also true for NaN. Ranges as CubeCL 0.10 parses them.
-#![allow(clippy::neg_cmp_op_on_partial_ord, clippy::range_plus_one)]
+#![allow(
+    clippy::neg_cmp_op_on_partial_ord,
+    clippy::range_plus_one,
+    clippy::if_not_else
+)]
 
 pub(crate) mod model;
 

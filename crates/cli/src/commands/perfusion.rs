@@ -309,18 +309,21 @@ fn read_input_csv(spec: &str) -> anyhow::Result<(PathBuf, Vec<f64>, Option<Vec<f
     Ok((path, values, times))
 }
 
+/// Where NIfTI voxels came from: indices, grid shape, header, mean image (for overlays).
+struct Grid {
+    index: Vec<[usize; 3]>,
+    shape: (usize, usize, usize),
+    header: pnii::NiftiHeader,
+    mean: Array3<f32>,
+}
+
 /// Everything a fit needs, read and converted.
 struct Job {
     curves: Array2<f32>,
     names: Vec<String>,
     problem: Problem,
     /// For NIfTI input: voxel indices, grid shape, header, mean image for overlays.
-    volume: Option<(
-        Vec<[usize; 3]>,
-        (usize, usize, usize),
-        pnii::NiftiHeader,
-        Array3<f32>,
-    )>,
+    volume: Option<Grid>,
     inputs: Vec<PathBuf>,
 }
 
@@ -378,13 +381,13 @@ fn load(a: &FitArgs) -> anyhow::Result<Job> {
                 .collect::<Vec<_>>()
         });
         let mean = s.data.mean_axis(Axis(3)).expect("frames");
-        (
-            curves,
-            names,
-            t,
-            Some((index, (nx, ny, nz), s.header.clone(), mean)),
-            Some(s),
-        )
+        let grid = Grid {
+            index,
+            shape: (nx, ny, nz),
+            header: s.header.clone(),
+            mean,
+        };
+        (curves, names, t, Some(grid), Some(s))
     } else {
         let path = a.curves.as_ref().expect("clap requires --dce or --curves");
         inputs.push(path.clone());
@@ -420,16 +423,16 @@ fn load(a: &FitArgs) -> anyhow::Result<Job> {
         Some(p) => {
             inputs.push(p.clone());
             let (m, _) = pnii::read_volume(p)?;
-            let (index, shape, ..) = volume.as_ref().context("--t1-map needs --dce")?;
+            let g = volume.as_ref().context("--t1-map needs --dce")?;
             ensure!(
-                m.dim() == *shape,
+                m.dim() == g.shape,
                 "--t1-map {}: shape {:?}, the series is {:?}",
                 p.display(),
                 m.shape(),
-                shape
+                g.shape
             );
             Some(
-                index
+                g.index
                     .iter()
                     .map(|&[x, y, z]| f64::from(m[[x, y, z]]))
                     .collect::<Vec<_>>(),
@@ -589,7 +592,12 @@ fn median(values: impl Iterator<Item = f64>) -> Option<f64> {
 fn write_fit_outputs(out: &OutDir, a: &FitArgs, job: &Job, fits: &Fits) -> anyhow::Result<()> {
     let model = fits.model;
     match &job.volume {
-        Some((index, shape, header, mean)) => {
+        Some(Grid {
+            index,
+            shape,
+            header,
+            mean,
+        }) => {
             let z = a.slice.unwrap_or(shape.2 / 2);
             ensure!(
                 z < shape.2,
@@ -676,7 +684,7 @@ fn run_simulate(a: &SimArgs) -> anyhow::Result<()> {
         let liver = synthetic_liver(48, 40, 4, a.nt, a.cnr, a.seed)?;
         let dt = (liver.times[1] - liver.times[0]) as f32;
         pnii::write_series(&out.file("dce.nii.gz")?, &liver.volume, [2.0, 2.0, 5.0], dt)?;
-        let mask = liver.mask.mapv(|m| u8::from(m));
+        let mask = liver.mask.mapv(u8::from);
         let header = pnii::read_header(&out.path().join("dce.nii.gz"))?;
         pnii::write_map(&out.file("mask.nii.gz")?, mask.view(), &header)?;
         for (i, p) in Model::DualInput.params().iter().enumerate() {

@@ -325,7 +325,7 @@ impl FitOptions {
             free[i] = !self.fixed[i];
             start[i] = s;
         }
-        let bounds = Bounds::new(&lo, &hi, &free, &start, np);
+        let bounds = Bounds::new(&lo, &hi, free, &start, np);
         if bounds.n_free == 0 {
             return Err(bad(
                 "all",
@@ -447,7 +447,7 @@ impl Bounds {
     pub fn new(
         lo: &[f64; MAX_PARAMS],
         hi: &[f64; MAX_PARAMS],
-        free: &[bool; MAX_PARAMS],
+        free: [bool; MAX_PARAMS],
         fixed: &[f64; MAX_PARAMS],
         np: usize,
     ) -> Self {
@@ -462,7 +462,7 @@ impl Bounds {
         Bounds {
             lo: *lo,
             hi: *hi,
-            free: *free,
+            free,
             fixed: *fixed,
             np,
             n_free,

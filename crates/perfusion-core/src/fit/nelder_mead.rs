@@ -201,7 +201,7 @@ mod tests {
         Bounds::new(
             &[f64::NEG_INFINITY; MAX_PARAMS],
             &[f64::INFINITY; MAX_PARAMS],
-            &[true; MAX_PARAMS],
+            [true; MAX_PARAMS],
             &[0.0; MAX_PARAMS],
             np,
         )
@@ -244,7 +244,7 @@ mod tests {
         free[2] = false;
         let mut fixed = [0.0; MAX_PARAMS];
         fixed[2] = 0.1;
-        let b = Bounds::new(&lo, &[10.0; MAX_PARAMS], &free, &fixed, 3);
+        let b = Bounds::new(&lo, &[10.0; MAX_PARAMS], free, &fixed, 3);
         let s = NmSettings {
             max_iterations: 600,
             tol_fun: 1e-12,
