@@ -771,7 +771,7 @@ fn write_inputs(out: &OutDir, t: &[f64], aif: &[f64], pv: Option<&[f64]>) -> any
 /// This modality's part of `biogpu demo`: the built-in synthetic liver fitted on `device`,
 /// checked against the CPU and against the true parameters; maps and PNGs under `out`.
 pub fn demo(out: &Path, device: &Device) -> anyhow::Result<bool> {
-    let liver = synthetic_liver(32, 28, 2, 64, Some(50.0), 7)?;
+    let liver = synthetic_liver(32, 28, 2, 64, Some(100.0), 7)?;
     let problem = Problem::new(&liver.times, &liver.arterial, Some(&liver.portal))?;
     let (curves, index) = pnii::masked_curves(&liver.volume, &liver.mask)?;
     let opts = FitOptions::new(Model::DualInput).with_method(Method::LevenbergMarquardt);
@@ -831,7 +831,7 @@ pub fn demo(out: &Path, device: &Device) -> anyhow::Result<bool> {
         )?;
     }
     println!(
-        "perfusion: synthetic liver ({} voxels, 64 frames, CNR 50), dual-input LM on {} ({}) in {:.3} s: agrees with the CPU on {agree}/{both}; median error vs truth ka {:.1}%, kp {:.1}%, kl {:.1}%; maps in {}",
+        "perfusion: synthetic liver ({} voxels, 64 frames, CNR 100), dual-input LM on {} ({}) in {:.3} s: agrees with the CPU on {agree}/{both}; median error vs truth ka {:.1}%, kp {:.1}%, kl {:.1}%; maps in {}",
         got.len(),
         got.device,
         got.precision,
