@@ -68,13 +68,16 @@ fn gpu(device: &Device, opts: &Options) -> Result<Vec<Measurement>> {
         .with_voxels(voxels)
         .with_seed(2012)
         .run()?;
+    // Time-major storage, as curves come from a NIfTI series: the upload needs no transpose.
+    let time_major = sim.curves.t().as_standard_layout().into_owned();
+    let curves = time_major.t();
     let id = device.info().id.clone();
     let mut precisions = vec![Precision::F32];
     if device.info().supports_f64 {
         precisions.insert(0, Precision::F64);
     }
     // Model evaluations per voxel (CPU, f64, on a sample): the work each fit does.
-    let sample = sim.curves.slice(ndarray::s![..512.min(voxels), ..]);
+    let sample = curves.slice(ndarray::s![..512.min(voxels), ..]);
     let mut evals = std::collections::HashMap::new();
     for method in [Method::NelderMead, Method::LevenbergMarquardt] {
         evals.insert(
@@ -89,7 +92,7 @@ fn gpu(device: &Device, opts: &Options) -> Result<Vec<Measurement>> {
             let mut last = None;
             let reps = if opts.quick { 2 } else { 5 };
             let t = bench(1, reps, || {
-                last = Some(fit_on(sim.curves.view(), &sim.problem, &o, device).map_err(as_err)?);
+                last = Some(fit_on(curves, &sim.problem, &o, device).map_err(as_err)?);
                 Ok(())
             })?;
             let fits = last.expect("ran");
@@ -114,7 +117,7 @@ fn gpu(device: &Device, opts: &Options) -> Result<Vec<Measurement>> {
             let cubes: &[u32] = if opts.quick { &[128] } else { &[64, 128, 256] };
             for &cube in cubes {
                 let (times, used) = kernel_times(
-                    sim.curves.view(),
+                    curves,
                     &sim.problem,
                     &o,
                     device,

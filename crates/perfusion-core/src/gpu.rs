@@ -242,16 +242,26 @@ fn fit_chunk<R: KnownRuntime, F: KernelFloat>(
     };
     gpu.download_staged(&status, &mut back)?;
     let words: &[u32] = bytemuck::cast_slice(&back.as_bytes()[..n * 4]);
-    for (k, v) in range.clone().enumerate() {
-        for q in 0..np {
-            fits.params[[q, v]] = values[q * n + k];
-        }
-        fits.sse[v] = values[np * n + k];
-        fits.r2[v] = values[(np + 1) * n + k];
-        let w = words[k];
-        fits.status[v] = FitStatus::from_code((w & 0xFF) as u8).unwrap_or(FitStatus::Failed) as u8;
-        fits.iterations[v] = w >> 8;
+    // Parameter rows of `Fits` are contiguous: copy plane by plane.
+    for q in 0..np + 2 {
+        let src = &values[q * n..(q + 1) * n];
+        let mut dst = match q {
+            q if q < np => fits.params.slice_mut(s![q, range.clone()]),
+            q if q == np => fits.sse.slice_mut(s![range.clone()]),
+            _ => fits.r2.slice_mut(s![range.clone()]),
+        };
+        dst.iter_mut().zip(src).for_each(|(d, v)| *d = *v);
     }
+    let statuses = fits.status.slice_mut(s![range.clone()]);
+    let iterations = fits.iterations.slice_mut(s![range]);
+    statuses
+        .into_iter()
+        .zip(iterations)
+        .zip(words)
+        .for_each(|((st, it), &w)| {
+            *st = FitStatus::from_code((w & 0xFF) as u8).unwrap_or(FitStatus::Failed) as u8;
+            *it = w >> 8;
+        });
     staging_cache::put(1, back);
     Ok(())
 }

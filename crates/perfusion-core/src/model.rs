@@ -332,7 +332,6 @@ pub(crate) struct Canonical {
 struct Exchange {
     f: f64,
     p: f64,
-    sum: f64,
     prod: f64,
     d1: f64,
     r: f64,
@@ -359,7 +358,6 @@ fn exchange(fp: f64, ps: f64, ve: f64, vp: f64, scale: f64) -> Exchange {
     Exchange {
         f,
         p,
-        sum,
         prod,
         d1,
         r,
@@ -488,7 +486,6 @@ fn exchange_derivative(
     let w = x.alpha - x.f / vp;
     let dw = dalpha - df / vp + x.f * dvp / (vp * vp);
     let db = (df * w + x.f * dw) / x.r - x.b * dr / x.r;
-    let _ = x.sum;
     (dalpha, da, dbeta, db)
 }
 

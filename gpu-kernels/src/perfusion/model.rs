@@ -608,7 +608,7 @@ fn normal_step<F: Float>(
 ) {
     let np = comptime!(n_params(model));
     let nt = ctx.nt;
-    let zero = F::new(0.0);
+
     let mut s = Samples::<F> {
         u1: sp.u1,
         u2: sp.u2,
@@ -695,7 +695,6 @@ fn normal_step<F: Float>(
             jtj[(q * 5 + w) as usize] += jac[q as usize] * jac[w as usize];
         }
     }
-    let _ = zero;
 }
 
 /// Cost, J^T J (row-major 5x5, upper triangle) and J^T r (perfusion-core's `normal`);

@@ -387,8 +387,8 @@ fn bad_input_is_an_error_or_a_voxel_status_on_the_gpu() {
 }
 
 #[test]
-fn chunked_fits_equal_one_pass() {
-    let Some(device) = gpu_under_test("chunked_fits_equal_one_pass") else {
+fn chunked_and_time_major_fits_equal_one_pass() {
+    let Some(device) = gpu_under_test("chunked_and_time_major_fits_equal_one_pass") else {
         return;
     };
     let (problem, curves, _) = dataset(Model::Tofts, 32, 300, Some(30.0), 13);

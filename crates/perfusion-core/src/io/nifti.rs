@@ -2,7 +2,7 @@
 //! out with the input's geometry (dimensions, voxel sizes, qform/sform).
 
 use crate::error::{Error, Result};
-use ndarray::{Array2, Array3, Array4, ArrayView1, ArrayView3, Axis, Ix3, Ix4};
+use ndarray::{Array2, Array3, Array4, ArrayView1, ArrayView3, Axis, Ix3, Ix4, ShapeBuilder};
 pub use nifti::NiftiHeader;
 use nifti::writer::WriterOptions;
 use nifti::{IntoNdArray, NiftiObject, ReaderOptions};
@@ -100,7 +100,8 @@ pub fn frame_interval_s(header: &NiftiHeader) -> Option<f64> {
 }
 
 /// The voxels where `mask` is set: their curves `(voxels, t)` and their indices, in x-fastest
-/// order (the file's).
+/// order (the file's). The curves are stored time-major (column-major), the layout the GPU
+/// path uploads without a transpose.
 pub fn masked_curves(
     series: &Array4<f32>,
     mask: &Array3<bool>,
@@ -123,10 +124,12 @@ pub fn masked_curves(
             }
         }
     }
-    let mut curves = Array2::zeros((index.len(), nt));
-    for (row, &[x, y, z]) in curves.rows_mut().into_iter().zip(&index) {
-        let mut row = row;
-        row.assign(&series.slice(ndarray::s![x, y, z, ..]));
+    let mut curves = Array2::zeros((index.len(), nt).f());
+    for (t, mut col) in curves.columns_mut().into_iter().enumerate() {
+        let frame = series.index_axis(Axis(3), t);
+        for (c, &[x, y, z]) in col.iter_mut().zip(&index) {
+            *c = frame[[x, y, z]];
+        }
     }
     Ok((curves, index))
 }
