@@ -414,8 +414,19 @@ pub fn temporal_contrast_kernel(
         let mut s = zero_sums();
         // Running sums: add the entering frame's window, subtract the leaving one's (exact).
         for t in 0..frames {
-            let entering =
-                window_sums(input, t * plane, cx, cy, w, h, saturation, r, bits, border, wide);
+            let entering = window_sums(
+                input,
+                t * plane,
+                cx,
+                cy,
+                w,
+                h,
+                saturation,
+                r,
+                bits,
+                border,
+                wide,
+            );
             add_sums(&mut s, entering, wide);
             if t >= frames_n {
                 let leaving = window_sums(
