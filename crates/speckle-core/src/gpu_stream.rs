@@ -34,9 +34,12 @@ fn workers() -> usize {
 }
 
 /// Time spent per phase of a batch, summed over workers (benchmark diagnostics): copy
-/// into pinned memory, upload, kernel + K download, other downloads. Nanoseconds.
+/// into pinned memory, upload, kernel + K download, other downloads, dropping the frames,
+/// waiting for the next batch. Nanoseconds.
 #[doc(hidden)]
-pub static PHASE_NANOS: [std::sync::atomic::AtomicU64; 4] = [
+pub static PHASE_NANOS: [std::sync::atomic::AtomicU64; 6] = [
+    std::sync::atomic::AtomicU64::new(0),
+    std::sync::atomic::AtomicU64::new(0),
     std::sync::atomic::AtomicU64::new(0),
     std::sync::atomic::AtomicU64::new(0),
     std::sync::atomic::AtomicU64::new(0),
@@ -389,7 +392,9 @@ fn worker<R: KnownRuntime, T: StreamPixel>(
     done: &SyncSender<Result<Slot>>,
 ) {
     let mut buffers = None;
+    let mut clock = std::time::Instant::now();
     for (frames, mut slot) in jobs {
+        add_phase(5, &mut clock);
         let result = (|| -> gpu_runtime::Result<()> {
             let dev = match &buffers {
                 Some(b) => b,
@@ -397,7 +402,9 @@ fn worker<R: KnownRuntime, T: StreamPixel>(
             };
             process_batch::<R, T>(gpu, shape, params, in_place, dev, &frames, &mut slot)
         })();
+        clock = std::time::Instant::now();
         drop(frames);
+        add_phase(4, &mut clock);
         let reply = result.map(|()| slot).map_err(|e| Error::Gpu(e.to_string()));
         if done.send(reply).is_err() {
             break;
@@ -417,7 +424,8 @@ fn process_batch<R: KnownRuntime, T: StreamPixel>(
     let n = frames.len();
     let bytes = n * shape.frame_bytes;
     let mut clock = std::time::Instant::now();
-    slot.input.as_bytes_mut()[..bytes]
+    let skip_copy = std::env::var("BIOGPU_STREAM_SKIP_COPY").is_ok_and(|v| v == "1");
+    slot.input.as_bytes_mut()[..if skip_copy { 0 } else { bytes }]
         .par_chunks_mut(shape.frame_bytes)
         .zip(frames.par_iter())
         .for_each(|(dst, f)| {
