@@ -11,6 +11,8 @@ pub mod fret;
 pub mod gpu;
 pub mod io;
 pub mod methods;
+pub mod output;
+pub mod preprocess;
 pub mod sim;
 
 pub use cube::{Count, Cube};
