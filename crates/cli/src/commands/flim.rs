@@ -2,6 +2,7 @@
 //! (phasor coordinates and plot) and `convert` (any reader to .npy or TIFF), with the
 //! preprocessing of `flim_core::preprocess` and the outputs of `flim_core::output`.
 
+use super::flim_fit::{FitInput, FitMethodArgs, run_fit_method};
 use super::output::OutDir;
 use anyhow::{Context, bail, ensure};
 use flim_core::io::{AnyCube, Image, ReadOptions, Recording, read, write_npy, write_tiff};
@@ -37,7 +38,7 @@ enum Command {
     Convert(ConvertArgs),
 }
 
-/// Lifetime methods. Non-iterative ones run here; the fits plug into [`run_method`].
+/// Lifetime methods. Non-iterative ones run here, the fits in [`super::flim_fit`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Method {
     /// Integral equation method (Simpson-weighted; Wu et al. 2016).
@@ -48,18 +49,19 @@ pub enum Method {
     Rld,
     /// Phase lifetime from the phasor.
     Phasor,
-    /// Bayesian/bias-corrected centre of mass (flim-fit).
+    /// Bi-exponential centre of mass for FRET (Wu et al. 2016; --donor-tau for BCMM1 and
+    /// the phasor method, else BCMM2).
     Bcmm,
-    /// Levenberg-Marquardt least squares with IRF reconvolution (flim-fit).
+    /// Levenberg-Marquardt least squares (--weights), IRF reconvolution with --irf.
     Lsq,
-    /// Poisson maximum likelihood with IRF reconvolution (flim-fit).
+    /// Poisson maximum likelihood by Levenberg-Marquardt, IRF reconvolution with --irf.
     Mle,
-    /// Global analysis: lifetimes shared by all pixels (flim-fit).
+    /// Global analysis: lifetimes shared by each segment (--segments), amplitudes per pixel.
     Global,
 }
 
 impl Method {
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Method::Iem => "iem",
             Method::Cmm => "cmm",
@@ -222,6 +224,8 @@ struct FitArgs {
     /// Decay model of the fitting methods (lsq, mle, global).
     #[arg(long, value_enum, default_value = "mono")]
     model: Model,
+    #[command(flatten)]
+    fit: FitMethodArgs,
 }
 
 #[derive(Debug, clap::Args)]
@@ -280,6 +284,7 @@ struct Prepared {
     analysis: Analysis,
     range: Option<FitRange>,
     offset: f64,
+    threshold: f64,
     irf: Option<Irf>,
     irf_shift_ns: Option<f64>,
     shift_map: Option<ndarray::Array2<f32>>,
@@ -369,6 +374,7 @@ fn prepare(
         analysis,
         range,
         offset,
+        threshold: prep.threshold,
         irf,
         irf_shift_ns,
         shift_map,
@@ -376,15 +382,16 @@ fn prepare(
 }
 
 /// THE DISPATCH of `biogpu flim fit`: every `--method` goes through here. The non-iterative
-/// methods run on `device` (GPU kernel or CPU reference). The fitting methods (BCMM, least
-/// squares, maximum likelihood, global analysis: flim-fit's work) are wired here when they
-/// land: they get the preprocessed cube, the analysis settings (range, threshold, offset), the
-/// shifted IRF (and per-pixel shift map) and the model, and return a [`MapSet`] whose first
-/// map is the main lifetime (`tau_<method>_ns`); intensity, amplitudes, fractions, mean
-/// lifetimes and chi^2 follow under their own names and are written as TIFF maps too.
+/// methods run on `device` (GPU kernel or CPU reference); the fitting methods (BCMM, least
+/// squares, maximum likelihood, global analysis) in [`super::flim_fit`], with the
+/// preprocessed cube, range, threshold, offset and shifted IRF (a per-pixel shift map makes
+/// the shift a fitted parameter). The result's first map is the main lifetime
+/// (`tau_<method>_ns`); intensity, amplitudes, fractions, mean lifetimes, chi^2, iterations
+/// and status follow under their own names and are written as TIFF maps too.
 fn run_method(
     method: Method,
     model: Model,
+    fit: &FitMethodArgs,
     p: &Prepared,
     device: &Device,
 ) -> anyhow::Result<MapSet> {
@@ -393,11 +400,18 @@ fn run_method(
         Method::Cmm => "tau_cmm_ns",
         Method::Rld => "tau_rld_ns",
         Method::Phasor => "tau_phase_ns",
-        Method::Bcmm | Method::Lsq | Method::Mle | Method::Global => bail!(
-            "--method {} (model {model:?}) is not available in this build yet: it is being built \
-             in flim-core (issue 4); use iem, cmm, rld or phasor",
-            method.name()
-        ),
+        Method::Bcmm | Method::Lsq | Method::Mle | Method::Global => {
+            let input = FitInput {
+                cube: &p.cube,
+                analysis: &p.analysis,
+                range: p.range,
+                threshold: p.threshold,
+                offset: p.offset,
+                irf: p.irf.as_ref(),
+                per_pixel_shift: p.shift_map.is_some(),
+            };
+            return run_fit_method(method, model, fit, &input, device);
+        }
     };
     let maps = p.cube.analyse_on(&p.analysis, device)?;
     let all = MapSet::from_lifetimes(&maps);
@@ -497,9 +511,17 @@ fn run_fit(a: &FitArgs, device: &Device) -> anyhow::Result<()> {
     let mut rows = Vec::new();
     let mut images = Vec::new();
     for image in &rec.images {
-        let p = prepare(image, &rec, &a.prep, "peak")?;
+        // Reconvolution models the rise: fit the whole window unless told otherwise.
+        let reconvolved =
+            a.prep.irf.is_some() && matches!(a.method, Method::Lsq | Method::Mle | Method::Global);
+        let p = prepare(
+            image,
+            &rec,
+            &a.prep,
+            if reconvolved { "all" } else { "peak" },
+        )?;
         let t = Instant::now();
-        let set = run_method(a.method, a.model, &p, device)?;
+        let set = run_method(a.method, a.model, &a.fit, &p, device)?;
         let secs = t.elapsed().as_secs_f64();
         write_set(&out, &p.label, &set, &mut rows)?;
         let (tau_name, tau) = &set.maps[0];
@@ -646,7 +668,13 @@ fn run_phasor(a: &PhasorArgs, device: &Device) -> anyhow::Result<()> {
         if let Some(c) = calibration {
             p.analysis = p.analysis.with_calibration(c);
         }
-        let set = run_method(Method::Phasor, Model::Mono, &p, device)?;
+        let set = run_method(
+            Method::Phasor,
+            Model::Mono,
+            &FitMethodArgs::default(),
+            &p,
+            device,
+        )?;
         write_set(&out, &p.label, &set, &mut rows)?;
         let g = set.get("g").expect("g");
         let s = set.get("s").expect("s");
@@ -938,50 +966,167 @@ mod tests {
         std::fs::remove_dir_all(&dir).ok();
     }
 
+    /// Median of the main lifetime map and the number of failed pixels from summary.json.
+    fn summary_tau(out: &Path) -> (f64, u64) {
+        let summary: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap())
+                .unwrap();
+        let tau = &summary["images"][0]["tau"];
+        (
+            tau["median"].as_f64().unwrap(),
+            tau["failed"].as_u64().unwrap(),
+        )
+    }
+
     #[test]
-    fn methods_still_being_built_fail_clearly_and_options_are_checked() {
+    fn fitting_methods_recover_lifetimes_end_to_end() {
+        let dir = tmp("fits");
+        let mono = dir.join("mono.sdt");
+        let cube = mono_exponential(&[2.0], 6, 6, 128, 0.1, 12.8, 5000.0, 4).unwrap();
+        flim_core::io::write_sdt(&mono, &[vec![cube]], false).unwrap();
+        let m = mono.to_str().unwrap();
+        for (method, extra) in [
+            ("lsq", &[][..]),
+            ("lsq", &["--weights", "pearson", "--fit-offset"][..]),
+            ("mle", &[][..]),
+            ("global", &["--segments", "12"][..]),
+        ] {
+            let out = dir.join(format!("{method}{}", extra.len()));
+            let mut line = vec!["fit", m, "--method", method, "--out", out.to_str().unwrap()];
+            line.extend_from_slice(extra);
+            run_cli(&line).unwrap();
+            let (median, failed) = summary_tau(&out);
+            assert!(
+                (median - 2.0).abs() < 0.1 && failed == 0,
+                "{method} {extra:?}: median {median}, {failed} failed"
+            );
+            for f in ["a1", "chi2_red", "iterations", "status", "intensity"] {
+                assert!(out.join(format!("{f}.tif")).exists(), "{method}: {f}");
+            }
+            assert!(out.join(format!("tau_{method}_ns.png")).exists());
+            assert_eq!(
+                out.join("offset.tif").exists(),
+                extra.contains(&"--fit-offset")
+            );
+        }
+        // Bi-exponential: MLE per pixel and BCMM (donor known: BCMM1 and PM).
+        let bi = dir.join("bi.sdt");
+        let sim = flim_core::sim::DecaySim::new(128, 0.1, 20_000.0)
+            .unwrap()
+            .with_seed(5);
+        let cube = flim_core::sim::bi_exponential(0.8, 2.5, 4, 6, &sim).unwrap();
+        flim_core::io::write_sdt(&bi, &[vec![cube]], false).unwrap();
+        let b = bi.to_str().unwrap();
+        let out = dir.join("mle_bi");
+        let o = out.to_str().unwrap();
+        run_cli(&["fit", b, "--method", "mle", "--model", "bi", "--out", o]).unwrap();
+        for f in [
+            "tau1_ns",
+            "tau2_ns",
+            "f1",
+            "f2",
+            "tau_int_mean_ns",
+            "chi2_red",
+        ] {
+            assert!(out.join(format!("{f}.tif")).exists(), "{f}");
+        }
+        let out = dir.join("bcmm");
+        let o = out.to_str().unwrap();
+        run_cli(&[
+            "fit",
+            b,
+            "--method",
+            "bcmm",
+            "--donor-tau",
+            "2.5",
+            "--out",
+            o,
+        ])
+        .unwrap();
+        for f in [
+            "tau_avg_bcmm_ns",
+            "tau_f_bcmm_ns",
+            "f_d_bcmm",
+            "tau_f_pm_ns",
+        ] {
+            assert!(out.join(format!("{f}.tif")).exists(), "{f}");
+        }
+        let (median, _) = summary_tau(&out);
+        assert!(median > 0.8 && median < 2.5, "BCMM mean lifetime {median}");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn fitting_options_are_checked() {
         let dir = tmp("methods");
         let input = dir.join("x.sdt");
         let cube = mono_exponential(&[2.0], 4, 4, 64, 0.2, 12.8, 1000.0, 1).unwrap();
         flim_core::io::write_sdt(&input, &[vec![cube]], false).unwrap();
         let i = input.to_str().unwrap();
         let o = dir.join("o");
-        for m in ["lsq", "mle", "global", "bcmm"] {
-            let e = run_cli(&[
-                "fit",
-                i,
-                "--method",
-                m,
-                "--out",
-                o.to_str().unwrap(),
-                "--force",
-            ])
-            .unwrap_err();
-            assert!(e.to_string().contains(&format!("--method {m}")), "{e}");
-        }
-        let bad = |args: &[&str]| run_cli(args).unwrap_err().to_string();
-        assert!(bad(&["fit", i, "--range", "5", "--out", o.to_str().unwrap()]).contains("A:B"));
-        assert!(
-            bad(&["fit", i, "--range", "1ns:20", "--out", o.to_str().unwrap()]).contains("both")
-        );
-        assert!(
-            bad(&["fit", i, "--frames", "x", "--out", o.to_str().unwrap()]).contains("--frames")
-        );
-        assert!(
-            bad(&[
-                "fit",
-                i,
-                "--irf-shift",
-                "auto",
-                "--out",
-                o.to_str().unwrap()
-            ])
-            .contains("--irf")
-        );
-        assert!(
-            bad(&["convert", i, "--to", "png", "--out", o.to_str().unwrap()])
-                .contains("npy or tiff")
-        );
+        let o = o.to_str().unwrap();
+        let bad = |args: &[&str]| format!("{:#}", run_cli(args).unwrap_err());
+        let e = bad(&["fit", i, "--method", "mle", "--model", "quad", "--out", o]);
+        assert!(e.contains("quad") && e.contains("--model"), "{e}");
+        let e = bad(&[
+            "fit",
+            i,
+            "--method",
+            "mle",
+            "--model",
+            "tri",
+            "--fit-offset",
+            "--range",
+            "0:6",
+            "--out",
+            o,
+            "--force",
+        ]);
+        assert!(e.contains("fit range") && e.contains("bins"), "{e}");
+        let e = bad(&[
+            "fit",
+            i,
+            "--method",
+            "global",
+            "--segments",
+            "0",
+            "--out",
+            o,
+            "--force",
+        ]);
+        assert!(e.contains("--segments"), "{e}");
+        let e = bad(&[
+            "fit", i, "--method", "bcmm", "--model", "tri", "--out", o, "--force",
+        ]);
+        assert!(e.contains("bcmm"), "{e}");
+        let e = bad(&[
+            "fit",
+            i,
+            "--method",
+            "bcmm",
+            "--donor-tau=-1",
+            "--out",
+            o,
+            "--force",
+        ]);
+        assert!(e.contains("--donor-tau"), "{e}");
+        let e = bad(&[
+            "fit",
+            i,
+            "--method",
+            "lsq",
+            "--max-iterations",
+            "0",
+            "--out",
+            o,
+            "--force",
+        ]);
+        assert!(e.contains("iterations"), "{e}");
+        assert!(bad(&["fit", i, "--range", "5", "--out", o]).contains("A:B"));
+        assert!(bad(&["fit", i, "--range", "1ns:20", "--out", o]).contains("both"));
+        assert!(bad(&["fit", i, "--frames", "x", "--out", o]).contains("--frames"));
+        assert!(bad(&["fit", i, "--irf-shift", "auto", "--out", o]).contains("--irf"));
+        assert!(bad(&["convert", i, "--to", "png", "--out", o]).contains("npy or tiff"));
         std::fs::remove_dir_all(&dir).ok();
     }
 }

@@ -3,6 +3,7 @@
 pub mod demo;
 pub mod devices;
 pub mod flim;
+pub mod flim_fit;
 pub mod mc;
 pub mod output;
 pub mod perfusion;
