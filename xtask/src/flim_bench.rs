@@ -1,16 +1,302 @@
-//! FLIM benchmarks (issue 4). Not built yet.
+//! FLIM benchmarks (issue 4): throughput (pixels/s) of every method on `device`, end to end
+//! (upload, compute, download and the host-side maps), on simulated u16 cubes of 256 bins
+//! (12.8 ns window): 256x256 pixels for the non-iterative methods and for every GPU fit,
+//! 64x64 pixels for the CPU fits and BCMM (they take seconds per full cube on 2 cores).
+//! With `BIOGPU_FLIM_DATA` set to a `.sdt`/`.ptu`/`.npy` file (or the folder holding
+//! `seminal_receptacle_FLIM_single_image.sdt`), its first image is measured too
+//! (non-iterative methods and the MLE mono-exponential fit).
+//!
+//! GPU repetitions are few (each fit of 65,536 pixels takes milliseconds on an H100-class
+//! GPU); a measurement never runs more than a few seconds. Global analysis has no GPU
+//! kernel: it is measured on the CPU run only.
 
 use crate::report::Measurement;
-use crate::suite::Options;
+use crate::suite::{Options, measurement};
 use anyhow::Result;
-use gpu_runtime::Device;
+use flim_core::fit::{Estimator, FitOptions, Model, Segments, Shift, fit_global};
+use flim_core::fret::Donor;
+use flim_core::gpu::{analyse_fret_on, analyse_on, fit_on};
+use flim_core::sim::{DecaySim, bi_exponential, mono_exponential};
+use flim_core::{Analysis, AnyCube, Cube, Methods};
+use gpu_runtime::{Device, Timing};
+use std::time::{Duration, Instant};
 
-/// Run this modality's benchmarks on `device`; `earlier` holds the runtime group's bounds.
-#[allow(clippy::unnecessary_wraps)] // until the modality lands
-pub fn run(
-    _device: &Device,
-    _opts: &Options,
-    _earlier: &[Measurement],
-) -> Result<Vec<Measurement>> {
-    Ok(Vec::new())
+const BINS: usize = 256;
+const BIN_NS: f64 = 0.05;
+const PERIOD_NS: f64 = 12.8;
+
+/// Median of `reps` timed runs after one warm-up (the warm-up compiles GPU kernels).
+fn time(reps: usize, mut f: impl FnMut() -> Result<()>) -> Result<Timing> {
+    f()?;
+    let mut times: Vec<Duration> = Vec::with_capacity(reps);
+    for _ in 0..reps.max(1) {
+        let t = Instant::now();
+        f()?;
+        times.push(t.elapsed());
+    }
+    Ok(Timing::from_durations(&times))
+}
+
+/// A workload: its name and one run on a cube.
+type Work<'a> = (&'a str, Box<dyn Fn(&Cube<u16>) -> Result<()> + 'a>);
+
+fn fit_opts(model: Model, est: Estimator) -> FitOptions {
+    FitOptions::new(model).with_estimator(est)
+}
+
+pub fn run(device: &Device, opts: &Options, _earlier: &[Measurement]) -> Result<Vec<Measurement>> {
+    let gpu = device.is_gpu();
+    let big = if opts.quick { 64 } else { 256 };
+    let small = if opts.quick || !gpu { 64 } else { 256 };
+    let reps = if opts.quick { 1 } else { 3 };
+    let mono = mono_exponential(
+        &[2.0, 2.5, 3.0, 4.0],
+        big,
+        big,
+        BINS,
+        BIN_NS,
+        PERIOD_NS,
+        1000.0,
+        1,
+    )?;
+    let irf_sim = DecaySim::new(BINS, BIN_NS, 1000.0)?
+        .with_irf(0.1, 1.0)
+        .with_seed(2);
+    let irf = irf_sim.irf_histogram().expect("an IRF was set");
+    let mono_irf = irf_sim.cube(small, small, |_, _| vec![(1.0, 2.5)])?;
+    let bi_sim = DecaySim::new(BINS, BIN_NS, 5000.0)?.with_seed(3);
+    let bi = bi_exponential(0.8, 2.5, small, small, &bi_sim)?;
+    let bi_irf = irf_sim.with_seed(4).cube(small, small, |_, x| {
+        let f = 0.8 - 0.6 * x as f64 / (small - 1) as f64;
+        vec![(f, 0.8), (1.0 - f, 2.5)]
+    })?;
+    let analysis = |m: Methods| Analysis::default().with_methods(m);
+    let nonit: Vec<(&str, Methods)> = vec![
+        ("phasor", Methods::PHASOR),
+        ("CMM", Methods::CMM),
+        ("IEM", Methods::IEM),
+        ("RLD", Methods::RLD),
+        ("IEM+CMM+RLD+phasor", Methods::ALL),
+    ];
+    let mut out = Vec::new();
+    let mut record = |name: &str, cube_name: &str, pixels: usize, t: Timing, note: &str| {
+        out.push(measurement(
+            "flim",
+            &format!("{name} {cube_name}"),
+            pixels as f64 / (t.median_ms / 1e3),
+            "pixels/s",
+            t,
+            format!("{note}; end to end on {device}"),
+        ));
+    };
+    let shape = |c: &Cube<u16>| {
+        let (h, w) = c.shape();
+        (h * w, format!("{w}x{h}x{} u16", c.bins()))
+    };
+    let (n, label) = shape(&mono);
+    for (name, m) in nonit {
+        let t = time(reps, || {
+            analyse_on(&mono, &analysis(m), device)?;
+            Ok(())
+        })?;
+        record(name, &label, n, t, "bars 2/2.5/3/4 ns, 1000 photons");
+    }
+    let (n, label) = shape(&bi);
+    for (name, donor) in [
+        ("BCMM2 (donor unknown)", Donor::Unknown),
+        ("BCMM1 + PM (donor known)", Donor::Known(2.5)),
+    ] {
+        let t = time(reps, || {
+            analyse_fret_on(&bi, &Analysis::default(), donor, device)?;
+            Ok(())
+        })?;
+        record(name, &label, n, t, "f_D 0.8-0.2, 0.8/2.5 ns, 5000 photons");
+    }
+    // Fits: (name, cube, options).
+    let fits: Vec<Work<'_>> = vec![
+        (
+            "LSQ mono (Neyman)",
+            Box::new(|c| {
+                fit_on(
+                    c,
+                    &fit_opts(Model::Mono, Estimator::LeastSquaresNeyman),
+                    device,
+                )?;
+                Ok(())
+            }),
+        ),
+        (
+            "MLE mono",
+            Box::new(|c| {
+                fit_on(
+                    c,
+                    &fit_opts(Model::Mono, Estimator::MaximumLikelihood),
+                    device,
+                )?;
+                Ok(())
+            }),
+        ),
+    ];
+    let fit_cube = if gpu {
+        mono.clone()
+    } else {
+        mono_exponential(
+            &[2.0, 2.5, 3.0, 4.0],
+            small,
+            small,
+            BINS,
+            BIN_NS,
+            PERIOD_NS,
+            1000.0,
+            1,
+        )?
+    };
+    let (n, label) = shape(&fit_cube);
+    for (name, f) in &fits {
+        let t = time(reps, || f(&fit_cube))?;
+        record(
+            name,
+            &label,
+            n,
+            t,
+            "bars 2/2.5/3/4 ns, 1000 photons, tail fit",
+        );
+    }
+    let (n, label) = shape(&bi);
+    let t = time(reps, || {
+        fit_on(
+            &bi,
+            &fit_opts(Model::Bi, Estimator::LeastSquaresNeyman),
+            device,
+        )?;
+        Ok(())
+    })?;
+    record(
+        "LSQ bi (Neyman)",
+        &label,
+        n,
+        t,
+        "f_D 0.8-0.2, 0.8/2.5 ns, 5000 photons, tail fit",
+    );
+    let (n, label) = shape(&mono_irf);
+    let t = time(reps, || {
+        let o = fit_opts(Model::Mono, Estimator::MaximumLikelihood).with_irf(&irf);
+        fit_on(&mono_irf, &o, device)?;
+        Ok(())
+    })?;
+    record(
+        "MLE mono + IRF",
+        &label,
+        n,
+        t,
+        "2.5 ns, 1000 photons, Gaussian IRF 0.1 ns at 1 ns",
+    );
+    let t = time(reps, || {
+        let o = fit_opts(Model::Bi, Estimator::MaximumLikelihood)
+            .with_irf(&irf)
+            .with_irf_shift(Shift::Fitted(0.0));
+        fit_on(&bi_irf, &o, device)?;
+        Ok(())
+    })?;
+    record(
+        "MLE bi + IRF + fitted shift",
+        &label,
+        n,
+        t,
+        "f_D 0.8-0.2, 0.8/2.5 ns, 1000 photons, Gaussian IRF",
+    );
+    if gpu {
+        eprintln!("  flim | global analysis: CPU only (no GPU kernel); run the CPU device");
+    } else {
+        let (n, label) = shape(&bi);
+        let t = time(reps, || {
+            fit_global(
+                &bi,
+                &fit_opts(Model::Bi, Estimator::MaximumLikelihood),
+                &Segments::Runs(32),
+            )?;
+            Ok(())
+        })?;
+        record(
+            "global MLE bi, 32-pixel segments",
+            &label,
+            n,
+            t,
+            "f_D 0.8-0.2, 0.8/2.5 ns, 5000 photons",
+        );
+        let t = time(reps, || {
+            fit_global(
+                &bi,
+                &fit_opts(Model::Bi, Estimator::MaximumLikelihood),
+                &Segments::Whole,
+            )?;
+            Ok(())
+        })?;
+        record(
+            "global MLE bi, whole image",
+            &label,
+            n,
+            t,
+            "f_D 0.8-0.2, 0.8/2.5 ns, 5000 photons",
+        );
+    }
+    if let Some(path) = std::env::var_os("BIOGPU_FLIM_DATA") {
+        // A file, or the folder of the real recordings (as the optional tests take it).
+        let mut path = std::path::PathBuf::from(path);
+        if path.is_dir() {
+            path = path.join("seminal_receptacle_FLIM_single_image.sdt");
+        }
+        out.extend(real_file(&path, device, reps)?);
+    }
+    Ok(out)
+}
+
+/// The first image of a real recording: non-iterative methods and MLE mono (tail from the
+/// peak of the summed decay).
+fn real_file(path: &std::path::Path, device: &Device, reps: usize) -> Result<Vec<Measurement>> {
+    let rec = flim_core::io::read(path, &flim_core::io::ReadOptions::default())?;
+    let Some(image) = rec.images.first() else {
+        anyhow::bail!("{}: no image", path.display());
+    };
+    let cube = &image.cube;
+    let (h, w) = cube.shape();
+    let range = flim_core::preprocess::FitRange::from_peak(cube)?;
+    let label = format!(
+        "{} ({w}x{h}x{} {})",
+        path.display(),
+        cube.bins(),
+        cube.dtype()
+    );
+    let mut out = Vec::new();
+    let t = time(reps, || {
+        cube.analyse_on(&range.apply(Analysis::default()), device)?;
+        Ok(())
+    })?;
+    out.push(measurement(
+        "flim",
+        &format!("IEM+CMM+RLD+phasor {label}"),
+        (h * w) as f64 / (t.median_ms / 1e3),
+        "pixels/s",
+        t,
+        format!("real data, range from the peak; end to end on {device}"),
+    ));
+    let o = fit_opts(Model::Mono, Estimator::MaximumLikelihood)
+        .with_range(range.first, Some(range.bins));
+    let t = time(reps, || {
+        match cube {
+            AnyCube::U16(c) => fit_on(c, &o, device)?,
+            AnyCube::U32(c) => fit_on(c, &o, device)?,
+            AnyCube::F32(c) => fit_on(c, &o, device)?,
+        };
+        Ok(())
+    })?;
+    out.push(measurement(
+        "flim",
+        &format!("MLE mono {label}"),
+        (h * w) as f64 / (t.median_ms / 1e3),
+        "pixels/s",
+        t,
+        format!("real data, tail from the peak; end to end on {device}"),
+    ));
+    Ok(out)
 }
