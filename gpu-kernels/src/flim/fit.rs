@@ -395,7 +395,8 @@ fn cholesky(
 ) -> bool {
     let mut ok = true;
     for i in 0..np {
-        for jj in 0..i + 1 {
+        let end = i + 1;
+        for jj in 0..end {
             let mut s = m[(jj * 8 + i) as usize];
             for q in 0..jj {
                 s -= l[(i * 8 + q) as usize] * l[(jj * 8 + q) as usize];

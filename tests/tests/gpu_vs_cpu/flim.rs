@@ -924,3 +924,23 @@ proptest! {
         compare_fits(&cube, &opts, offset_fitted, irf == 2)?;
     }
 }
+
+/// The largest GPU model: three components, fitted offset and IRF shift, Pearson weights.
+#[test]
+fn flim_tri_exponential_fit_matches_the_cpu() {
+    use flim_core::fit::{Estimator, FitOptions, Model, Offset, Shift};
+    let sim = flim_core::sim::DecaySim::new(128, 0.1, 1e5)
+        .unwrap()
+        .with_seed(7)
+        .with_background(1.0)
+        .with_irf(0.15, 1.2);
+    let opts = FitOptions::new(Model::Tri)
+        .with_estimator(Estimator::LeastSquaresPearson)
+        .with_offset(Offset::Fitted)
+        .with_irf(&sim.irf_histogram().unwrap())
+        .with_irf_shift(Shift::Fitted(0.0));
+    let cube = sim
+        .cube(2, 2, |_, _| vec![(0.3, 0.4), (0.4, 1.5), (0.3, 4.0)])
+        .unwrap();
+    compare_fits(&cube, &opts, true, true).unwrap();
+}
