@@ -84,7 +84,7 @@ pub fn run_fit_method(
     match method {
         Method::Bcmm => bcmm(model, args, input, device),
         Method::Lsq | Method::Mle | Method::Global => {
-            let opts = fit_options(method, model, args, input)?;
+            let opts = fit_options(method, model, args, input);
             let maps = if method == Method::Global {
                 let segments = parse_segments(&args.segments)?;
                 if device.is_gpu() {
@@ -157,7 +157,7 @@ fn fit_options(
     model: Model,
     args: &FitMethodArgs,
     input: &FitInput<'_>,
-) -> anyhow::Result<FitOptions> {
+) -> FitOptions {
     let estimator = match (method, args.weights) {
         (Method::Lsq, Weights::Neyman) => Estimator::LeastSquaresNeyman,
         (Method::Lsq, Weights::Pearson) => Estimator::LeastSquaresPearson,
@@ -189,7 +189,7 @@ fn fit_options(
                 Shift::Fixed(0.0)
             });
     }
-    Ok(opts)
+    opts
 }
 
 /// Maps of a per-pixel or global fit: `tau_<method>_ns` (the lifetime, or the
