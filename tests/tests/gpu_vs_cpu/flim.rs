@@ -794,11 +794,12 @@ fn standard_errors(
 }
 
 /// Iterative fits on the GPU (f32) against the CPU (f64), per pixel. The CPU stops where the
-/// remaining step is below 1e-3 standard errors, the GPU below 1e-2 (what an f32 objective
-/// can confirm) or when the objective stalls to 1e-6, and the f32 model errs by ~1e-5
-/// relative per bin, far below the Poisson noise: the parameters must agree within 0.05
-/// standard errors (from the Fisher information at the CPU's fit) plus 3e-5 relative, the
-/// objective within 1e-4 relative, and the statuses exactly.
+/// remaining step is below 1e-3 standard errors, the GPU below 1e-2, when the objective
+/// stalls to 1e-6, or, when no step lowers the f32 objective any more (its rounding hides the
+/// decrease of steps below ~0.03 standard errors at 1e5 photons), below 0.1; the f32 model
+/// errs by ~1e-5 relative per bin, far below the Poisson noise: the parameters must agree
+/// within 0.1 standard errors (from the Fisher information at the CPU's fit) plus 3e-5
+/// relative, the objective within 1e-4 relative, and the statuses exactly.
 fn compare_fits<T: Count>(
     cube: &Cube<T>,
     opts: &flim_core::fit::FitOptions,
@@ -842,7 +843,7 @@ fn compare_fits<T: Count>(
         let se = standard_errors(opts, bins, h, period, &f, offset_fitted, shift_fitted);
         let check = |name: &str, g: f32, c: f32, s: f64| -> Result<(), TestCaseError> {
             let (g, c) = (f64::from(g), f64::from(c));
-            let tol = 0.05 * s + 3e-5 * c.abs() + 1e-6;
+            let tol = 0.1 * s + 3e-5 * c.abs() + 1e-6;
             prop_assert!(
                 (g - c).abs() <= tol,
                 "{}: {} GPU {} CPU {} (standard error {}, tolerance {})",
