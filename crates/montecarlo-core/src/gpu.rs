@@ -1,17 +1,95 @@
-//! The GPU path: packs the mesh (f32 SoA), materials and sources, runs
-//! `gpu_kernels::montecarlo` in batches (progress and Ctrl-C between batches), and adds each
-//! batch's exact fixed-point tallies (64-bit integers of 2^-24 weight units) into f64.
+//! The GPU path: packs the mesh (f32 planes, encoded neighbours), materials and sources,
+//! runs `gpu_kernels::montecarlo` in batches on one or several devices (progress and
+//! Ctrl-C between batches), and sums the exact fixed-point tallies (64-bit integers of
+//! 2^-24 weight units) before converting them to f64 once.
+//!
+//! Every photon's random stream is seeded by its global index and every tally is an
+//! integer sum, so the result is bit-identical whatever the batching, the launch size, the
+//! kernel variant's loop structure or the split of the photons between devices.
+//!
+//! ```no_run
+//! use montecarlo_core::gpu::{GpuOptions, run_on};
+//! # fn demo(sim: &montecarlo_core::Simulation) -> montecarlo_core::Result<()> {
+//! // Two GPUs of one host share the photons; the kernel variant comes from
+//! // BIOGPU_MC_VARIANT (or the default).
+//! let devices = [
+//!     gpu_runtime::Device::select("cuda:0".parse().unwrap(), false).unwrap().device,
+//!     gpu_runtime::Device::select("cuda:1".parse().unwrap(), false).unwrap().device,
+//! ];
+//! let r = run_on(sim, &devices, &GpuOptions::from_env()?, None, |done, total| {
+//!     eprintln!("{done}/{total}");
+//! })?;
+//! println!("{} photons/ms", r.summary.photons_per_ms);
+//! # Ok(()) }
+//! ```
 
 use crate::error::{Error, Result};
 use crate::sim::Simulation;
-use crate::source::{self, KIND_CONE, KIND_ISOTROPIC, KIND_PENCIL};
+use crate::source::{self, KIND_DISK, KIND_GAUSSIAN};
 use crate::tally::{McResult, Tally};
 use crate::transport::{C_MM_PER_NS, MAX_EVENTS};
-use gpu_kernels::base::fill;
-use gpu_kernels::montecarlo::{self as k, McBatch, McScene};
-use gpu_runtime::{Device, Gpu, with_gpu};
+use gpu_kernels::montecarlo::{
+    self as k, GPU_KINDS, McBatch, McScene, McTallies, NEIGH_INTERFACE, TOTALS,
+};
+use gpu_runtime::{Backend, Device, Gpu, with_gpu};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
 use std::time::Instant;
+
+/// The kernel variants (re-exported so users need not depend on gpu-kernels).
+pub use gpu_kernels::montecarlo::McVariant;
+
+/// Environment variable selecting the kernel variant (see [`McVariant`]'s syntax, e.g.
+/// `prefetch+k2`); unset or `default` gives the default.
+pub const VARIANT_ENV: &str = "BIOGPU_MC_VARIANT";
+
+/// How the GPU path runs: kernel variant, launch size, batch length.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GpuOptions {
+    pub variant: McVariant,
+    /// Cubes of `variant.units` threads per launch; None = the simulation's
+    /// `params.gpu_cubes`, else the device's default (enough threads to fill every
+    /// multiprocessor; 64 cubes on a software adapter).
+    pub cubes: Option<u32>,
+    /// Wall time aimed at per batch after the first (progress and Ctrl-C are checked
+    /// between batches; each batch ends with a tail where few packets are left).
+    pub batch_seconds: f64,
+}
+
+impl Default for GpuOptions {
+    fn default() -> Self {
+        GpuOptions {
+            variant: McVariant::DEFAULT,
+            cubes: None,
+            batch_seconds: 0.25,
+        }
+    }
+}
+
+impl GpuOptions {
+    /// The defaults with the variant named by `BIOGPU_MC_VARIANT`, if set.
+    pub fn from_env() -> Result<GpuOptions> {
+        let mut o = GpuOptions::default();
+        if let Ok(text) = std::env::var(VARIANT_ENV) {
+            o.variant = text
+                .parse()
+                .map_err(|e: String| Error::Invalid(format!("{VARIANT_ENV}: {e}")))?;
+        }
+        Ok(o)
+    }
+
+    /// Builder: use `variant`.
+    pub fn with_variant(mut self, variant: McVariant) -> Self {
+        self.variant = variant;
+        self
+    }
+
+    /// Builder: launch `cubes` cubes.
+    pub fn with_cubes(mut self, cubes: u32) -> Self {
+        self.cubes = Some(cubes);
+        self
+    }
+}
 
 /// Host-side arrays in the kernel's layout.
 struct Packed {
@@ -23,65 +101,90 @@ struct Packed {
     src_tet: Vec<u32>,
 }
 
+/// Optical constants of every region (0 = outside) as the kernel reads them.
+fn pack_materials(sim: &Simulation) -> Vec<f32> {
+    let regions = sim.mesh.max_region().max(sim.optics.materials.len() as u32);
+    let mut mats = Vec::with_capacity((regions as usize + 1) * k::MAT_FLOATS);
+    for r in 0..=regions {
+        let m = sim.optics.get(r);
+        let mu_t = m.mua + m.mus;
+        let (inv, absorb) = if mu_t > 0.0 {
+            (1.0 / mu_t, m.mua / mu_t)
+        } else {
+            (f64::INFINITY, 0.0)
+        };
+        mats.extend(
+            [inv, m.g, m.n, absorb, mu_t, m.n / C_MM_PER_NS, 0.0, 0.0].map(|v| v as f32),
+        );
+    }
+    mats
+}
+
 fn pack(sim: &Simulation) -> Result<Packed> {
     let m = &sim.mesh;
     let n = m.len() + 1;
-    if m.boundary.len() >= i32::MAX as usize || n >= i32::MAX as usize {
-        return Err(Error::Gpu("mesh too large for 32-bit indices".into()));
+    if n > k::MAX_TET || m.boundary.len() >= i32::MAX as usize {
+        return Err(Error::Gpu(format!(
+            "mesh too large for the GPU path: {} tetrahedra (at most {}), {} boundary triangles",
+            m.len(),
+            k::MAX_TET - 1,
+            m.boundary.len()
+        )));
     }
+    let mats = pack_materials(sim);
+    let material = |t: usize| {
+        let r = m.regions[t] as usize * k::MAT_FLOATS;
+        &mats[r..r + k::MAT_FLOATS]
+    };
     let mut faces = Vec::with_capacity(n * k::FACE_FLOATS);
     for f in &m.faces {
         for p in f {
-            // Offsets relative to nothing: f32 keeps ~7 digits, enough for meshes whose
-            // coordinates span < 1e4 of their smallest feature.
+            // f32 keeps ~7 digits: enough for meshes whose coordinates span < 1e4 of their
+            // smallest feature.
             faces.extend(p.iter().map(|&v| v as f32));
         }
     }
-    let mut neigh = Vec::with_capacity(n * 4);
+    let mut neigh = Vec::with_capacity(n * k::NEIGH_INTS);
     for t in 0..n {
         for f in 0..4 {
-            let nb = m.neighbours[t][f];
-            neigh.push(if nb > 0 {
-                nb as i32
-            } else if t == 0 {
+            let nb = m.neighbours[t][f] as usize;
+            neigh.push(if t == 0 {
                 0
-            } else {
+            } else if nb == 0 {
                 -(m.boundary_index[t][f] as i32)
+            } else if material(nb) == material(t) {
+                nb as i32
+            } else {
+                nb as i32 | NEIGH_INTERFACE
             });
         }
     }
-    let regions = sim.optics.materials.len();
-    let mut mats = Vec::with_capacity((regions + 1) * k::MAT_FLOATS);
-    for r in 0..=regions as u32 {
-        let mat = sim.optics.get(r);
-        let mu_t = mat.mua + mat.mus;
-        let inv = if mu_t > 0.0 {
-            1.0 / mu_t
-        } else {
-            f64::INFINITY
-        };
-        let absorb = if mu_t > 0.0 { mat.mua / mu_t } else { 0.0 };
-        mats.extend([mat.mua, mat.mus, inv, mat.g, mat.n, absorb, mu_t, 0.0].map(|v| v as f32));
-    }
-    let mut srcs = Vec::new();
-    let mut src_tet = Vec::new();
+    let e = 1e-7 * m.scale();
+    let mut srcs = Vec::with_capacity(sim.sources.len() * k::SRC_FLOATS);
+    let mut src_tet = Vec::with_capacity(sim.sources.len());
     for s in &sim.sources {
-        if ![KIND_PENCIL, KIND_ISOTROPIC, KIND_CONE].contains(&s.kind) {
-            return Err(Error::Gpu(
-                "disk, Gaussian and line sources run on the CPU only for now (use --device cpu)"
-                    .into(),
-            ));
+        if !GPU_KINDS.contains(&s.kind) {
+            return Err(Error::Gpu(format!(
+                "source kind {} runs on the CPU only for now (use --device cpu)",
+                s.kind
+            )));
         }
+        // Disk and Gaussian samples walk from the centre moved a hair into the mesh.
+        let pos = if s.kind == KIND_DISK || s.kind == KIND_GAUSSIAN {
+            [0, 1, 2].map(|i| s.pos[i] + e * s.dir[i])
+        } else {
+            s.pos
+        };
         let (u, _) = source::basis(s.dir);
         srcs.extend(
             [
-                s.kind as f64,
+                f64::from(s.kind),
                 s.cumulative,
                 s.param,
                 0.0,
-                s.pos[0],
-                s.pos[1],
-                s.pos[2],
+                pos[0],
+                pos[1],
+                pos[2],
                 0.0,
                 s.dir[0],
                 s.dir[1],
@@ -118,6 +221,7 @@ fn upload_scene<R: cubecl_rt::Runtime>(
         mats: gpu.upload(&p.mats)?,
         srcs: gpu.upload(&p.srcs)?,
         src_tet: gpu.upload(&p.src_tet)?,
+        src_aux: gpu.upload(&[0.0f32])?,
         tets: sim.mesh.len() + 1,
         boundary: sim.mesh.boundary.len(),
         sources: sim.sources.len() as u32,
@@ -126,85 +230,268 @@ fn upload_scene<R: cubecl_rt::Runtime>(
 
 use gpu_runtime::cubecl::prelude as cubecl_rt;
 
-/// Run `sim` on the GPU `device`.
-pub fn run(
+/// Exact tallies of a photon range: 64-bit integers of 2^-24 weight units.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FixedTally {
+    /// Per tetrahedron (index 0 unused).
+    pub absorbed: Vec<u64>,
+    /// Per boundary triangle.
+    pub escaped: Vec<u64>,
+    /// Killed by roulette, given to roulette survivors, time-limited, lost.
+    pub totals: [u64; TOTALS],
+    /// Photons run.
+    pub photons: u64,
+}
+
+impl FixedTally {
+    fn zero(sim: &Simulation) -> Self {
+        FixedTally {
+            absorbed: vec![0; sim.mesh.len() + 1],
+            escaped: vec![0; sim.mesh.boundary.len()],
+            totals: [0; TOTALS],
+            photons: 0,
+        }
+    }
+
+    /// Add `other` (exact integer sums).
+    fn add(&mut self, other: &FixedTally) {
+        for (a, b) in self.absorbed.iter_mut().zip(&other.absorbed) {
+            *a += b;
+        }
+        for (a, b) in self.escaped.iter_mut().zip(&other.escaped) {
+            *a += b;
+        }
+        for (a, b) in self.totals.iter_mut().zip(&other.totals) {
+            *a += b;
+        }
+        self.photons += other.photons;
+    }
+
+    /// The f64 tally (weights in packet units).
+    pub fn to_tally(&self, sim: &Simulation) -> Tally {
+        let w = |v: u64| v as f64 / k::FIXED_SCALE;
+        let mut t = Tally::new(&sim.mesh);
+        for (dst, &v) in t.absorbed.iter_mut().zip(&self.absorbed) {
+            *dst = w(v);
+        }
+        for (dst, &v) in t.escaped.iter_mut().zip(&self.escaped) {
+            *dst = w(v);
+        }
+        t.roulette = w(self.totals[0]) - w(self.totals[1]);
+        t.expired = w(self.totals[2]);
+        t.lost = w(self.totals[3]);
+        t.photons = self.photons;
+        t
+    }
+}
+
+fn words_to_u64(words: &[u32]) -> Vec<u64> {
+    words
+        .chunks_exact(2)
+        .map(|w| (u64::from(w[1]) << 32) | u64::from(w[0]))
+        .collect()
+}
+
+/// Cubes per launch when nobody chose: about 2,048 threads per multiprocessor for the
+/// flat loop (the photon counter hands out work, so extra cubes only wait and exit); the
+/// nested variant's measured best (16,384 cubes of 128 on an H100); 64 on lavapipe.
+pub fn default_cubes(device: &Device, variant: &McVariant) -> u32 {
+    let info = device.info();
+    if info.software {
+        return 64;
+    }
+    if variant.flags & k::F_NESTED != 0 {
+        return 16_384;
+    }
+    match (device.backend(), info.compute_units) {
+        (Backend::Cuda, Some(sms)) => (sms * (2048 / variant.units)).max(1),
+        _ => 1024,
+    }
+}
+
+/// Event-loop iterations per lane and launch on software adapters. lavapipe (llvmpipe)
+/// ends every loop of a shader invocation once the invocation has run 65,535 loop
+/// iterations in all (inner loops included: the source pick and the start-point walk run
+/// at every launch), silently dropping the photons a lane holds. Past this budget the
+/// kernel takes no new photon and the launch is repeated: 2,048 event iterations leave
+/// room for ~30 inner-loop iterations per event.
+const LAVAPIPE_BUDGET: u32 = 2_048;
+
+/// A message from a device worker.
+enum Report {
+    /// Photons finished on device `i` so far.
+    Progress(usize, u64),
+}
+
+/// Run photons `first..first + count` on `device` in batches, adding nothing to the host
+/// until the end (tallies accumulate on the device); stops between batches when `stop` is
+/// set. Returns the exact tallies of the photons finished.
+#[allow(clippy::too_many_arguments)]
+fn run_range(
     sim: &Simulation,
+    packed: &Packed,
     device: &Device,
+    opts: &GpuOptions,
+    first: u64,
+    count: u64,
     stop: Option<&AtomicBool>,
-    mut progress: impl FnMut(u64, u64),
-) -> Result<McResult> {
-    let packed = pack(sim)?;
+    mut report: impl FnMut(u64),
+) -> Result<FixedTally> {
     let gerr = |e: gpu_runtime::Error| Error::Gpu(e.to_string());
-    let start = Instant::now();
-    let mut tally = Tally::new(&sim.mesh);
-    let mut interrupted = false;
-    let name = device.info().id.clone();
-    let software = matches!(device.backend(), gpu_runtime::Backend::Wgpu);
+    let variant = opts.variant;
+    let cubes = opts
+        .cubes
+        .or(sim.params.gpu_cubes)
+        .unwrap_or_else(|| default_cubes(device, &variant))
+        .max(1);
+    let threads = u64::from(cubes) * u64::from(variant.units);
+    let software = device.info().software;
+    // Software adapters end long shader loops (see `LAVAPIPE_BUDGET`): the static and
+    // nested variants keep to 8 photons per thread per launch there.
+    let max_batch = if software {
+        threads * 8
+    } else {
+        (1u64 << 31) - threads.min(1 << 30)
+    };
     with_gpu!(device, |gpu| {
-        let scene = upload_scene(gpu, &packed, sim)?;
-        let zeros_a = vec![0u32; 2 * scene.tets];
-        let zeros_e = vec![0u32; 2 * scene.boundary.max(1)];
-        let totals = gpu.empty::<f32>(3)?;
-        // Persistent threads: about 2048 per SM on CUDA; fewer on wgpu (lavapipe is a CPU).
-        // 16384 cubes was fastest of 1024..16384 on an H100 (docs/montecarlo.md).
-        let cubes: u32 = sim
-            .params
-            .gpu_cubes
-            .unwrap_or(if software { 64 } else { 16384 })
-            .max(1);
-        let threads = u64::from(cubes * k::UNITS);
-        // Batches of ~1/20 of the run (progress, Ctrl-C), at least 16 photons per thread,
-        // at most 2^31 (u32 photon offsets inside a batch).
-        let batch = (sim.photons / 20).clamp(threads * 16, 1 << 31);
+        let scene = upload_scene(gpu, packed, sim)?;
+        let tallies = McTallies::zeroed(gpu, &scene)?;
         let mut done = 0u64;
-        while done < sim.photons {
+        // The first batch measures the rate; later ones aim at `batch_seconds` each.
+        let mut batch = (threads * 8).min(max_batch);
+        let started = Instant::now();
+        while done < count {
             if stop.is_some_and(|s| s.load(Ordering::Relaxed)) {
-                interrupted = true;
                 break;
             }
-            let n = batch.min(sim.photons - done);
-            let absorbed = gpu.upload(&zeros_a)?;
-            let escaped = gpu.upload(&zeros_e)?;
-            fill(gpu, &totals, 0.0)?;
+            let n = batch.min(count - done);
             let b = McBatch {
-                first: done,
+                first: first + done,
                 photons: n as u32,
                 seed: sim.params.seed,
                 wmin: sim.params.wmin as f32,
                 prwin: sim.params.prwin as f32,
                 tmax_ns: sim.params.time_limit_ns.map_or(f32::MAX, |t| t as f32),
-                inv_c: (1.0 / C_MM_PER_NS) as f32,
+                n_out: sim.optics.n_outside as f32,
                 max_events: MAX_EVENTS,
-                cubes: cubes.min(n.div_ceil(u64::from(k::UNITS)).max(1) as u32),
+                budget: if software { LAVAPIPE_BUDGET } else { u32::MAX },
+                cubes: cubes.min(n.div_ceil(u64::from(variant.units)).max(1) as u32),
+                variant,
             };
-            k::transport(gpu, &scene, &b, &absorbed, &escaped, &totals)?;
-            let a = gpu.download(&absorbed)?;
-            let e = gpu.download(&escaped)?;
-            let t = gpu.download(&totals)?;
-            let fixed = |w: &[u32]| {
-                ((u64::from(w[1]) << 32) | u64::from(w[0])) as f64 / f64::from(k::FIXED_SCALE)
-            };
-            for (dst, v) in tally.absorbed.iter_mut().zip(a.chunks_exact(2)) {
-                *dst += fixed(v);
-            }
-            for (dst, v) in tally.escaped.iter_mut().zip(e.chunks_exact(2)) {
-                *dst += fixed(v);
-            }
-            tally.roulette += f64::from(t[0]);
-            tally.expired += f64::from(t[1]);
-            tally.lost += f64::from(t[2]);
-            tally.photons += n;
+            k::transport(gpu, &scene, &b, &tallies)?;
+            gpu.sync()?;
             done += n;
-            progress(done, sim.photons);
+            report(done);
+            let rate = done as f64 / started.elapsed().as_secs_f64().max(1e-9);
+            batch = ((rate * opts.batch_seconds) as u64).clamp(threads * 8, max_batch);
         }
-        Ok(())
+        let mut out = FixedTally::zero(sim);
+        out.absorbed = words_to_u64(&gpu.download(&tallies.absorbed)?);
+        out.escaped = words_to_u64(&gpu.download(&tallies.escaped)?);
+        out.escaped.truncate(sim.mesh.boundary.len());
+        let totals = words_to_u64(&gpu.download(&tallies.totals)?);
+        out.totals.copy_from_slice(&totals);
+        out.photons = done;
+        Ok(out)
     })
-    .map_err(gerr)?;
-    interrupted |= tally.photons < sim.photons;
+    .map_err(gerr)
+}
+
+/// Run `sim` on `devices`, which split the photons into equal contiguous index ranges
+/// (one thread per device); `progress(done, total)` is called between batches. Naming a
+/// device twice runs two workers on it (results are the same as with one). When `stop` is
+/// set, every device stops after its current batch and the result covers the photons
+/// finished, marked interrupted.
+pub fn run_on(
+    sim: &Simulation,
+    devices: &[Device],
+    opts: &GpuOptions,
+    stop: Option<&AtomicBool>,
+    mut progress: impl FnMut(u64, u64),
+) -> Result<McResult> {
+    let start = Instant::now();
+    if devices.is_empty() {
+        return Err(Error::Invalid("no GPU devices given".into()));
+    }
+    if let Some(d) = devices.iter().find(|d| !d.is_gpu()) {
+        return Err(Error::Gpu(format!("{} is not a GPU", d.info().id)));
+    }
+    opts.variant
+        .check()
+        .map_err(|e| Error::Invalid(format!("kernel variant: {e}")))?;
+    let (fixed, total) = run_fixed(sim, devices, opts, stop, &mut progress)?;
+    let names: Vec<_> = devices.iter().map(|d| d.info().id.clone()).collect();
+    let interrupted = fixed.photons < total;
     Ok(McResult::new(
-        tally,
+        fixed.to_tally(sim),
         start.elapsed().as_secs_f64(),
-        name,
+        names.join("+"),
         interrupted,
     ))
+}
+
+/// [`run_on`]'s exact tallies, before normalisation, and the photons asked for.
+pub fn run_fixed(
+    sim: &Simulation,
+    devices: &[Device],
+    opts: &GpuOptions,
+    stop: Option<&AtomicBool>,
+    mut progress: impl FnMut(u64, u64),
+) -> Result<(FixedTally, u64)> {
+    let packed = pack(sim)?;
+    let total = sim.photons;
+    let parts = devices.len() as u64;
+    let range = |i: u64| (total * i / parts, total * (i + 1) / parts);
+    let (tx, rx) = mpsc::channel::<Report>();
+    let results: Vec<Result<FixedTally>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = devices
+            .iter()
+            .enumerate()
+            .map(|(i, device)| {
+                let tx = tx.clone();
+                let packed = &packed;
+                let (lo, hi) = range(i as u64);
+                scope.spawn(move || {
+                    run_range(sim, packed, device, opts, lo, hi - lo, stop, |done| {
+                        // The receiver outlives the workers; a send cannot fail.
+                        let _ = tx.send(Report::Progress(i, done));
+                    })
+                })
+            })
+            .collect();
+        drop(tx);
+        let mut done = vec![0u64; devices.len()];
+        for Report::Progress(i, d) in rx {
+            done[i] = d;
+            progress(done.iter().sum(), total);
+        }
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(Error::Gpu("a device worker panicked".into())))
+            })
+            .collect()
+    });
+    let mut sum = FixedTally::zero(sim);
+    for r in results {
+        sum.add(&r?);
+    }
+    Ok((sum, total))
+}
+
+/// Run `sim` on the GPU `device` with the options of [`GpuOptions::from_env`].
+pub fn run(
+    sim: &Simulation,
+    device: &Device,
+    stop: Option<&AtomicBool>,
+    progress: impl FnMut(u64, u64),
+) -> Result<McResult> {
+    run_on(
+        sim,
+        std::slice::from_ref(device),
+        &GpuOptions::from_env()?,
+        stop,
+        progress,
+    )
 }

@@ -18,7 +18,7 @@
 
 pub mod error;
 pub mod generate;
-mod gpu;
+pub mod gpu;
 pub mod mesh;
 pub mod mmc;
 pub mod mmc_json;
