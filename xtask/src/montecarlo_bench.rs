@@ -8,18 +8,26 @@
 //! actually run are in the name). TIM-OS cube_5med and FourLayer (data folder from
 //! `BIOGPU_MC_DATA`, holding `cube_5med/` and `fourlayer/`): photons/ms and the paper's L1
 //! norm of fluence between GPU and CPU next to the CPU-CPU one (both at the same count).
+//! Kernel variant sweep: every entry of [`SWEEP`] and three launch sizes on cube60 at 2e7
+//! photons each (`BIOGPU_MC_SWEEP_PHOTONS`), plus the several-device path with the device
+//! named twice; a table is printed at the end. The headline rows use the variant named by
+//! `BIOGPU_MC_VARIANT` (default: the default variant).
 //! CPU: cube60 photons/ms per core.
 
 use crate::report::Measurement;
 use crate::suite::{Options, measurement};
 use anyhow::{Context, Result};
 use gpu_runtime::{Device, Timing};
+use montecarlo_core::gpu::{GpuOptions, McVariant, default_cubes, run_on};
 use montecarlo_core::transport::Params;
 use montecarlo_core::{Material, McResult, Optics, Simulation, Source, generate, l1_norm, timos};
 use std::path::PathBuf;
 
 /// Environment variable naming the folder with the TIM-OS models.
 pub const DATA_ENV: &str = "BIOGPU_MC_DATA";
+/// Environment variable overriding the photons per configuration of the cube60 sweep
+/// (default 2e7).
+pub const SWEEP_ENV: &str = "BIOGPU_MC_SWEEP_PHOTONS";
 
 fn cube60(n_out: f64) -> Result<Simulation> {
     let mesh = generate::box_mesh([0.0; 3], [60.0; 3], 2.0, 5)?;
@@ -71,33 +79,174 @@ fn run_n(sim: &mut Simulation, device: &Device, photons: u64, seed: u64) -> Resu
     Ok(sim.run(device, None, |_, _| {})?)
 }
 
+/// A GPU run with explicit options (variant, launch size) on `devices`.
+fn run_gpu(
+    sim: &mut Simulation,
+    devices: &[Device],
+    opts: &GpuOptions,
+    photons: u64,
+    seed: u64,
+) -> Result<McResult> {
+    sim.photons = photons;
+    sim.params.seed = seed;
+    Ok(run_on(sim, devices, opts, None, |_, _| {})?)
+}
+
 fn timing(r: &McResult) -> Timing {
     Timing::from_durations(&[std::time::Duration::from_secs_f64(r.summary.seconds)])
 }
 
-/// Photons for a run of about `seconds` at `rate` photons/ms, at most `max`, at least 1e5.
+/// Photons for a run of about `seconds` at `rate` photons/ms, at most `max`, at least 1e5
+/// (or `max`).
 fn budget(rate: f64, seconds: f64, max: u64) -> u64 {
-    ((rate * seconds * 1e3) as u64).clamp(100_000, max)
+    ((rate * seconds * 1e3) as u64).clamp(100_000.min(max), max)
+}
+
+/// Kernel variants the sweep measures on cube60 (see `McVariant` for the syntax).
+pub const SWEEP: [&str; 12] = [
+    "default",
+    "prefetch",
+    "k2",
+    "k3",
+    "k4",
+    "prefetch+k2",
+    "nocache",
+    "ieee",
+    "static",
+    "nested",
+    "u64",
+    "u256",
+];
+
+/// One row of the sweep table printed at the end.
+struct SweepRow {
+    label: String,
+    rate: f64,
+    absorbed: f64,
+    same: bool,
+}
+
+/// Variant and launch-size sweep on cube60 at `n` photons: each configuration is warmed up
+/// (kernel build) and run once; tallies are compared bit for bit with the default's (the
+/// variants share the physics and the random numbers, so only f32 rounding of a different
+/// instruction order can make them differ).
+fn sweep(device: &Device, n: u64, out: &mut Vec<Measurement>) -> Result<Vec<SweepRow>> {
+    let mut sim = cube60(1.37)?;
+    let devices = std::slice::from_ref(device);
+    let mut rows = Vec::new();
+    let mut reference: Option<Vec<f64>> = None;
+    let mut configs: Vec<(String, GpuOptions)> = Vec::new();
+    for name in SWEEP {
+        let v: McVariant = name.parse().map_err(anyhow::Error::msg)?;
+        configs.push((name.to_string(), GpuOptions::default().with_variant(v)));
+    }
+    // Launch sizes of the default: cubes per multiprocessor (default 2048 threads per SM).
+    let default_cubes = default_cubes(device, &McVariant::DEFAULT);
+    for factor in [4u32, 2] {
+        let c = (default_cubes / factor).max(1);
+        configs.push((
+            format!("default, {c} cubes"),
+            GpuOptions::default().with_cubes(c),
+        ));
+    }
+    configs.push((
+        format!("default, {} cubes", default_cubes * 4),
+        GpuOptions::default().with_cubes(default_cubes * 4),
+    ));
+    for (label, opts) in &configs {
+        run_gpu(&mut sim, devices, opts, 1_000_000.min(n / 2).max(1), 11)?;
+        let r = run_gpu(&mut sim, devices, opts, n, 5)?;
+        let s = &r.summary;
+        let same = match &reference {
+            None => {
+                reference = Some(r.tally.absorbed.clone());
+                true
+            }
+            Some(a) => *a == r.tally.absorbed,
+        };
+        eprintln!(
+            "  cube60 [{label}]: {:.0} photons/ms, absorbed {:.5}{}",
+            s.photons_per_ms,
+            s.absorbed,
+            if same {
+                ""
+            } else {
+                " (tallies differ from default)"
+            }
+        );
+        out.push(measurement(
+            "montecarlo",
+            &format!("cube60 sweep [{label}], {n} photons"),
+            s.photons_per_ms,
+            "photons/ms",
+            timing(&r),
+            format!(
+                "kernel variant sweep; absorbed {:.5}; tallies {} the default's; balance error {:.1e}",
+                s.absorbed,
+                if same { "identical to" } else { "differ from" },
+                s.balance_error
+            ),
+        ));
+        rows.push(SweepRow {
+            label: label.clone(),
+            rate: s.photons_per_ms,
+            absorbed: s.absorbed,
+            same,
+        });
+    }
+    // The several-device path with the device named twice: bit-identical to one device.
+    let two = [device.clone(), device.clone()];
+    let r = run_gpu(&mut sim, &two, &GpuOptions::default(), n, 5)?;
+    let same = reference.as_ref().is_some_and(|a| *a == r.tally.absorbed);
+    eprintln!(
+        "  cube60 [2 workers on one device]: {:.0} photons/ms, tallies {}",
+        r.summary.photons_per_ms,
+        if same { "identical" } else { "DIFFER" }
+    );
+    out.push(measurement(
+        "montecarlo",
+        &format!("cube60 sweep [default, split over 2 workers on one device], {n} photons"),
+        r.summary.photons_per_ms,
+        "photons/ms",
+        timing(&r),
+        format!(
+            "run_on(&[dev, dev]): the multi-GPU path; tallies {} one device's",
+            if same { "identical to" } else { "DIFFER from" }
+        ),
+    ));
+    rows.push(SweepRow {
+        label: "default, 2 workers on one device".into(),
+        rate: r.summary.photons_per_ms,
+        absorbed: r.summary.absorbed,
+        same,
+    });
+    Ok(rows)
 }
 
 pub fn run(device: &Device, opts: &Options, _earlier: &[Measurement]) -> Result<Vec<Measurement>> {
     let mut out = Vec::new();
     if device.is_gpu() {
-        let (max, secs) = if opts.quick {
+        // A software adapter (lavapipe) only smoke-tests the code path.
+        let software = device.info().software;
+        let (max, secs) = if software {
+            (20_000, 1.0)
+        } else if opts.quick {
             (2_000_000, 3.0)
         } else {
             (100_000_000, 15.0)
         };
+        let gpu_opts = GpuOptions::from_env()?;
+        let devices = std::slice::from_ref(device);
         for (name, n_out, mcx) in [("cube60", 1.37, 0.177), ("cube60b", 1.0, 0.272)] {
             let mut sim = cube60(n_out)?;
             // Warm-up (kernel build) and a rate estimate.
-            let warm = run_n(&mut sim, device, 2_000_000.min(max), 11)?;
+            let warm = run_gpu(&mut sim, devices, &gpu_opts, 2_000_000.min(max), 11)?;
             let n = budget(warm.summary.photons_per_ms, secs, max);
-            let r = run_n(&mut sim, device, n, 1)?;
+            let r = run_gpu(&mut sim, devices, &gpu_opts, n, 1)?;
             let s = &r.summary;
             eprintln!(
-                "  {name}: {} photons, {:.0} photons/ms, absorbed {:.4}",
-                s.photons, s.photons_per_ms, s.absorbed
+                "  {name}: {} photons, {:.0} photons/ms, absorbed {:.4} (variant {})",
+                s.photons, s.photons_per_ms, s.absorbed, gpu_opts.variant
             );
             out.push(measurement(
                 "montecarlo",
@@ -106,42 +255,40 @@ pub fn run(device: &Device, opts: &Options, _earlier: &[Measurement]) -> Result<
                 "photons/ms",
                 timing(&r),
                 format!(
-                    "absorbed {:.4} (MCX voxel {mcx}), escaped {:.4}, time-limited {:.4}, balance error {:.1e}; target >= 150,000 photons/ms (cube60); MCX 274k/152k photons/ms on an H200",
-                    s.absorbed, s.escaped, s.expired, s.balance_error
+                    "kernel variant {}; absorbed {:.4} (MCX voxel {mcx}), escaped {:.4}, time-limited {:.4}, balance error {:.1e}; target >= 150,000 photons/ms (cube60); MCX 274k/152k photons/ms on an H200",
+                    gpu_opts.variant, s.absorbed, s.escaped, s.expired, s.balance_error
                 ),
             ));
         }
-        // Launch-size sweep on cube60 (persistent threads: cubes of 128 threads).
-        let mut sim = cube60(1.37)?;
-        let sweep_n = if opts.quick { 1_000_000 } else { 20_000_000 };
-        for cubes in [1024u32, 2048, 4096, 8192, 16384] {
-            sim.params.gpu_cubes = Some(cubes);
-            let r = run_n(&mut sim, device, sweep_n, 5)?;
-            eprintln!(
-                "  cube60 {cubes} cubes: {:.0} photons/ms",
-                r.summary.photons_per_ms
-            );
-            out.push(measurement(
-                "montecarlo",
-                &format!("cube60 launch of {cubes}x128 threads, {sweep_n} photons"),
-                r.summary.photons_per_ms,
-                "photons/ms",
-                timing(&r),
-                "launch-size sweep (default 16384 cubes)".into(),
-            ));
-        }
+        let sweep_n = std::env::var(SWEEP_ENV)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(if software {
+                20_000
+            } else if opts.quick {
+                1_000_000
+            } else {
+                20_000_000
+            });
+        let rows = sweep(device, sweep_n, &mut out)?;
         for name in ["cube_5med", "fourlayer"] {
             let Some(mut sim) = timos_model(name).with_context(|| format!("loading {name}"))?
             else {
                 eprintln!("  {name}: {DATA_ENV} not set: skipped");
                 continue;
             };
-            let warm = run_n(&mut sim, device, 1_000_000.min(max), 11)?;
+            let warm = run_gpu(&mut sim, devices, &gpu_opts, 1_000_000.min(max), 11)?;
             let n = budget(warm.summary.photons_per_ms, secs, max);
-            let r = run_n(&mut sim, device, n, 1)?;
+            let r = run_gpu(&mut sim, devices, &gpu_opts, n, 1)?;
             // L1 at a count the CPU runs in seconds on the GPU machine's cores.
-            let m = if opts.quick { 100_000 } else { 1_000_000 };
-            let g = run_n(&mut sim, device, m, 3)?;
+            let m = if software {
+                20_000
+            } else if opts.quick {
+                100_000
+            } else {
+                1_000_000
+            };
+            let g = run_gpu(&mut sim, devices, &gpu_opts, m, 3)?;
             let cpu = Device::cpu();
             let a = run_n(&mut sim, &cpu, m, 1)?;
             let b = run_n(&mut sim, &cpu, m, 2)?;
@@ -159,10 +306,22 @@ pub fn run(device: &Device, opts: &Options, _earlier: &[Measurement]) -> Result<
                 "photons/ms",
                 timing(&r),
                 format!(
-                    "absorbed {:.4} (CPU {:.4}); L1 fluence GPU-CPU {l1_gpu:.4} vs CPU-CPU {l1_cpu:.4} at {m} photons each; CPU {:.0} photons/ms on {} threads",
-                    s.absorbed, a.summary.absorbed, a.summary.photons_per_ms, a.summary.device
+                    "kernel variant {}; absorbed {:.4} (CPU {:.4}); L1 fluence GPU-CPU {l1_gpu:.4} vs CPU-CPU {l1_cpu:.4} at {m} photons each; CPU {:.0} photons/ms on {} threads",
+                    gpu_opts.variant, s.absorbed, a.summary.absorbed, a.summary.photons_per_ms, a.summary.device
                 ),
             ));
+        }
+        eprintln!("\n  montecarlo sweep on cube60 ({sweep_n} photons each), {device}:");
+        eprintln!("  | configuration | photons/ms | absorbed | tallies = default |");
+        eprintln!("  |---|---|---|---|");
+        for r in &rows {
+            eprintln!(
+                "  | {} | {:.0} | {:.5} | {} |",
+                r.label,
+                r.rate,
+                r.absorbed,
+                if r.same { "yes" } else { "no" }
+            );
         }
     } else {
         let mut sim = cube60(1.37)?;

@@ -113,9 +113,7 @@ fn pack_materials(sim: &Simulation) -> Vec<f32> {
         } else {
             (f64::INFINITY, 0.0)
         };
-        mats.extend(
-            [inv, m.g, m.n, absorb, mu_t, m.n / C_MM_PER_NS, 0.0, 0.0].map(|v| v as f32),
-        );
+        mats.extend([inv, m.g, m.n, absorb, mu_t, m.n / C_MM_PER_NS, 0.0, 0.0].map(|v| v as f32));
     }
     mats
 }

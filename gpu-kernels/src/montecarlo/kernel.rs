@@ -28,7 +28,6 @@ use super::{
 };
 use cubecl::prelude::*;
 
-
 /// A packet in flight, with the optical constants of its current region.
 #[derive(CubeType)]
 pub(crate) struct Photon {
@@ -215,7 +214,6 @@ pub(crate) fn pick(v: Vector<i32, Const<4>>, f: u32) -> i32 {
     select(f == 3u32, v[3], r)
 }
 
-
 /// One event without the scattering: move to the interaction point inside the current
 /// tetrahedron (returns 1: [`scatter`] follows) or to its exit face and across it, with
 /// Fresnel where the index changes (returns 0), or end the packet (returns 2: time limit,
@@ -268,9 +266,7 @@ pub(crate) fn advance(
                 // Same material on both sides: nothing to do but move on.
                 p.t = v as u32;
             } else {
-                code = cross_interface(
-                    p, rng, v, ex.f, faces, region, mats, escaped, n_out, flags,
-                );
+                code = cross_interface(p, rng, v, ex.f, faces, region, mats, escaped, n_out, flags);
             }
             if code == 0u32 && p.s <= 0.0f32 {
                 p.s = -f32::ln(uniform(rng));

@@ -156,8 +156,14 @@ fn check_against_cpu(label: &str, mut sim: Simulation, device: &Device, variants
     let cpu_l1 = l1_norm(&fa, &fb);
     let cpu_l1_exit = l1_norm(&ea, &eb);
     for name in variants {
-        let gpu_r = run_on(&sim, std::slice::from_ref(device), &variant(name), None, |_, _| {})
-            .unwrap();
+        let gpu_r = run_on(
+            &sim,
+            std::slice::from_ref(device),
+            &variant(name),
+            None,
+            |_, _| {},
+        )
+        .unwrap();
         let s = &gpu_r.summary;
         assert_eq!(s.photons, n, "{label} {name}");
         let gpu_l1 = l1_norm(&fa, &fluence(&sim, &gpu_r));
@@ -227,8 +233,8 @@ fn mc_gpu_tallies_are_bit_identical_across_launch_sizes_and_device_splits() {
     let dev: &Device = &gpu;
     for name in ["default", "nested"] {
         let base = variant(name);
-        let (one, total) = run_fixed(&sim, std::slice::from_ref(dev), &base, None, |_, _| {})
-            .unwrap();
+        let (one, total) =
+            run_fixed(&sim, std::slice::from_ref(dev), &base, None, |_, _| {}).unwrap();
         assert_eq!((one.photons, total), (30_000, 30_000));
         assert!(one.absorbed.iter().sum::<u64>() > 0);
         // Few threads: many small batches of 16 photons per thread, photons handed out
@@ -241,13 +247,22 @@ fn mc_gpu_tallies_are_bit_identical_across_launch_sizes_and_device_splits() {
             |_, _| {},
         )
         .unwrap();
-        assert!(small == one, "[{name}] 3 cubes differ from the default launch");
+        assert!(
+            small == one,
+            "[{name}] 3 cubes differ from the default launch"
+        );
         let two = [dev.clone(), dev.clone()];
         let (split2, _) = run_fixed(&sim, &two, &base, None, |_, _| {}).unwrap();
-        assert!(split2 == one, "[{name}] a 2-way split differs from one device");
+        assert!(
+            split2 == one,
+            "[{name}] a 2-way split differs from one device"
+        );
         let three = [dev.clone(), dev.clone(), dev.clone()];
         let (split3, _) = run_fixed(&sim, &three, &base.with_cubes(5), None, |_, _| {}).unwrap();
-        assert!(split3 == one, "[{name}] a 3-way split differs from one device");
+        assert!(
+            split3 == one,
+            "[{name}] a 3-way split differs from one device"
+        );
     }
 }
 
@@ -264,11 +279,17 @@ fn mc_gpu_stopped_run_returns_the_normalised_partial_result() {
     let mut calls = 0;
     // One cube of 128 threads: the first batch is 8 photons per thread.
     let opts = GpuOptions::default().with_cubes(1);
-    let r = run_on(&sim, std::slice::from_ref(&*gpu), &opts, Some(&stop), |done, total| {
-        calls += 1;
-        assert!(done <= total);
-        stop.store(true, Ordering::Relaxed);
-    })
+    let r = run_on(
+        &sim,
+        std::slice::from_ref(&*gpu),
+        &opts,
+        Some(&stop),
+        |done, total| {
+            calls += 1;
+            assert!(done <= total);
+            stop.store(true, Ordering::Relaxed);
+        },
+    )
     .unwrap();
     let s = &r.summary;
     // The device worker may start its next batch before the flag is seen.
@@ -316,4 +337,3 @@ proptest! {
         }
     }
 }
-
