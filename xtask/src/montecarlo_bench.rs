@@ -18,7 +18,7 @@ use crate::report::Measurement;
 use crate::suite::{Options, measurement};
 use anyhow::{Context, Result};
 use gpu_runtime::{Device, Timing};
-use montecarlo_core::gpu::{GpuOptions, McVariant, default_cubes, run_on};
+use montecarlo_core::gpu::{GpuOptions, McVariant, default_cubes, run_fixed};
 use montecarlo_core::transport::Params;
 use montecarlo_core::{Material, McResult, Optics, Simulation, Source, generate, l1_norm, timos};
 use std::path::PathBuf;
@@ -79,17 +79,28 @@ fn run_n(sim: &mut Simulation, device: &Device, photons: u64, seed: u64) -> Resu
     Ok(sim.run(device, None, |_, _| {})?)
 }
 
-/// A GPU run with explicit options (variant, launch size) on `devices`.
+/// A GPU run with explicit options (variant, launch size) on `devices`, and the photons per
+/// ms of the transport alone (without packing, uploads and read-back).
 fn run_gpu(
     sim: &mut Simulation,
     devices: &[Device],
     opts: &GpuOptions,
     photons: u64,
     seed: u64,
-) -> Result<McResult> {
+) -> Result<(McResult, f64)> {
     sim.photons = photons;
     sim.params.seed = seed;
-    Ok(run_on(sim, devices, opts, None, |_, _| {})?)
+    let start = std::time::Instant::now();
+    let (fixed, total) = run_fixed(sim, devices, opts, None, |_, _| {})?;
+    let names: Vec<_> = devices.iter().map(|d| d.info().id.clone()).collect();
+    let transport_rate = fixed.photons as f64 / (fixed.transport_seconds * 1e3).max(1e-12);
+    let r = McResult::new(
+        fixed.to_tally(sim),
+        start.elapsed().as_secs_f64(),
+        names.join("+"),
+        fixed.photons < total,
+    );
+    Ok((r, transport_rate))
 }
 
 fn timing(r: &McResult) -> Timing {
@@ -103,8 +114,11 @@ fn budget(rate: f64, seconds: f64, max: u64) -> u64 {
 }
 
 /// Kernel variants the sweep measures on cube60 (see `McVariant` for the syntax).
-pub const SWEEP: [&str; 12] = [
+pub const SWEEP: [&str; 15] = [
     "default",
+    "keep",
+    "keep+prefetch",
+    "keep+k2",
     "prefetch",
     "k2",
     "k3",
@@ -122,6 +136,7 @@ pub const SWEEP: [&str; 12] = [
 struct SweepRow {
     label: String,
     rate: f64,
+    transport_rate: f64,
     absorbed: f64,
     same: bool,
 }
@@ -154,8 +169,8 @@ fn sweep(device: &Device, n: u64, out: &mut Vec<Measurement>) -> Result<Vec<Swee
         GpuOptions::default().with_cubes(default_cubes * 4),
     ));
     for (label, opts) in &configs {
-        run_gpu(&mut sim, devices, opts, 1_000_000.min(n / 2).max(1), 11)?;
-        let r = run_gpu(&mut sim, devices, opts, n, 5)?;
+        let _ = run_gpu(&mut sim, devices, opts, 1_000_000.min(n / 2).max(1), 11)?;
+        let (r, transport_rate) = run_gpu(&mut sim, devices, opts, n, 5)?;
         let s = &r.summary;
         let same = match &reference {
             None => {
@@ -165,7 +180,7 @@ fn sweep(device: &Device, n: u64, out: &mut Vec<Measurement>) -> Result<Vec<Swee
             Some(a) => *a == r.tally.absorbed,
         };
         eprintln!(
-            "  cube60 [{label}]: {:.0} photons/ms, absorbed {:.5}{}",
+            "  cube60 [{label}]: {:.0} photons/ms ({transport_rate:.0} in transport), absorbed {:.5}{}",
             s.photons_per_ms,
             s.absorbed,
             if same {
@@ -181,7 +196,7 @@ fn sweep(device: &Device, n: u64, out: &mut Vec<Measurement>) -> Result<Vec<Swee
             "photons/ms",
             timing(&r),
             format!(
-                "kernel variant sweep; absorbed {:.5}; tallies {} the default's; balance error {:.1e}",
+                "kernel variant sweep; {transport_rate:.0} photons/ms in the transport alone; absorbed {:.5}; tallies {} the default's; balance error {:.1e}",
                 s.absorbed,
                 if same { "identical to" } else { "differ from" },
                 s.balance_error
@@ -190,13 +205,14 @@ fn sweep(device: &Device, n: u64, out: &mut Vec<Measurement>) -> Result<Vec<Swee
         rows.push(SweepRow {
             label: label.clone(),
             rate: s.photons_per_ms,
+            transport_rate,
             absorbed: s.absorbed,
             same,
         });
     }
     // The several-device path with the device named twice: bit-identical to one device.
     let two = [device.clone(), device.clone()];
-    let r = run_gpu(&mut sim, &two, &GpuOptions::default(), n, 5)?;
+    let (r, transport_rate) = run_gpu(&mut sim, &two, &GpuOptions::default(), n, 5)?;
     let same = reference.as_ref().is_some_and(|a| *a == r.tally.absorbed);
     eprintln!(
         "  cube60 [2 workers on one device]: {:.0} photons/ms, tallies {}",
@@ -217,6 +233,7 @@ fn sweep(device: &Device, n: u64, out: &mut Vec<Measurement>) -> Result<Vec<Swee
     rows.push(SweepRow {
         label: "default, 2 workers on one device".into(),
         rate: r.summary.photons_per_ms,
+        transport_rate,
         absorbed: r.summary.absorbed,
         same,
     });
@@ -240,12 +257,12 @@ pub fn run(device: &Device, opts: &Options, _earlier: &[Measurement]) -> Result<
         for (name, n_out, mcx) in [("cube60", 1.37, 0.177), ("cube60b", 1.0, 0.272)] {
             let mut sim = cube60(n_out)?;
             // Warm-up (kernel build) and a rate estimate.
-            let warm = run_gpu(&mut sim, devices, &gpu_opts, 2_000_000.min(max), 11)?;
+            let (warm, _) = run_gpu(&mut sim, devices, &gpu_opts, 2_000_000.min(max), 11)?;
             let n = budget(warm.summary.photons_per_ms, secs, max);
-            let r = run_gpu(&mut sim, devices, &gpu_opts, n, 1)?;
+            let (r, transport_rate) = run_gpu(&mut sim, devices, &gpu_opts, n, 1)?;
             let s = &r.summary;
             eprintln!(
-                "  {name}: {} photons, {:.0} photons/ms, absorbed {:.4} (variant {})",
+                "  {name}: {} photons, {:.0} photons/ms ({transport_rate:.0} in transport), absorbed {:.4} (variant {})",
                 s.photons, s.photons_per_ms, s.absorbed, gpu_opts.variant
             );
             out.push(measurement(
@@ -255,7 +272,7 @@ pub fn run(device: &Device, opts: &Options, _earlier: &[Measurement]) -> Result<
                 "photons/ms",
                 timing(&r),
                 format!(
-                    "kernel variant {}; absorbed {:.4} (MCX voxel {mcx}), escaped {:.4}, time-limited {:.4}, balance error {:.1e}; target >= 150,000 photons/ms (cube60); MCX 274k/152k photons/ms on an H200",
+                    "kernel variant {}; {transport_rate:.0} photons/ms in the transport alone (end to end incl. packing, upload, read-back: the value); absorbed {:.4} (MCX voxel {mcx}), escaped {:.4}, time-limited {:.4}, balance error {:.1e}; target >= 150,000 photons/ms (cube60); MCX 274k/152k photons/ms on an H200",
                     gpu_opts.variant, s.absorbed, s.escaped, s.expired, s.balance_error
                 ),
             ));
@@ -277,9 +294,9 @@ pub fn run(device: &Device, opts: &Options, _earlier: &[Measurement]) -> Result<
                 eprintln!("  {name}: {DATA_ENV} not set: skipped");
                 continue;
             };
-            let warm = run_gpu(&mut sim, devices, &gpu_opts, 1_000_000.min(max), 11)?;
+            let (warm, _) = run_gpu(&mut sim, devices, &gpu_opts, 1_000_000.min(max), 11)?;
             let n = budget(warm.summary.photons_per_ms, secs, max);
-            let r = run_gpu(&mut sim, devices, &gpu_opts, n, 1)?;
+            let (r, transport_rate) = run_gpu(&mut sim, devices, &gpu_opts, n, 1)?;
             // L1 at a count the CPU runs in seconds on the GPU machine's cores.
             let m = if software {
                 20_000
@@ -288,7 +305,7 @@ pub fn run(device: &Device, opts: &Options, _earlier: &[Measurement]) -> Result<
             } else {
                 1_000_000
             };
-            let g = run_gpu(&mut sim, devices, &gpu_opts, m, 3)?;
+            let (g, _) = run_gpu(&mut sim, devices, &gpu_opts, m, 3)?;
             let cpu = Device::cpu();
             let a = run_n(&mut sim, &cpu, m, 1)?;
             let b = run_n(&mut sim, &cpu, m, 2)?;
@@ -296,7 +313,7 @@ pub fn run(device: &Device, opts: &Options, _earlier: &[Measurement]) -> Result<
             let (l1_gpu, l1_cpu) = (l1_norm(&fl(&a), &fl(&g)), l1_norm(&fl(&a), &fl(&b)));
             let s = &r.summary;
             eprintln!(
-                "  {name}: {} photons, {:.0} photons/ms, L1 GPU-CPU {l1_gpu:.4}, CPU-CPU {l1_cpu:.4}",
+                "  {name}: {} photons, {:.0} photons/ms ({transport_rate:.0} in transport), L1 GPU-CPU {l1_gpu:.4}, CPU-CPU {l1_cpu:.4}",
                 s.photons, s.photons_per_ms
             );
             out.push(measurement(
@@ -306,19 +323,22 @@ pub fn run(device: &Device, opts: &Options, _earlier: &[Measurement]) -> Result<
                 "photons/ms",
                 timing(&r),
                 format!(
-                    "kernel variant {}; absorbed {:.4} (CPU {:.4}); L1 fluence GPU-CPU {l1_gpu:.4} vs CPU-CPU {l1_cpu:.4} at {m} photons each; CPU {:.0} photons/ms on {} threads",
+                    "kernel variant {}; {transport_rate:.0} photons/ms in the transport alone; absorbed {:.4} (CPU {:.4}); L1 fluence GPU-CPU {l1_gpu:.4} vs CPU-CPU {l1_cpu:.4} at {m} photons each; CPU {:.0} photons/ms on {} threads",
                     gpu_opts.variant, s.absorbed, a.summary.absorbed, a.summary.photons_per_ms, a.summary.device
                 ),
             ));
         }
         eprintln!("\n  montecarlo sweep on cube60 ({sweep_n} photons each), {device}:");
-        eprintln!("  | configuration | photons/ms | absorbed | tallies = default |");
-        eprintln!("  |---|---|---|---|");
+        eprintln!(
+            "  | configuration | photons/ms end to end | photons/ms transport | absorbed | tallies = default |"
+        );
+        eprintln!("  |---|---|---|---|---|");
         for r in &rows {
             eprintln!(
-                "  | {} | {:.0} | {:.5} | {} |",
+                "  | {} | {:.0} | {:.0} | {:.5} | {} |",
                 r.label,
                 r.rate,
+                r.transport_rate,
                 r.absorbed,
                 if r.same { "yes" } else { "no" }
             );

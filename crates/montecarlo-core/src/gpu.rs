@@ -229,7 +229,7 @@ fn upload_scene<R: cubecl_rt::Runtime>(
 use gpu_runtime::cubecl::prelude as cubecl_rt;
 
 /// Exact tallies of a photon range: 64-bit integers of 2^-24 weight units.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct FixedTally {
     /// Per tetrahedron (index 0 unused).
     pub absorbed: Vec<u64>,
@@ -239,6 +239,9 @@ pub struct FixedTally {
     pub totals: [u64; TOTALS],
     /// Photons run.
     pub photons: u64,
+    /// Wall time of the transport itself (launches and their synchronisation, after the
+    /// scene is on the device, before the tallies are read back); the slowest device's.
+    pub transport_seconds: f64,
 }
 
 impl FixedTally {
@@ -248,7 +251,16 @@ impl FixedTally {
             escaped: vec![0; sim.mesh.boundary.len()],
             totals: [0; TOTALS],
             photons: 0,
+            transport_seconds: 0.0,
         }
+    }
+
+    /// Whether the tallies and photon counts are equal bit for bit (timing aside).
+    pub fn same_tallies(&self, other: &FixedTally) -> bool {
+        self.absorbed == other.absorbed
+            && self.escaped == other.escaped
+            && self.totals == other.totals
+            && self.photons == other.photons
     }
 
     /// Add `other` (exact integer sums).
@@ -263,6 +275,7 @@ impl FixedTally {
             *a += b;
         }
         self.photons += other.photons;
+        self.transport_seconds = self.transport_seconds.max(other.transport_seconds);
     }
 
     /// The f64 tally (weights in packet units).
@@ -383,7 +396,9 @@ fn run_range(
             let rate = done as f64 / started.elapsed().as_secs_f64().max(1e-9);
             batch = ((rate * opts.batch_seconds) as u64).clamp(threads * 8, max_batch);
         }
+        let transport_seconds = started.elapsed().as_secs_f64();
         let mut out = FixedTally::zero(sim);
+        out.transport_seconds = transport_seconds;
         out.absorbed = words_to_u64(&gpu.download(&tallies.absorbed)?);
         out.escaped = words_to_u64(&gpu.download(&tallies.escaped)?);
         out.escaped.truncate(sim.mesh.boundary.len());

@@ -24,7 +24,8 @@
 use super::rng::{Rng, rng_seed, rng_zero, uniform};
 use super::source::launch;
 use super::{
-    F_IEEE, F_NESTED, F_NO_CACHE, F_PREFETCH, F_STATIC, T_EXPIRED, T_GAINED, T_KILLED, T_LOST,
+    F_IEEE, F_KEEP_PLANES, F_NESTED, F_NO_CACHE, F_PREFETCH, F_STATIC, T_EXPIRED, T_GAINED,
+    T_KILLED, T_LOST,
 };
 use cubecl::prelude::*;
 
@@ -51,6 +52,12 @@ pub(crate) struct Photon {
     pub n_over_c: f32,
     pub n: f32,
     pub g: f32,
+    /// With `F_KEEP_PLANES`: the face planes of tetrahedron `ft`, kept across events.
+    pub f0: Vector<f32, Const<4>>,
+    pub f1: Vector<f32, Const<4>>,
+    pub f2: Vector<f32, Const<4>>,
+    pub f3: Vector<f32, Const<4>>,
+    pub ft: u32,
 }
 
 #[cube]
@@ -73,6 +80,11 @@ pub(crate) fn photon_zero() -> Photon {
         n_over_c: 0.0f32,
         n: 1.0f32,
         g: 0.0f32,
+        f0: Vector::new(0.0f32),
+        f1: Vector::new(0.0f32),
+        f2: Vector::new(0.0f32),
+        f3: Vector::new(0.0f32),
+        ft: 0u32,
     }
 }
 
@@ -168,10 +180,35 @@ pub(crate) fn exit_face(
     dz: f32,
 ) -> Exit {
     let b = (t * 4u32) as usize;
-    let a0 = faces[b];
-    let a1 = faces[b + 1];
-    let a2 = faces[b + 2];
-    let a3 = faces[b + 3];
+    exit_of(
+        faces[b],
+        faces[b + 1],
+        faces[b + 2],
+        faces[b + 3],
+        px,
+        py,
+        pz,
+        dx,
+        dy,
+        dz,
+    )
+}
+
+/// [`exit_face`] for the planes `a0..a3` of a tetrahedron.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn exit_of(
+    a0: Vector<f32, Const<4>>,
+    a1: Vector<f32, Const<4>>,
+    a2: Vector<f32, Const<4>>,
+    a3: Vector<f32, Const<4>>,
+    px: f32,
+    py: f32,
+    pz: f32,
+    dx: f32,
+    dy: f32,
+    dz: f32,
+) -> Exit {
     let big = 3.0e38f32;
     let c0 = a0[0] * dx + a0[1] * dy + a0[2] * dz;
     let c1 = a1[0] * dx + a1[1] * dy + a1[2] * dz;
@@ -240,8 +277,22 @@ pub(crate) fn advance(
     if comptime!(flags & F_PREFETCH != 0) {
         nbv = neigh[p.t as usize];
     }
-    let ex = exit_face(faces, p.t, p.px, p.py, p.pz, p.dx, p.dy, p.dz);
+    let ex = if comptime!(flags & F_KEEP_PLANES != 0) {
+        // Reload only after a crossing (or at a launch into another tetrahedron).
+        if p.ft != p.t {
+            let b = (p.t * 4u32) as usize;
+            p.f0 = faces[b];
+            p.f1 = faces[b + 1];
+            p.f2 = faces[b + 2];
+            p.f3 = faces[b + 3];
+            p.ft = p.t;
+        }
+        exit_of(p.f0, p.f1, p.f2, p.f3, p.px, p.py, p.pz, p.dx, p.dy, p.dz)
+    } else {
+        exit_face(faces, p.t, p.px, p.py, p.pz, p.dx, p.dy, p.dz)
+    };
     let h = ex.h;
+    let exit_f = ex.f;
     let l = p.s * p.inv_mut;
     let step = f32::min(l, h);
     p.time += step * p.n_over_c;
@@ -261,12 +312,14 @@ pub(crate) fn advance(
             if comptime!(flags & F_PREFETCH == 0) {
                 nbv = neigh[p.t as usize];
             }
-            let v = pick(nbv, ex.f);
+            let v = pick(nbv, exit_f);
             if ((v - 1i32) as u32) < 0x3FFF_FFFFu32 {
                 // Same material on both sides: nothing to do but move on.
                 p.t = v as u32;
             } else {
-                code = cross_interface(p, rng, v, ex.f, faces, region, mats, escaped, n_out, flags);
+                code = cross_interface(
+                    p, rng, v, exit_f, faces, region, mats, escaped, n_out, flags,
+                );
             }
             if code == 0u32 && p.s <= 0.0f32 {
                 p.s = -f32::ln(uniform(rng));

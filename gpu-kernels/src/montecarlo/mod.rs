@@ -84,12 +84,17 @@ pub const F_NO_CACHE: u32 = 8;
 /// `rsqrtf`).
 pub const F_IEEE: u32 = 16;
 
+/// Variant flag: keep the current tetrahedron's face planes in registers (16 more) and
+/// reload them only after a crossing, instead of reloading them at every event.
+pub const F_KEEP_PLANES: u32 = 32;
+
 /// A compile-time configuration of the transport kernel. Every variant computes the same
 /// physics with the same random numbers per photon; they differ in speed only (and, for
 /// `ieee`, in the last bits of f32 rounding).
 ///
 /// Written as a `+`-separated list of changes to the default: `nested`, `static`,
-/// `prefetch`, `nocache`, `ieee`, `k<N>` (faces per iteration), `u<N>` (threads per cube);
+/// `prefetch`, `nocache`, `ieee`, `keep`, `k<N>` (faces per iteration), `u<N>` (threads
+/// per cube);
 /// `default` alone is the default.
 ///
 /// ```
@@ -116,12 +121,13 @@ impl Default for McVariant {
     }
 }
 
-const TOKENS: [(&str, u32); 5] = [
+const TOKENS: [(&str, u32); 6] = [
     ("nested", F_NESTED),
     ("static", F_STATIC),
     ("prefetch", F_PREFETCH),
     ("nocache", F_NO_CACHE),
     ("ieee", F_IEEE),
+    ("keep", F_KEEP_PLANES),
 ];
 
 impl McVariant {
@@ -196,7 +202,7 @@ impl std::str::FromStr for McVariant {
             } else {
                 return Err(format!(
                     "unknown kernel variant `{token}` in `{text}`: expected default, nested, \
-                     static, prefetch, nocache, ieee, k<N> or u<N> joined by +"
+                     static, prefetch, nocache, ieee, keep, k<N> or u<N> joined by +"
                 ));
             }
         }
@@ -386,11 +392,12 @@ pub fn transport<R: Runtime>(
 
 /// Variants compiled by `cargo xtask build-ptx` (register and spill report for each), with
 /// their catalog names.
-pub const CATALOG_VARIANTS: [(&str, &str); 4] = [
+pub const CATALOG_VARIANTS: [(&str, &str); 5] = [
     ("mc_transport", "default"),
     ("mc_transport_nested", "nested"),
     ("mc_transport_prefetch", "prefetch"),
     ("mc_transport_k2", "k2"),
+    ("mc_transport_keep", "keep"),
 ];
 
 /// This module's kernels, configured as their launch wrappers configure them.
