@@ -508,3 +508,118 @@ pub fn run(
         progress,
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transport::Params;
+    use crate::{Material, Optics, Source, generate};
+
+    fn sim(same_material: bool) -> Simulation {
+        let mesh = generate::grid_mesh(
+            &generate::planes(0.0, 4.0, 2),
+            &generate::planes(0.0, 4.0, 2),
+            &generate::planes(0.0, 4.0, 2),
+            6,
+            |c| if c[2] > 2.0 { 2 } else { 1 },
+        )
+        .unwrap();
+        let m = Material {
+            mua: 0.1,
+            mus: 1.0,
+            g: 0.5,
+            n: 1.4,
+        };
+        let m2 = if same_material {
+            m
+        } else {
+            Material { mua: 0.2, ..m }
+        };
+        let optics = Optics {
+            materials: vec![m, m2],
+            n_outside: 1.0,
+        };
+        let src = [Source::Disk {
+            pos: [2.0, 2.0, 0.0],
+            dir: [0.0, 0.0, 1.0],
+            radius: 1.0,
+            power: 1.0,
+        }];
+        Simulation::new(mesh, optics, &src, 10, Params::default()).unwrap()
+    }
+
+    /// Neighbour entries: boundary faces are `-b` with the right triangle, interior faces
+    /// carry the interface bit exactly where the two regions' materials differ.
+    #[test]
+    fn packed_neighbours_flag_material_changes_and_name_boundary_triangles() {
+        for same in [true, false] {
+            let s = sim(same);
+            let p = pack(&s).unwrap();
+            let m = &s.mesh;
+            let mut flagged = 0;
+            for t in 1..=m.len() {
+                for f in 0..4 {
+                    let v = p.neigh[t * 4 + f];
+                    let nb = m.neighbours[t][f];
+                    if nb == 0 {
+                        assert_eq!(v, -(m.boundary_index[t][f] as i32));
+                    } else {
+                        let differ = m.regions[t] != m.regions[nb as usize] && !same;
+                        assert_eq!(v & NEIGH_INTERFACE != 0, differ, "tet {t} face {f}");
+                        assert_eq!((v & !NEIGH_INTERFACE) as u32, nb);
+                        flagged += usize::from(differ);
+                    }
+                }
+            }
+            assert_eq!(flagged > 0, !same);
+            // Planes: 16 floats per tet, the f64 ones rounded.
+            assert_eq!(p.faces.len(), (m.len() + 1) * k::FACE_FLOATS);
+            assert_eq!(p.faces[k::FACE_FLOATS + 3], m.faces[1][0][3] as f32);
+            // The disk's start is its centre moved a hair along the beam.
+            let z = p.srcs[6];
+            assert!(z > 0.0 && z < 1e-5, "{z}");
+            assert_eq!(p.srcs[0], KIND_DISK as f32);
+        }
+    }
+
+    #[test]
+    fn fixed_tallies_convert_exactly_and_compare_without_timing() {
+        let s = sim(true);
+        let mut a = FixedTally::zero(&s);
+        a.absorbed[1] = 3 << 24;
+        a.escaped[0] = 1 << 23;
+        a.totals = [5 << 24, 1 << 24, 1 << 22, 0];
+        a.photons = 10;
+        let mut b = a.clone();
+        b.transport_seconds = 1.0;
+        assert!(a.same_tallies(&b));
+        let t = a.to_tally(&s);
+        assert_eq!(t.absorbed[1], 3.0);
+        assert_eq!(t.escaped[0], 0.5);
+        assert_eq!(t.roulette, 4.0);
+        assert_eq!(t.expired, 0.25);
+        a.add(&b);
+        assert_eq!(a.absorbed[1], 6 << 24);
+        assert_eq!(a.photons, 20);
+        assert!(!a.same_tallies(&b));
+    }
+
+    #[test]
+    fn bad_variant_and_device_lists_are_errors() {
+        assert!("k9".parse::<McVariant>().is_err());
+        assert!("nested+k2".parse::<McVariant>().is_err());
+        assert!("u48".parse::<McVariant>().is_err());
+        let s = sim(true);
+        let e = run_on(&s, &[], &GpuOptions::default(), None, |_, _| {}).unwrap_err();
+        assert!(e.to_string().contains("no GPU devices"), "{e}");
+        let e = run_on(
+            &s,
+            &[Device::cpu()],
+            &GpuOptions::default(),
+            None,
+            |_, _| {},
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("not a GPU"), "{e}");
+    }
+}
