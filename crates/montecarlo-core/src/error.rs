@@ -29,6 +29,13 @@ pub enum Error {
         line: usize,
         why: String,
     },
+    /// A position that is not a line (binary data: "byte 1234"; VTK: "cell 17").
+    #[error("{path}: {at}: {why}")]
+    Format {
+        path: PathBuf,
+        at: String,
+        why: String,
+    },
     #[error("{path}: truncated: {why}")]
     Truncated { path: PathBuf, why: String },
     #[error("invalid simulation: {0}")]

@@ -1,5 +1,5 @@
 //! Monte Carlo light transport in tetrahedral meshes (FullMonte/MMC-style): mesh building and
-//! validation, TIM-OS readers, generators, sources, an f64 CPU reference with rayon, and the
+//! validation, readers (TIM-OS, MMC, Gmsh, VTK) and VTK writers, generators, sources, an f64 CPU reference with rayon, and the
 //! f32 GPU path (`gpu_kernels::montecarlo`).
 //!
 //! ```
@@ -18,11 +18,13 @@
 
 pub mod error;
 pub mod generate;
+pub mod gmsh;
 pub mod gpu;
 pub mod mesh;
 pub mod mmc;
 pub mod mmc_json;
 pub mod optics;
+pub mod problems;
 pub mod rng;
 pub mod sim;
 pub mod source;
@@ -32,7 +34,7 @@ pub mod transport;
 pub mod vtk;
 
 pub use error::{Error, Result};
-pub use mesh::Mesh;
+pub use mesh::{Imported, Mesh};
 pub use optics::{Material, Optics};
 pub use sim::{SimSpec, Simulation};
 pub use source::Source;

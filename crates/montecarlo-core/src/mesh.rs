@@ -6,7 +6,7 @@
 //! Face `i` of a tetrahedron is the face opposite its node `i`.
 
 use crate::error::{Error, Result};
-use std::collections::HashMap;
+use rayon::prelude::*;
 
 /// A validated tetrahedral mesh. Lengths are in the user's unit (mm in the benchmarks).
 #[derive(Debug, Clone)]
@@ -30,6 +30,20 @@ pub struct Mesh {
     pub boundary_area: Vec<f64>,
     /// Volume per tetrahedron (`volumes[0] = 0`).
     pub volumes: Vec<f64>,
+    /// Tetrahedron ids in [`Mesh::morton_order`], computed on load: a memory order for
+    /// per-tet data that keeps neighbours close (the CPU transport packs the mesh in it; any
+    /// permutation is correct, this one is fast).
+    pub order: Vec<u32>,
+}
+
+/// A mesh read from a file, with what the reader left out or assumed (printed by the CLI).
+#[derive(Debug, Clone)]
+pub struct Imported {
+    pub mesh: Mesh,
+    /// Elements that are not 4-node tetrahedra (surface triangles, points, ...), not used.
+    pub ignored: usize,
+    /// What was ignored or assumed, one line each.
+    pub notes: Vec<String>,
 }
 
 fn sub(a: [f64; 3], b: [f64; 3]) -> [f64; 3] {
@@ -47,7 +61,7 @@ pub(crate) fn dot(a: [f64; 3], b: [f64; 3]) -> f64 {
 }
 
 /// Node triples of the four faces (face i opposite node i).
-const FACE_NODES: [[usize; 3]; 4] = [[1, 2, 3], [0, 2, 3], [0, 1, 3], [0, 1, 2]];
+pub const FACE_NODES: [[usize; 3]; 4] = [[1, 2, 3], [0, 2, 3], [0, 1, 3], [0, 1, 2]];
 
 impl Mesh {
     /// Build from nodes and 0-based tetrahedra with regions. Inverted tetrahedra are
@@ -130,29 +144,51 @@ impl Mesh {
             volumes[id] = v6.abs() / 6.0;
             out_tets.push(t);
         }
-        // Face adjacency from sorted node triples.
+        // Face adjacency: one record per (tet, face) holding the face's sorted node triple
+        // (96 bits) above 4 x tet + face (32 bits); after sorting, the two sides of an
+        // interior face are adjacent and a triple found three or more times is non-manifold.
+        if n >= 1 << 30 {
+            return Err(Error::Invalid(format!(
+                "{n} tetrahedra: at most 2^30 are supported"
+            )));
+        }
+        let mut records: Vec<u128> = (1..=n)
+            .into_par_iter()
+            .flat_map_iter(|id| {
+                let t = out_tets[id];
+                FACE_NODES.iter().enumerate().map(move |(f, fn_)| {
+                    let mut key = fn_.map(|k| t[k]);
+                    key.sort_unstable();
+                    u128::from(key[0]) << 96
+                        | u128::from(key[1]) << 64
+                        | u128::from(key[2]) << 32
+                        | (4 * id + f) as u128
+                })
+            })
+            .collect();
+        records.par_sort_unstable();
         let mut neighbours = vec![[0u32; 4]; n + 1];
-        let mut seen: HashMap<[u32; 3], (u32, u8)> = HashMap::with_capacity(2 * n);
-        let mut matched = vec![[false; 4]; n + 1];
-        for id in 1..=n {
-            for (f, fn_) in FACE_NODES.iter().enumerate() {
-                let mut key = fn_.map(|k| out_tets[id][k]);
-                key.sort_unstable();
-                if let Some(&(other, of)) = seen.get(&key) {
-                    if matched[other as usize][of as usize] {
-                        return Err(Error::NonManifold {
-                            nodes: key.map(|v| v + 1),
-                            count: 3,
-                        });
-                    }
-                    neighbours[id][f] = other;
-                    neighbours[other as usize][of as usize] = id as u32;
-                    matched[id][f] = true;
-                    matched[other as usize][of as usize] = true;
-                } else {
-                    seen.insert(key, (id as u32, f as u8));
-                }
+        let triple = |r: u128| r >> 32;
+        let side = |r: u128| ((r as u32 >> 2) as usize, (r as u32 & 3) as usize);
+        let mut i = 0;
+        while i < records.len() {
+            let mut j = i + 1;
+            while j < records.len() && triple(records[j]) == triple(records[i]) {
+                j += 1;
             }
+            if j - i > 2 {
+                let k = triple(records[i]);
+                return Err(Error::NonManifold {
+                    nodes: [(k >> 64) as u32 + 1, (k >> 32) as u32 + 1, k as u32 + 1],
+                    count: j - i,
+                });
+            }
+            if j - i == 2 {
+                let ((a, fa), (b, fb)) = (side(records[i]), side(records[i + 1]));
+                neighbours[a][fa] = b as u32;
+                neighbours[b][fb] = a as u32;
+            }
+            i = j;
         }
         let mut boundary = Vec::new();
         let mut boundary_area = Vec::new();
@@ -172,7 +208,7 @@ impl Mesh {
         let mut all_regions = Vec::with_capacity(n + 1);
         all_regions.push(0);
         all_regions.extend_from_slice(&regions);
-        Ok(Mesh {
+        let mut mesh = Mesh {
             nodes,
             tets: out_tets,
             regions: all_regions,
@@ -182,7 +218,10 @@ impl Mesh {
             boundary,
             boundary_area,
             volumes,
-        })
+            order: Vec::new(),
+        };
+        mesh.order = mesh.morton_order();
+        Ok(mesh)
     }
 
     /// Number of tetrahedra (ids 1..=len).
@@ -208,6 +247,54 @@ impl Mesh {
     pub fn scale(&self) -> f64 {
         let (lo, hi) = self.bounds();
         (0..3).map(|k| hi[k] - lo[k]).fold(0.0, f64::max)
+    }
+
+    /// Area of face `f` (opposite node `f`) of tetrahedron `t`.
+    pub fn face_area(&self, t: u32, f: usize) -> f64 {
+        let p = FACE_NODES[f].map(|k| self.nodes[self.tets[t as usize][k] as usize]);
+        let c = cross(sub(p[1], p[0]), sub(p[2], p[0]));
+        0.5 * dot(c, c).sqrt()
+    }
+
+    /// Centroid of face `f` of tetrahedron `t`.
+    pub fn face_centroid(&self, t: u32, f: usize) -> [f64; 3] {
+        let p = FACE_NODES[f].map(|k| self.nodes[self.tets[t as usize][k] as usize]);
+        [0, 1, 2].map(|k| (p[0][k] + p[1][k] + p[2][k]) / 3.0)
+    }
+
+    /// Centroid of tetrahedron `t`.
+    pub fn centroid(&self, t: u32) -> [f64; 3] {
+        let p = self.tets[t as usize].map(|v| self.nodes[v as usize]);
+        [0, 1, 2].map(|k| 0.25 * (p[0][k] + p[1][k] + p[2][k] + p[3][k]))
+    }
+
+    /// Tetrahedron ids (1-based) in Morton (Z-curve) order of their centroids on a
+    /// 2^10-per-axis grid over the mesh bounds, ties kept in id order. Packing per-tet data
+    /// in this order puts tetrahedra that are close in space close in memory (the CPU
+    /// transport does; the GPU path may too); results are mapped back to mesh ids.
+    pub fn morton_order(&self) -> Vec<u32> {
+        let (lo, hi) = self.bounds();
+        let scale = (0..3).map(|k| 1023.0 / (hi[k] - lo[k]).max(f64::MIN_POSITIVE));
+        let scale: Vec<f64> = scale.collect();
+        let spread = |mut x: u64| {
+            // Put the 10 bits of x at every third position.
+            x &= 0x3ff;
+            x = (x | (x << 16)) & 0x0300_00ff;
+            x = (x | (x << 8)) & 0x0300_f00f;
+            x = (x | (x << 4)) & 0x030c_30c3;
+            (x | (x << 2)) & 0x0924_9249
+        };
+        // Key in the high 32 bits, id in the low: one u64 sort.
+        let mut keyed: Vec<u64> = (1..=self.len() as u32)
+            .into_par_iter()
+            .map(|t| {
+                let c = self.centroid(t);
+                let q = [0, 1, 2].map(|k| ((c[k] - lo[k]) * scale[k]).clamp(0.0, 1023.0) as u64);
+                (spread(q[0]) | spread(q[1]) << 1 | spread(q[2]) << 2) << 32 | u64::from(t)
+            })
+            .collect();
+        keyed.par_sort_unstable();
+        keyed.into_iter().map(|k| k as u32).collect()
     }
 
     /// How far `p` lies outside tetrahedron `t` (<= 0 inside).

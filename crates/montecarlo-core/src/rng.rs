@@ -61,6 +61,13 @@ impl Xoshiro128 {
         result
     }
 
+    /// Uniform in (0, 1) from one 32-bit draw: (x + 1/2) / 2^32. For angles and roulette,
+    /// where 32 bits are plenty (the step length uses [`Self::uniform`]).
+    #[inline(always)]
+    pub fn uniform32(&mut self) -> f64 {
+        (f64::from(self.next_u32()) + 0.5) * (1.0 / 4_294_967_296.0)
+    }
+
     /// Uniform in (0, 1] with 53 random bits (never 0, so `-ln(u)` is finite).
     pub fn uniform(&mut self) -> f64 {
         let hi = u64::from(self.next_u32() >> 5);

@@ -5,10 +5,10 @@ use crate::error::{Error, Result};
 use crate::generate;
 use crate::mesh::Mesh;
 use crate::optics::{Material, Optics};
-use crate::source::{self, Placed, Source};
-use crate::tally::{McResult, Tally};
+use crate::source::{self, Element, Placed, Source};
+use crate::tally::{FaceSet, Gates, McResult, Tally};
 use crate::timos;
-use crate::transport::{Params, run_cpu};
+use crate::transport::{Cpu, Params};
 use gpu_runtime::Device;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -23,6 +23,15 @@ pub enum MeshSpec {
     Timos(PathBuf),
     /// MMC's `node_<key>.dat` and `elem_<key>.dat`.
     Mmc { node: PathBuf, elem: PathBuf },
+    /// A Gmsh `.msh` file (2.2 or 4.1, ASCII or binary); regions from physical tags.
+    Gmsh(PathBuf),
+    /// A VTK unstructured grid (`.vtk` legacy or `.vtu`); regions from the cell array
+    /// `region` names (default: see `vtk::REGION_ARRAYS`).
+    Vtk {
+        path: PathBuf,
+        #[serde(default)]
+        region: Option<String>,
+    },
     /// A box on a regular grid.
     Box {
         origin: [f64; 3],
@@ -74,25 +83,127 @@ pub enum MaterialsSpec {
     Timos { timos: PathBuf },
 }
 
-/// Which files `biogpu mc run` writes besides `summary.json`.
+/// A plane of mesh faces where the fluence of crossing packets is tallied: every face whose
+/// three nodes lie within 1e-7 x the mesh size of the plane through `point` with unit
+/// normal `normal` (which also gives the sign of the current).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Plane {
+    pub point: [f64; 3],
+    pub normal: [f64; 3],
+}
+
+/// What `biogpu mc run` tallies and writes besides `summary.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Outputs {
-    /// `result.vtk`: mesh with region, absorbed and fluence per tetrahedron.
+    /// `result.vtu` (XML, for ParaView): mesh with region, absorbed and fluence per
+    /// tetrahedron (and per gate).
     #[serde(default = "yes")]
     pub vtk: bool,
-    /// `tets.csv` and `exitance.csv`.
+    /// `result.vtk`: the same in legacy ASCII VTK, for older tools.
+    #[serde(default)]
+    pub vtk_legacy: bool,
+    /// `tets.csv` and `exitance.csv` (and `faces.csv`, `gates.csv` when tallied).
     #[serde(default = "yes")]
     pub csv: bool,
+    /// Planes of mesh faces with a fluence tally (CPU path).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub planes: Vec<Plane>,
+    /// Single faces with a fluence tally: `[tet, face]` (tet 1-based, face 0..=3 opposite
+    /// node `face`); the current's sign follows that face's outward normal.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub faces: Vec<[u32; 2]>,
+    /// Time-of-flight gates (CPU path).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gates: Option<Gates>,
 }
 
 impl Default for Outputs {
     fn default() -> Self {
         Outputs {
             vtk: true,
+            vtk_legacy: false,
             csv: true,
+            planes: Vec::new(),
+            faces: Vec::new(),
+            gates: None,
         }
     }
+}
+
+/// The faces selected by `planes` and `faces`, each once.
+fn face_set(mesh: &Mesh, planes: &[Plane], faces: &[[u32; 2]]) -> Result<FaceSet> {
+    let mut set = FaceSet::default();
+    let mut seen = std::collections::HashSet::new();
+    let mut add = |set: &mut FaceSet, t: u32, f: u8, n: [f64; 3], plane: Option<u32>| {
+        let nb = mesh.neighbours[t as usize][f as usize];
+        // One key per geometric face: the side with the smaller tet id.
+        let key = if nb > 0 && nb < t {
+            let back = mesh.neighbours[nb as usize]
+                .iter()
+                .position(|&x| x == t)
+                .unwrap_or(0);
+            (nb, back as u8)
+        } else {
+            (t, f)
+        };
+        if !seen.insert(key) {
+            return Err(Error::Invalid(format!(
+                "outputs: face {f} of tetrahedron {t} is selected twice"
+            )));
+        }
+        set.faces.push((t, f));
+        set.normals.push(n);
+        set.areas.push(mesh.face_area(t, f as usize));
+        set.plane.push(plane);
+        Ok(())
+    };
+    let tol = 1e-7 * mesh.scale();
+    for (i, pl) in planes.iter().enumerate() {
+        let l = (pl.normal.iter().map(|v| v * v).sum::<f64>()).sqrt();
+        if !(l > 0.0 && l.is_finite()) || pl.point.iter().any(|v| !v.is_finite()) {
+            return Err(Error::Invalid(format!(
+                "outputs.planes[{i}]: point {:?} and normal {:?} must be finite, the normal non-zero",
+                pl.point, pl.normal
+            )));
+        }
+        let n = pl.normal.map(|v| v / l);
+        let off = n[0] * pl.point[0] + n[1] * pl.point[1] + n[2] * pl.point[2];
+        let before = set.len();
+        for t in 1..=mesh.len() as u32 {
+            for f in 0..4u8 {
+                let nb = mesh.neighbours[t as usize][f as usize];
+                if nb > 0 && nb < t {
+                    continue; // counted from the other side
+                }
+                let on = crate::mesh::FACE_NODES[f as usize].iter().all(|&k| {
+                    let x = mesh.nodes[mesh.tets[t as usize][k] as usize];
+                    (n[0] * x[0] + n[1] * x[1] + n[2] * x[2] - off).abs() <= tol
+                });
+                if on {
+                    add(&mut set, t, f, n, Some(i as u32))?;
+                }
+            }
+        }
+        if set.len() == before {
+            return Err(Error::Invalid(format!(
+                "outputs.planes[{i}]: no mesh face lies in the plane through {:?} with normal {:?} (the plane must coincide with mesh faces)",
+                pl.point, pl.normal
+            )));
+        }
+    }
+    for (i, &[t, f]) in faces.iter().enumerate() {
+        if t == 0 || t as usize > mesh.len() || f > 3 {
+            return Err(Error::Invalid(format!(
+                "outputs.faces[{i}] = [{t}, {f}]: needs a tetrahedron 1..={} and a face 0..=3",
+                mesh.len()
+            )));
+        }
+        let p = mesh.faces[t as usize][f as usize];
+        add(&mut set, t, f as u8, [p[0], p[1], p[2]], None)?;
+    }
+    Ok(set)
 }
 
 /// The simulation file.
@@ -123,32 +234,7 @@ pub struct SimSpec {
 impl SimSpec {
     /// The example printed by `biogpu mc example`: cube60 (MCX's benchmark) at 1e6 photons.
     pub fn example() -> SimSpec {
-        SimSpec {
-            mesh: MeshSpec::Box {
-                origin: [0.0; 3],
-                size: [60.0; 3],
-                cell: 2.0,
-                tets_per_cell: 5,
-            },
-            materials: MaterialsSpec::Inline(vec![Material {
-                mua: 0.005,
-                mus: 1.0,
-                g: 0.01,
-                n: 1.37,
-            }]),
-            n_outside: Some(1.37),
-            sources: vec![Source::Pencil {
-                pos: [30.1, 30.2, 0.0],
-                dir: [0.0, 0.0, 1.0],
-                power: 1.0,
-            }],
-            photons: 1_000_000,
-            seed: 1,
-            time_limit_ns: Some(5.0),
-            wmin: 1e-4,
-            prwin: 10.0,
-            outputs: Outputs::default(),
-        }
+        crate::problems::cube60_spec(1.37, 1_000_000)
     }
 }
 
@@ -161,6 +247,14 @@ pub struct Simulation {
     pub photons: u64,
     pub params: Params,
     pub outputs: Outputs,
+    /// What the mesh reader ignored or assumed (shown to the user).
+    pub notes: Vec<String>,
+    /// Elements of volume and surface sources (see [`Placed::first`]).
+    pub source_elements: Vec<Element>,
+    /// Faces with a fluence tally (from `outputs`).
+    pub faces: FaceSet,
+    /// Time gates (from `outputs`).
+    pub gates: Option<Gates>,
 }
 
 impl Simulation {
@@ -187,10 +281,19 @@ impl Simulation {
 
     /// Resolve a spec; relative file names are taken relative to `base`.
     pub fn from_spec(spec: &SimSpec, base: &Path) -> Result<Simulation> {
+        let mut notes = Vec::new();
+        let mut imported = |i: crate::mesh::Imported| {
+            notes = i.notes;
+            i.mesh
+        };
         let mesh = match &spec.mesh {
             MeshSpec::Timos(p) => timos::read_mesh(&base.join(p))?,
             MeshSpec::Mmc { node, elem } => {
                 crate::mmc::read_mmc_mesh(&base.join(node), &base.join(elem))?
+            }
+            MeshSpec::Gmsh(p) => imported(crate::gmsh::read_gmsh(&base.join(p))?),
+            MeshSpec::Vtk { path, region } => {
+                imported(crate::vtk::read_vtk(&base.join(path), region.as_deref())?)
             }
             MeshSpec::Box {
                 origin,
@@ -232,9 +335,10 @@ impl Simulation {
                 gpu_cubes: None,
             },
         )
-        .map(|mut s| {
-            s.outputs = spec.outputs.clone();
-            s
+        .and_then(|mut s| {
+            s.set_outputs(spec.outputs.clone())?;
+            s.notes = notes;
+            Ok(s)
         })
     }
 
@@ -265,7 +369,7 @@ impl Simulation {
         {
             return Err(Error::Invalid(format!("time_limit_ns {t} must be > 0")));
         }
-        let placed = source::place(sources, &mesh, |r| optics.get(r).n)?;
+        let (placed, source_elements) = source::place(sources, &mesh, |r| optics.get(r).n)?;
         Ok(Simulation {
             mesh,
             optics,
@@ -273,7 +377,52 @@ impl Simulation {
             photons,
             params,
             outputs: Outputs::default(),
+            notes: Vec::new(),
+            source_elements,
+            faces: FaceSet::default(),
+            gates: None,
         })
+    }
+
+    /// Set the outputs: resolves the tallied planes and faces and checks the gates.
+    ///
+    /// ```
+    /// use montecarlo_core::{generate, sim::{Outputs, Plane}, tally::Gates, Optics, Material, Source, Simulation};
+    /// let mesh = generate::box_mesh([0.0; 3], [4.0; 3], 1.0, 5)?;
+    /// let optics = Optics { materials: vec![Material { mua: 0.1, mus: 1.0, g: 0.0, n: 1.0 }], n_outside: 1.0 };
+    /// let src = [Source::Isotropic { pos: [2.1, 2.2, 2.3], power: 1.0 }];
+    /// let mut sim = Simulation::new(mesh, optics, &src, 1000, Default::default())?;
+    /// sim.set_outputs(Outputs {
+    ///     planes: vec![Plane { point: [0.0, 0.0, 3.0], normal: [0.0, 0.0, 1.0] }],
+    ///     gates: Some(Gates { width_ns: 0.01, count: 20 }),
+    ///     ..Outputs::default()
+    /// })?;
+    /// assert_eq!(sim.faces.len(), 32); // 4 x 4 cells, 2 triangles each
+    /// let r = sim.run_cpu(0, 1000);
+    /// assert!(r.face_fluence(&sim.faces).iter().sum::<f64>() > 0.0);
+    /// # Ok::<(), montecarlo_core::Error>(())
+    /// ```
+    pub fn set_outputs(&mut self, outputs: Outputs) -> Result<()> {
+        if let Some(g) = outputs.gates {
+            if !(g.width_ns > 0.0 && g.width_ns.is_finite()) || g.count == 0 {
+                return Err(Error::Invalid(format!(
+                    "outputs.gates: width_ns {} must be > 0 and count {} >= 1",
+                    g.width_ns, g.count
+                )));
+            }
+            let cells = u64::from(g.count) * (self.mesh.len() as u64 + 1);
+            if cells > 1 << 27 {
+                return Err(Error::Invalid(format!(
+                    "outputs.gates: {} gates x {} tetrahedra is more than 2^27 tallies per thread (1 GiB); use fewer gates",
+                    g.count,
+                    self.mesh.len()
+                )));
+            }
+        }
+        self.faces = face_set(&self.mesh, &outputs.planes, &outputs.faces)?;
+        self.gates = outputs.gates;
+        self.outputs = outputs;
+        Ok(())
     }
 
     /// Run on `device` (the CPU path for a CPU device) in batches, calling `progress(done,
@@ -286,9 +435,26 @@ impl Simulation {
         mut progress: impl FnMut(u64, u64),
     ) -> Result<McResult> {
         if device.is_gpu() {
+            if !self.faces.is_empty() || self.gates.is_some() {
+                return Err(Error::Gpu(
+                    "face fluence and time gates run on the CPU only for now (use --device cpu)"
+                        .into(),
+                ));
+            }
+            if self
+                .sources
+                .iter()
+                .any(|s| s.kind == source::KIND_VOLUME || s.kind == source::KIND_SURFACE)
+            {
+                return Err(Error::Gpu(
+                    "volume and surface sources run on the CPU only for now (use --device cpu)"
+                        .into(),
+                ));
+            }
             return crate::gpu::run(self, device, stop, progress);
         }
         let start = Instant::now();
+        let cpu = Cpu::new(self);
         let mut tally = Tally::new(&self.mesh);
         let batch = (self.photons / 20).clamp(100_000, 10_000_000);
         let mut done = 0;
@@ -299,15 +465,7 @@ impl Simulation {
                 break;
             }
             let n = batch.min(self.photons - done);
-            let t = run_cpu(
-                &self.mesh,
-                &self.optics,
-                &self.sources,
-                &self.params,
-                done,
-                n,
-                stop,
-            );
+            let t = cpu.run(done, n, stop);
             done += t.photons;
             tally = tally.merge(t);
             progress(done, self.photons);
@@ -324,15 +482,7 @@ impl Simulation {
     /// The CPU path for photons `first..first + count` (no batching).
     pub fn run_cpu(&self, first: u64, count: u64) -> McResult {
         let start = Instant::now();
-        let t = run_cpu(
-            &self.mesh,
-            &self.optics,
-            &self.sources,
-            &self.params,
-            first,
-            count,
-            None,
-        );
+        let t = Cpu::new(self).run(first, count, None);
         McResult::new(t, start.elapsed().as_secs_f64(), "cpu".into(), false)
     }
 }

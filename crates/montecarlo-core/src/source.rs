@@ -62,6 +62,31 @@ pub enum Source {
         #[serde(default = "one")]
         power: f64,
     },
+    /// Uniform in the volume of a region (`region`) or of one tetrahedron (`tet`, 1-based as
+    /// in tets.csv), emitting isotropically. Give exactly one of the two.
+    Volume {
+        #[serde(default)]
+        region: Option<u32>,
+        #[serde(default)]
+        tet: Option<u32>,
+        #[serde(default = "one")]
+        power: f64,
+    },
+    /// Uniform per unit area over boundary triangles (`triangles`: 0-based indices as in
+    /// exitance.csv) or over the surface of a region (`region`: the faces of its tetrahedra
+    /// whose other side is outside the mesh or another region), emitting into the mesh /
+    /// region: Lambertian (cosine-weighted about the inward normal), or along `dir` when
+    /// given (it must enter through every selected face).
+    Surface {
+        #[serde(default)]
+        triangles: Option<Vec<u32>>,
+        #[serde(default)]
+        region: Option<u32>,
+        #[serde(default)]
+        dir: Option<[f64; 3]>,
+        #[serde(default = "one")]
+        power: f64,
+    },
 }
 
 /// Source kinds as numbers (shared with the GPU kernel).
@@ -71,6 +96,19 @@ pub const KIND_CONE: u32 = 2;
 pub const KIND_DISK: u32 = 3;
 pub const KIND_GAUSSIAN: u32 = 4;
 pub const KIND_LINE: u32 = 5;
+pub const KIND_VOLUME: u32 = 6;
+pub const KIND_SURFACE: u32 = 7;
+
+/// One element of a volume or surface source: a tetrahedron (volume) or the face of the
+/// tetrahedron a packet enters (surface), with the cumulative share of the source's power up
+/// to and including it (volume or area weighted; the last of a source is exactly 1).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Element {
+    pub cdf: f64,
+    pub tet: u32,
+    /// Face 0..=3 of `tet` (surface sources); 4 for volume elements.
+    pub face: u32,
+}
 
 /// A source resolved against a mesh: start tetrahedron found, direction normalised.
 #[derive(Debug, Clone, Copy)]
@@ -78,11 +116,17 @@ pub struct Placed {
     pub kind: u32,
     pub pos: [f64; 3],
     pub dir: [f64; 3],
-    /// Cone: cosine of the half angle; disk: radius; Gaussian: waist.
+    /// Cone: cosine of the half angle; disk: radius; Gaussian: waist; line: length;
+    /// surface: 0 Lambertian, 1 along `dir`.
     pub param: f64,
     /// Cumulative share of the photons up to and including this source, in (0, 1].
     pub cumulative: f64,
+    /// Start tetrahedron (volume and surface sources: that of their first element).
     pub tet: u32,
+    /// Volume and surface sources: their elements are `elements[first..first + count]` of
+    /// the table [`place`] returns; 0 and 0 for the others.
+    pub first: u32,
+    pub count: u32,
 }
 
 fn normalise(d: [f64; 3], index: usize) -> Result<[f64; 3]> {
@@ -96,92 +140,121 @@ fn normalise(d: [f64; 3], index: usize) -> Result<[f64; 3]> {
     Ok([d[0] / l, d[1] / l, d[2] / l])
 }
 
-/// Locate every source in `mesh` and normalise powers. `n_at` gives the refractive index of
-/// a region (for the cone's half angle in the medium).
-pub fn place(sources: &[Source], mesh: &Mesh, n_at: impl Fn(u32) -> f64) -> Result<Vec<Placed>> {
+/// Locate every source in `mesh` and normalise powers; volume and surface sources get their
+/// elements in the returned table. `n_at` gives the refractive index of a region (for the
+/// cone's half angle in the medium).
+pub fn place(
+    sources: &[Source],
+    mesh: &Mesh,
+    n_at: impl Fn(u32) -> f64,
+) -> Result<(Vec<Placed>, Vec<Element>)> {
     if sources.is_empty() {
         return Err(Error::Invalid("no sources".into()));
     }
     let mut placed = Vec::with_capacity(sources.len());
+    let mut elements = Vec::new();
     let mut total = 0.0;
     for (index, s) in sources.iter().enumerate() {
-        let (kind, pos, dir, param, power) = match *s {
-            Source::Pencil { pos, dir, power } => (KIND_PENCIL, pos, Some(dir), 0.0, power),
-            Source::Isotropic { pos, power } => (KIND_ISOTROPIC, pos, None, 0.0, power),
+        let bad = |why: String| Error::BadSource { index, why };
+        let (kind, pos, dir, param, power) = match s {
+            Source::Pencil { pos, dir, power } => (KIND_PENCIL, *pos, Some(*dir), 0.0, *power),
+            Source::Isotropic { pos, power } => (KIND_ISOTROPIC, *pos, None, 0.0, *power),
             Source::Cone {
                 pos,
                 dir,
                 na,
                 power,
-            } => (KIND_CONE, pos, Some(dir), na, power),
+            } => (KIND_CONE, *pos, Some(*dir), *na, *power),
             Source::Disk {
                 pos,
                 dir,
                 radius,
                 power,
-            } => (KIND_DISK, pos, Some(dir), radius, power),
+            } => (KIND_DISK, *pos, Some(*dir), *radius, *power),
             Source::Gaussian {
                 pos,
                 dir,
                 waist,
                 power,
-            } => (KIND_GAUSSIAN, pos, Some(dir), waist, power),
+            } => (KIND_GAUSSIAN, *pos, Some(*dir), *waist, *power),
             Source::Line { pos, end, power } => {
                 let d = [end[0] - pos[0], end[1] - pos[1], end[2] - pos[2]];
                 let len = (d[0] * d[0] + d[1] * d[1] + d[2] * d[2]).sqrt();
                 if !(len > 0.0 && len.is_finite()) {
-                    return Err(Error::BadSource {
-                        index,
-                        why: format!("line from {pos:?} to {end:?} has no length"),
-                    });
+                    return Err(bad(format!("line from {pos:?} to {end:?} has no length")));
                 }
-                if mesh.locate(end, None).is_none() {
-                    return Err(Error::BadSource {
-                        index,
-                        why: format!("line end {end:?} lies outside the mesh"),
-                    });
+                if mesh.locate(*end, None).is_none() {
+                    return Err(bad(format!("line end {end:?} lies outside the mesh")));
                 }
-                (KIND_LINE, pos, Some(d), len, power)
+                (KIND_LINE, *pos, Some(d), len, *power)
+            }
+            Source::Volume { region, tet, power } => {
+                let first = elements.len();
+                volume_elements(mesh, *region, *tet, &mut elements).map_err(bad)?;
+                check_power(index, *power)?;
+                total += power;
+                placed.push(table_source(
+                    KIND_VOLUME,
+                    0.0,
+                    [0.0, 0.0, 1.0],
+                    total,
+                    first,
+                    &elements,
+                ));
+                continue;
+            }
+            Source::Surface {
+                triangles,
+                region,
+                dir,
+                power,
+            } => {
+                let first = elements.len();
+                let dir = match dir {
+                    Some(d) => Some(normalise(*d, index)?),
+                    None => None,
+                };
+                surface_elements(mesh, triangles.as_deref(), *region, dir, &mut elements)
+                    .map_err(bad)?;
+                check_power(index, *power)?;
+                total += power;
+                let (param, d) = dir.map_or((0.0, [0.0, 0.0, 1.0]), |d| (1.0, d));
+                placed.push(table_source(
+                    KIND_SURFACE,
+                    param,
+                    d,
+                    total,
+                    first,
+                    &elements,
+                ));
+                continue;
             }
         };
-        if !(power > 0.0 && power.is_finite()) {
-            return Err(Error::BadSource {
-                index,
-                why: format!("power {power} must be finite and > 0"),
-            });
-        }
+        check_power(index, power)?;
         if pos.iter().any(|v| !v.is_finite()) {
-            return Err(Error::BadSource {
-                index,
-                why: format!("position {pos:?} is not finite"),
-            });
+            return Err(bad(format!("position {pos:?} is not finite")));
         }
         let dir = match dir {
             Some(d) => Some(normalise(d, index)?),
             None => None,
         };
-        let tet = mesh.locate(pos, dir).ok_or_else(|| Error::BadSource {
-            index,
-            why: format!("position {pos:?} lies outside the mesh"),
-        })?;
+        let tet = mesh
+            .locate(pos, dir)
+            .ok_or_else(|| bad(format!("position {pos:?} lies outside the mesh")))?;
         let param = match kind {
             KIND_CONE => {
                 let n = n_at(mesh.regions[tet as usize]);
                 if !(param > 0.0 && param <= n) {
-                    return Err(Error::BadSource {
-                        index,
-                        why: format!("numerical aperture {param} must lie in (0, n = {n}]"),
-                    });
+                    return Err(bad(format!(
+                        "numerical aperture {param} must lie in (0, n = {n}]"
+                    )));
                 }
                 (1.0 - (param / n).powi(2)).max(0.0).sqrt()
             }
             KIND_LINE => param,
             KIND_DISK | KIND_GAUSSIAN => {
                 if !(param > 0.0 && param.is_finite()) {
-                    return Err(Error::BadSource {
-                        index,
-                        why: format!("radius/waist {param} must be > 0"),
-                    });
+                    return Err(bad(format!("radius/waist {param} must be > 0")));
                 }
                 param
             }
@@ -195,6 +268,8 @@ pub fn place(sources: &[Source], mesh: &Mesh, n_at: impl Fn(u32) -> f64) -> Resu
             param,
             cumulative: total,
             tet,
+            first: 0,
+            count: 0,
         });
     }
     for p in &mut placed {
@@ -203,7 +278,161 @@ pub fn place(sources: &[Source], mesh: &Mesh, n_at: impl Fn(u32) -> f64) -> Resu
     if let Some(last) = placed.last_mut() {
         last.cumulative = 1.0;
     }
-    Ok(placed)
+    Ok((placed, elements))
+}
+
+fn check_power(index: usize, power: f64) -> Result<()> {
+    if power > 0.0 && power.is_finite() {
+        Ok(())
+    } else {
+        Err(Error::BadSource {
+            index,
+            why: format!("power {power} must be finite and > 0"),
+        })
+    }
+}
+
+/// A volume/surface source over `elements[first..]` (their weights turned into a CDF).
+fn table_source(
+    kind: u32,
+    param: f64,
+    dir: [f64; 3],
+    cumulative: f64,
+    first: usize,
+    elements: &[Element],
+) -> Placed {
+    Placed {
+        kind,
+        pos: [0.0; 3],
+        dir,
+        param,
+        cumulative,
+        tet: elements[first].tet,
+        first: first as u32,
+        count: (elements.len() - first) as u32,
+    }
+}
+
+/// Turn the weights (in `cdf`) of `elements[first..]` into their cumulative share.
+fn to_cdf(elements: &mut [Element]) {
+    let total: f64 = elements.iter().map(|e| e.cdf).sum();
+    let mut acc = 0.0;
+    for e in elements.iter_mut() {
+        acc += e.cdf;
+        e.cdf = acc / total;
+    }
+    if let Some(last) = elements.last_mut() {
+        last.cdf = 1.0;
+    }
+}
+
+fn volume_elements(
+    mesh: &Mesh,
+    region: Option<u32>,
+    tet: Option<u32>,
+    out: &mut Vec<Element>,
+) -> std::result::Result<(), String> {
+    let first = out.len();
+    match (region, tet) {
+        (Some(r), None) => {
+            for t in 1..=mesh.len() {
+                if mesh.regions[t] == r {
+                    out.push(Element {
+                        cdf: mesh.volumes[t],
+                        tet: t as u32,
+                        face: 4,
+                    });
+                }
+            }
+            if out.len() == first {
+                return Err(format!("region {r} has no tetrahedra"));
+            }
+        }
+        (None, Some(t)) => {
+            if t == 0 || t as usize > mesh.len() {
+                return Err(format!(
+                    "tetrahedron {t} does not exist (1..={})",
+                    mesh.len()
+                ));
+            }
+            out.push(Element {
+                cdf: 1.0,
+                tet: t,
+                face: 4,
+            });
+        }
+        _ => return Err("a volume source needs exactly one of `region` and `tet`".into()),
+    }
+    to_cdf(&mut out[first..]);
+    Ok(())
+}
+
+fn surface_elements(
+    mesh: &Mesh,
+    triangles: Option<&[u32]>,
+    region: Option<u32>,
+    dir: Option<[f64; 3]>,
+    out: &mut Vec<Element>,
+) -> std::result::Result<(), String> {
+    let first = out.len();
+    match (triangles, region) {
+        (Some(list), None) => {
+            if list.is_empty() {
+                return Err("`triangles` is empty".into());
+            }
+            for &i in list {
+                let Some(&(t, f)) = mesh.boundary.get(i as usize) else {
+                    return Err(format!(
+                        "boundary triangle {i} does not exist (0..{})",
+                        mesh.boundary.len()
+                    ));
+                };
+                out.push(Element {
+                    cdf: mesh.boundary_area[i as usize],
+                    tet: t,
+                    face: u32::from(f),
+                });
+            }
+        }
+        (None, Some(r)) => {
+            for t in 1..=mesh.len() {
+                if mesh.regions[t] != r {
+                    continue;
+                }
+                for f in 0..4 {
+                    let nb = mesh.neighbours[t][f];
+                    if nb == 0 || mesh.regions[nb as usize] != r {
+                        out.push(Element {
+                            cdf: mesh.face_area(t as u32, f),
+                            tet: t as u32,
+                            face: f as u32,
+                        });
+                    }
+                }
+            }
+            if out.len() == first {
+                return Err(format!("region {r} has no tetrahedra"));
+            }
+        }
+        _ => {
+            return Err("a surface source needs exactly one of `triangles` and `region`".into());
+        }
+    }
+    if let Some(d) = dir {
+        for e in &out[first..] {
+            let n = mesh.faces[e.tet as usize][e.face as usize];
+            if n[0] * d[0] + n[1] * d[1] + n[2] * d[2] >= 0.0 {
+                return Err(format!(
+                    "direction {d:?} does not enter through face {} of tetrahedron {} (outward normal {:?})",
+                    e.face,
+                    e.tet,
+                    [n[0], n[1], n[2]]
+                ));
+            }
+        }
+    }
+    to_cdf(&mut out[first..]);
+    Ok(())
 }
 
 /// Two unit vectors completing `d` to an orthonormal basis.
@@ -225,10 +454,50 @@ pub fn basis(d: [f64; 3]) -> ([f64; 3], [f64; 3]) {
     (u, v)
 }
 
-/// A launched packet: position, direction, tetrahedron (None when a disk/Gaussian sample
-/// falls outside the mesh: the packet is counted as lost).
+/// Index of the element picked by uniform `u` in (0, 1] among a source's elements: the
+/// first whose cdf >= u (binary search).
+pub fn pick_element(elements: &[Element], u: f64) -> usize {
+    elements
+        .partition_point(|e| e.cdf < u)
+        .min(elements.len() - 1)
+}
+
+/// Barycentric weights of a uniform point in a tetrahedron from three uniforms: sorted
+/// a <= b <= c give (a, b - a, c - b, 1 - c), uniform on the simplex.
+pub fn tet_barycentric(u: [f64; 3]) -> [f64; 4] {
+    let [mut a, mut b, mut c] = u;
+    if a > b {
+        std::mem::swap(&mut a, &mut b);
+    }
+    if b > c {
+        std::mem::swap(&mut b, &mut c);
+    }
+    if a > b {
+        std::mem::swap(&mut a, &mut b);
+    }
+    [a, b - a, c - b, 1.0 - c]
+}
+
+/// Barycentric weights of a uniform point in a triangle: r = sqrt(u1),
+/// (1 - r, r (1 - u2), r u2).
+pub fn triangle_barycentric(u1: f64, u2: f64) -> [f64; 3] {
+    let r = u1.sqrt();
+    [1.0 - r, r * (1.0 - u2), r * u2]
+}
+
+/// Isotropic unit direction: cos theta = 2 u1 - 1, phi = 2 pi u2.
+pub fn isotropic(u1: f64, u2: f64) -> [f64; 3] {
+    let cz = 2.0 * u1 - 1.0;
+    let phi = 2.0 * PI * u2;
+    let sz = (1.0 - cz * cz).max(0.0).sqrt();
+    [sz * phi.cos(), sz * phi.sin(), cz]
+}
+
+/// A launched packet: position, direction, tetrahedron (None when a disk/Gaussian/line
+/// sample falls outside the mesh: the packet is counted as lost).
 pub fn launch(
     sources: &[Placed],
+    elements: &[Element],
     mesh: &Mesh,
     rng: &mut Xoshiro128,
 ) -> ([f64; 3], [f64; 3], Option<u32>) {
@@ -239,10 +508,8 @@ pub fn launch(
         .unwrap_or(&sources[sources.len() - 1]);
     match s.kind {
         KIND_ISOTROPIC => {
-            let cz = 2.0 * rng.uniform() - 1.0;
-            let phi = 2.0 * PI * rng.uniform();
-            let sz = (1.0 - cz * cz).max(0.0).sqrt();
-            (s.pos, [sz * phi.cos(), sz * phi.sin(), cz], Some(s.tet))
+            let d = isotropic(rng.uniform(), rng.uniform());
+            (s.pos, d, Some(s.tet))
         }
         KIND_CONE => {
             let c = 1.0 - rng.uniform() * (1.0 - s.param);
@@ -270,12 +537,45 @@ pub fn launch(
         KIND_LINE => {
             let along = s.param * rng.uniform();
             let to = [0, 1, 2].map(|k| s.pos[k] + along * s.dir[k]);
-            let cz = 2.0 * rng.uniform() - 1.0;
-            let phi = 2.0 * PI * rng.uniform();
-            let sz = (1.0 - cz * cz).max(0.0).sqrt();
-            let d = [sz * phi.cos(), sz * phi.sin(), cz];
+            let d = isotropic(rng.uniform(), rng.uniform());
             (to, d, mesh.walk(s.tet, s.pos, to))
+        }
+        KIND_VOLUME => {
+            let table = &elements[s.first as usize..(s.first + s.count) as usize];
+            let t = table[pick_element(table, rng.uniform())].tet;
+            let b = tet_barycentric([rng.uniform(), rng.uniform(), rng.uniform()]);
+            let v = mesh.tets[t as usize].map(|i| mesh.nodes[i as usize]);
+            let p = [0, 1, 2]
+                .map(|k| b[0] * v[0][k] + b[1] * v[1][k] + b[2] * v[2][k] + b[3] * v[3][k]);
+            let d = isotropic(rng.uniform(), rng.uniform());
+            (p, d, Some(t))
+        }
+        KIND_SURFACE => {
+            let table = &elements[s.first as usize..(s.first + s.count) as usize];
+            let e = table[pick_element(table, rng.uniform())];
+            let b = triangle_barycentric(rng.uniform(), rng.uniform());
+            let fnodes = crate::mesh::FACE_NODES[e.face as usize];
+            let v = fnodes.map(|k| mesh.nodes[mesh.tets[e.tet as usize][k] as usize]);
+            let p = [0, 1, 2].map(|k| b[0] * v[0][k] + b[1] * v[1][k] + b[2] * v[2][k]);
+            let d = if s.param > 0.5 {
+                s.dir
+            } else {
+                let f = mesh.faces[e.tet as usize][e.face as usize];
+                lambertian([-f[0], -f[1], -f[2]], rng.uniform(), rng.uniform())
+            };
+            (p, d, Some(e.tet))
         }
         _ => (s.pos, s.dir, Some(s.tet)),
     }
+}
+
+/// Cosine-weighted (Lambertian) unit direction about unit `n`: cos theta = sqrt(u1),
+/// phi = 2 pi u2, in the basis ([`basis`]) of `n`.
+pub fn lambertian(n: [f64; 3], u1: f64, u2: f64) -> [f64; 3] {
+    let ct = u1.sqrt();
+    let st = (1.0 - u1).max(0.0).sqrt();
+    let phi = 2.0 * PI * u2;
+    let (a, b) = basis(n);
+    let (sp, cp) = phi.sin_cos();
+    [0, 1, 2].map(|k| ct * n[k] + st * (cp * a[k] + sp * b[k]))
 }

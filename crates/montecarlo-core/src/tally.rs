@@ -3,7 +3,70 @@
 
 use crate::mesh::Mesh;
 use crate::optics::Optics;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+
+/// Time-of-flight gates `[k w, (k + 1) w)` ns for k = 0..count (lengths in mm, c in mm/ns):
+/// absorbed weight per tetrahedron per gate. Weight absorbed at or after `count x w` is in
+/// the CW result only.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Gates {
+    pub width_ns: f64,
+    pub count: u32,
+}
+
+/// What a packet of weight `w` crossing a tallied face at direction cosine `cos` (with the
+/// face's reference normal) adds to its fluence and net current: w / |cos|, with |cos| < 0.1
+/// counted as 0.05 (MCNP's rule: the estimator's variance is infinite at grazing angles),
+/// and w sign(cos).
+///
+/// ```
+/// use montecarlo_core::tally::face_crossing;
+/// assert_eq!(face_crossing(0.5, -0.5), (1.0, -0.5));
+/// assert_eq!(face_crossing(1.0, 0.01), (20.0, 1.0));
+/// ```
+#[inline]
+pub fn face_crossing(w: f64, cos: f64) -> (f64, f64) {
+    let a = cos.abs();
+    (w / if a < 0.1 { 0.05 } else { a }, w * cos.signum())
+}
+
+/// The time gate of time of flight `time_ns`: floor(time / width) when below `count`.
+///
+/// ```
+/// use montecarlo_core::tally::gate_of;
+/// assert_eq!(gate_of(0.25, 1.0 / 0.1, 3), Some(2));
+/// assert_eq!(gate_of(0.3, 1.0 / 0.1, 3), None);
+/// ```
+#[inline]
+pub fn gate_of(time_ns: f64, inv_width: f64, count: usize) -> Option<usize> {
+    let g = (time_ns * inv_width) as usize;
+    (g < count).then_some(g)
+}
+
+/// Faces where packets crossing them are tallied (face fluence and net current).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct FaceSet {
+    /// One side of each face: (tet, face 0..=3); packets crossing from either side count.
+    pub faces: Vec<(u32, u8)>,
+    /// Unit reference normal per face: crossings along it add to the current, against it
+    /// subtract.
+    pub normals: Vec<[f64; 3]>,
+    pub areas: Vec<f64>,
+    /// The plane (index into the simulation file's `planes`) that selected each face, or
+    /// None for faces listed one by one.
+    pub plane: Vec<Option<u32>>,
+}
+
+impl FaceSet {
+    pub fn len(&self) -> usize {
+        self.faces.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.faces.is_empty()
+    }
+}
 
 /// Raw weight sums of a run (photon weights start at 1).
 #[derive(Debug, Clone)]
@@ -20,6 +83,14 @@ pub struct Tally {
     pub lost: f64,
     /// Packets launched.
     pub photons: u64,
+    /// Per tallied face (see [`FaceSet`]): sum of w / |cos| over crossings (|cos| < 0.1
+    /// counts as 0.05, MCNP's rule, which keeps the variance finite).
+    pub face_fluence: Vec<f64>,
+    /// Per tallied face: sum of w x sign(d . normal) over crossings (net current).
+    pub face_current: Vec<f64>,
+    /// Absorbed weight per gate and tetrahedron: `gated[g * (len + 1) + t]` (index 0 of each
+    /// gate unused, as in `absorbed`); empty without gates.
+    pub gated: Vec<f64>,
 }
 
 impl Tally {
@@ -31,17 +102,43 @@ impl Tally {
             expired: 0.0,
             lost: 0.0,
             photons: 0,
+            face_fluence: Vec::new(),
+            face_current: Vec::new(),
+            gated: Vec::new(),
         }
+    }
+
+    /// A tally with room for `faces` tallied faces and `gates` time gates.
+    pub fn with_outputs(mesh: &Mesh, faces: usize, gates: usize) -> Self {
+        Tally {
+            face_fluence: vec![0.0; faces],
+            face_current: vec![0.0; faces],
+            gated: vec![0.0; gates * (mesh.len() + 1)],
+            ..Tally::new(mesh)
+        }
+    }
+
+    /// Number of time gates.
+    pub fn gates(&self) -> usize {
+        self.gated.len() / self.absorbed.len().max(1)
     }
 
     /// Add `other` into `self`.
     pub fn merge(mut self, other: Tally) -> Tally {
-        for (a, b) in self.absorbed.iter_mut().zip(&other.absorbed) {
-            *a += b;
+        fn add(a: &mut Vec<f64>, b: &[f64]) {
+            if a.is_empty() {
+                a.extend_from_slice(b);
+            } else {
+                for (x, y) in a.iter_mut().zip(b) {
+                    *x += y;
+                }
+            }
         }
-        for (a, b) in self.escaped.iter_mut().zip(&other.escaped) {
-            *a += b;
-        }
+        add(&mut self.absorbed, &other.absorbed);
+        add(&mut self.escaped, &other.escaped);
+        add(&mut self.face_fluence, &other.face_fluence);
+        add(&mut self.face_current, &other.face_current);
+        add(&mut self.gated, &other.gated);
         self.roulette += other.roulette;
         self.expired += other.expired;
         self.lost += other.lost;
@@ -66,6 +163,9 @@ pub struct Summary {
     pub device: String,
     /// True when the run was interrupted (Ctrl-C) before all photons ran.
     pub interrupted: bool,
+    /// With time gates: absorbed fraction per gate (their sum is at most `absorbed`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub absorbed_per_gate: Option<Vec<f64>>,
 }
 
 /// A finished run: per-photon-normalised outputs.
@@ -97,8 +197,18 @@ impl McResult {
             photons_per_ms: tally.photons as f64 / (seconds * 1e3).max(1e-12),
             device,
             interrupted,
+            absorbed_per_gate: None,
         };
-        McResult { tally, summary }
+        let mut r = McResult { tally, summary };
+        let gates = r.tally.gates();
+        if gates > 0 {
+            r.summary.absorbed_per_gate = Some(
+                (0..gates)
+                    .map(|g| r.gated_absorbed(g).iter().sum())
+                    .collect(),
+            );
+        }
+        r
     }
 
     /// Absorbed energy per tetrahedron (1..=len at index 0..len) per launched photon.
@@ -120,6 +230,55 @@ impl McResult {
                     0.0
                 }
             })
+            .collect()
+    }
+
+    /// Absorbed energy per tetrahedron in time gate `g` per launched photon.
+    pub fn gated_absorbed(&self, g: usize) -> Vec<f64> {
+        let n = self.tally.photons.max(1) as f64;
+        let len = self.tally.absorbed.len();
+        self.tally.gated[g * len + 1..(g + 1) * len]
+            .iter()
+            .map(|a| a / n)
+            .collect()
+    }
+
+    /// Fluence per tetrahedron in time gate `g` per launched photon: the fluence integrated
+    /// over the gate (1/length^2; divide by the gate width for a fluence rate).
+    pub fn gated_fluence(&self, g: usize, mesh: &Mesh, optics: &Optics) -> Vec<f64> {
+        let a = self.gated_absorbed(g);
+        (1..=mesh.len())
+            .map(|t| {
+                let mua = optics.get(mesh.regions[t]).mua;
+                if mua > 0.0 {
+                    a[t - 1] / (mua * mesh.volumes[t])
+                } else {
+                    0.0
+                }
+            })
+            .collect()
+    }
+
+    /// Fluence per tallied face per launched photon: sum of w / |cos| / area (1/length^2).
+    pub fn face_fluence(&self, faces: &FaceSet) -> Vec<f64> {
+        let n = self.tally.photons.max(1) as f64;
+        self.tally
+            .face_fluence
+            .iter()
+            .zip(&faces.areas)
+            .map(|(f, a)| f / (n * a))
+            .collect()
+    }
+
+    /// Net current per tallied face per launched photon along its reference normal:
+    /// sum of w x sign / area (1/length^2).
+    pub fn face_current(&self, faces: &FaceSet) -> Vec<f64> {
+        let n = self.tally.photons.max(1) as f64;
+        self.tally
+            .face_current
+            .iter()
+            .zip(&faces.areas)
+            .map(|(f, a)| f / (n * a))
             .collect()
     }
 

@@ -1,13 +1,353 @@
-//! Legacy VTK writer (ASCII unstructured grid) with per-tetrahedron cell data, for ParaView.
+//! VTK unstructured grids, through `vtkio`: reading legacy `.vtk` (ASCII or binary) and XML
+//! `.vtu` meshes, and writing results with per-tetrahedron cell data for ParaView (`.vtu`, or
+//! the legacy ASCII `.vtk` that older tools read).
+//!
+//! Only tetrahedra (VTK cell type 10) are kept; other cells are counted in
+//! [`Imported::ignored`]. The region of each tetrahedron comes from a cell data array: the
+//! one named by the caller, else the first of [`REGION_ARRAYS`] present, else region 1 for all
+//! (noted). Region values must be whole numbers >= 1.
 
 use crate::error::{Error, Result};
-use crate::mesh::Mesh;
+use crate::mesh::{Imported, Mesh};
 use std::io::Write;
 use std::path::Path;
+use vtkio::model::{
+    Attribute, Attributes, ByteOrder, CellType, Cells, DataArray, DataSet, IOBuffer, Piece,
+    UnstructuredGridPiece, Version, VertexNumbers, Vtk,
+};
 
-/// Write `mesh` with the named per-tetrahedron arrays (each `mesh.len()` long, tet 1 first)
-/// and the region as cell data.
-pub fn write_vtk(path: &Path, mesh: &Mesh, cell_data: &[(&str, &[f64])]) -> Result<()> {
+/// Cell arrays tried, in order, for the region when no name is given: ours, meshio's Gmsh
+/// tag, and common names from other mesh tools.
+pub const REGION_ARRAYS: [&str; 6] = [
+    "region",
+    "gmsh:physical",
+    "Material",
+    "material",
+    "MaterialIds",
+    "CellEntityIds",
+];
+
+fn fmt_err(path: &Path, at: impl Into<String>, why: impl Into<String>) -> Error {
+    Error::Format {
+        path: path.to_path_buf(),
+        at: at.into(),
+        why: why.into(),
+    }
+}
+
+/// Read a `.vtk` (legacy) or `.vtu` (XML) unstructured grid; `region_array` names the cell
+/// array holding regions (None: see [`REGION_ARRAYS`]).
+///
+/// ```
+/// use montecarlo_core::{generate, vtk};
+/// let m = generate::box_mesh([0.0; 3], [2.0; 3], 1.0, 5)?;
+/// let p = std::env::temp_dir().join(format!("vtk-doc-{}.vtu", std::process::id()));
+/// vtk::write_vtu(&p, &m, &[("fluence", &vec![1.0; m.len()])])?;
+/// let back = vtk::read_vtk(&p, None)?;
+/// assert_eq!(back.mesh.len(), m.len());
+/// assert_eq!(back.mesh.regions, m.regions);
+/// # std::fs::remove_file(&p)?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn read_vtk(path: &Path, region_array: Option<&str>) -> Result<Imported> {
+    if !path.exists() {
+        return Err(Error::io(
+            path,
+            std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"),
+        ));
+    }
+    let imported = Vtk::import(path).or_else(|e| {
+        // VTK 9 and meshio write legacy data types as `vtktypeint64` etc., which vtkio's
+        // legacy parser only knows after OFFSETS/CONNECTIVITY: retry with the classic names.
+        let is_legacy = path
+            .extension()
+            .is_some_and(|x| x.eq_ignore_ascii_case("vtk"));
+        let bytes = std::fs::read(path).map_err(|io| Error::io(path, io))?;
+        match classic_type_names(&bytes) {
+            Some(fixed) if is_legacy => Vtk::parse_legacy_be(fixed.as_slice()).map_err(|_| e),
+            _ => Err(e),
+        }
+        .map_err(|e| {
+            fmt_err(
+                path,
+                "whole file",
+                format!("not a readable VTK file (truncated or corrupt?): {e}"),
+            )
+        })
+    });
+    let mut vtk = imported?;
+    vtk.load_all_pieces()
+        .map_err(|e| fmt_err(path, "pieces", e.to_string()))?;
+    let DataSet::UnstructuredGrid { pieces, .. } = vtk.data else {
+        return Err(fmt_err(
+            path,
+            "dataset",
+            "is not an unstructured grid (UnstructuredGrid / .vtu expected)",
+        ));
+    };
+    let mut nodes: Vec<[f64; 3]> = Vec::new();
+    let mut tets = Vec::new();
+    let mut regions = Vec::new();
+    let mut ignored = 0usize;
+    let mut notes = Vec::new();
+    let mut cell_base = 0usize;
+    for (pi, piece) in pieces.into_iter().enumerate() {
+        let Piece::Inline(p) = piece else {
+            return Err(fmt_err(
+                path,
+                format!("piece {}", pi + 1),
+                "is not stored in the file",
+            ));
+        };
+        let base = nodes.len() as u64;
+        let pts: Vec<f64> = p
+            .points
+            .cast_into()
+            .ok_or_else(|| fmt_err(path, "points", "are not numbers"))?;
+        if !pts.len().is_multiple_of(3) {
+            return Err(fmt_err(
+                path,
+                "points",
+                format!("{} values is not a multiple of 3", pts.len()),
+            ));
+        }
+        for (i, c) in pts.chunks_exact(3).enumerate() {
+            if c.iter().any(|v| !v.is_finite()) {
+                return Err(fmt_err(
+                    path,
+                    format!("point {i}"),
+                    format!("non-finite coordinates {c:?}"),
+                ));
+            }
+            nodes.push([c[0], c[1], c[2]]);
+        }
+        let cells = cell_lists(path, p.cells.cell_verts, p.cells.types.len())?;
+        let region_values = region_values(path, &p.data, region_array, p.cells.types.len())?;
+        if region_values.is_none() && pi == 0 {
+            notes.push("no region cell array: every tetrahedron is region 1".into());
+        }
+        for (i, (kind, verts)) in p.cells.types.iter().zip(&cells).enumerate() {
+            let cell = cell_base + i;
+            if *kind != CellType::Tetra {
+                ignored += 1;
+                continue;
+            }
+            if verts.len() != 4 {
+                return Err(fmt_err(
+                    path,
+                    format!("cell {cell}"),
+                    format!("tetrahedron with {} points", verts.len()),
+                ));
+            }
+            let mut t = [0u32; 4];
+            for (k, &v) in verts.iter().enumerate() {
+                let g = base + v;
+                if g >= nodes.len() as u64 {
+                    return Err(fmt_err(
+                        path,
+                        format!("cell {cell}"),
+                        format!(
+                            "refers to point {v}, but the piece has {} points",
+                            nodes.len() as u64 - base
+                        ),
+                    ));
+                }
+                t[k] = g as u32;
+            }
+            let r = match &region_values {
+                Some(v) => {
+                    let x = v[i];
+                    if !(x >= 1.0 && x.fract() == 0.0 && x <= f64::from(u32::MAX)) {
+                        return Err(fmt_err(
+                            path,
+                            format!("cell {cell}"),
+                            format!("region {x} is not a whole number >= 1"),
+                        ));
+                    }
+                    x as u32
+                }
+                None => 1,
+            };
+            tets.push(t);
+            regions.push(r);
+        }
+        cell_base += cells.len();
+    }
+    if tets.is_empty() {
+        return Err(Error::Invalid(format!(
+            "{}: no tetrahedra (VTK cell type 10) among {ignored} cells",
+            path.display()
+        )));
+    }
+    if ignored > 0 {
+        notes.push(format!(
+            "ignored {ignored} cells that are not tetrahedra (VTK type 10)"
+        ));
+    }
+    let mesh = Mesh::new(nodes, tets, regions).map_err(|e| match e {
+        // Tet numbers are 1-based among kept tetrahedra; say so next to the file.
+        Error::BadTet { tet, why } => fmt_err(path, format!("tetrahedron {tet} (1-based)"), why),
+        other => other,
+    })?;
+    Ok(Imported {
+        mesh,
+        ignored,
+        notes,
+    })
+}
+
+/// `bytes` with VTK 9's `vtktype*` data type names replaced by the classic legacy names
+/// (same sizes), except on OFFSETS/CONNECTIVITY lines; None when there is none to replace.
+fn classic_type_names(bytes: &[u8]) -> Option<Vec<u8>> {
+    const NAMES: [(&[u8], &[u8]); 9] = [
+        (b"vtktypeint64", b"long"),
+        (b"vtktypeuint64", b"unsigned_long"),
+        (b"vtktypeint32", b"int"),
+        (b"vtktypeuint32", b"unsigned_int"),
+        (b"vtktypeint16", b"short"),
+        (b"vtktypeint8", b"char"),
+        (b"vtktypeuint8", b"unsigned_char"),
+        (b"vtktypefloat32", b"float"),
+        (b"vtktypefloat64", b"double"),
+    ];
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut changed = false;
+    let mut line_start = 0;
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'\n' {
+            line_start = i + 1;
+        }
+        let topology = bytes[line_start..].starts_with(b"OFFSETS")
+            || bytes[line_start..].starts_with(b"CONNECTIVITY");
+        let name = if !topology && i > 0 && bytes[i - 1] == b' ' {
+            NAMES.iter().find(|(f, _)| {
+                bytes[i..].starts_with(f)
+                    && bytes.get(i + f.len()).is_none_or(u8::is_ascii_whitespace)
+            })
+        } else {
+            None
+        };
+        if let Some((from, to)) = name {
+            out.extend_from_slice(to);
+            i += from.len();
+            changed = true;
+            continue;
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    changed.then_some(out)
+}
+
+/// Point lists per cell, checked (vtkio's own conversion panics on inconsistent input).
+fn cell_lists(path: &Path, verts: VertexNumbers, count: usize) -> Result<Vec<Vec<u64>>> {
+    let mut out = Vec::with_capacity(count);
+    match verts {
+        VertexNumbers::Legacy { vertices, .. } => {
+            let mut i = 0usize;
+            while i < vertices.len() {
+                let n = vertices[i] as usize;
+                let Some(list) = vertices.get(i + 1..i + 1 + n) else {
+                    return Err(fmt_err(
+                        path,
+                        format!("cell {}", out.len()),
+                        "its point list runs past the end of CELLS",
+                    ));
+                };
+                out.push(list.iter().map(|&v| u64::from(v)).collect());
+                i += 1 + n;
+            }
+        }
+        VertexNumbers::XML {
+            connectivity,
+            offsets,
+        } => {
+            let offsets: &[u64] = if offsets.len() == count + 1 && offsets.first() == Some(&0) {
+                &offsets[1..]
+            } else {
+                &offsets
+            };
+            let mut start = 0u64;
+            for (c, &end) in offsets.iter().enumerate() {
+                if end < start || end > connectivity.len() as u64 {
+                    return Err(fmt_err(
+                        path,
+                        format!("cell {c}"),
+                        format!("offset {end} is out of order or past the connectivity"),
+                    ));
+                }
+                out.push(connectivity[start as usize..end as usize].to_vec());
+                start = end;
+            }
+        }
+    }
+    if out.len() != count {
+        return Err(fmt_err(
+            path,
+            "cells",
+            format!("{} point lists for {count} cell types", out.len()),
+        ));
+    }
+    Ok(out)
+}
+
+/// The region array's values (one per cell), or None when no array is named and none of
+/// the usual names is present.
+fn region_values(
+    path: &Path,
+    data: &Attributes,
+    name: Option<&str>,
+    cells: usize,
+) -> Result<Option<Vec<f64>>> {
+    let find = |want: &str| -> Option<(&IOBuffer, u32)> {
+        data.cell.iter().find_map(|a| match a {
+            Attribute::DataArray(d) if d.name == want => Some((&d.data, d.elem.num_comp())),
+            Attribute::Field { data_array, .. } => data_array
+                .iter()
+                .find(|f| f.name == want)
+                .map(|f| (&f.data, f.elem)),
+            Attribute::DataArray(_) => None,
+        })
+    };
+    let hit = match name {
+        Some(n) => Some((
+            n,
+            find(n).ok_or_else(|| {
+                let have: Vec<&str> = data.cell.iter().map(Attribute::name).collect();
+                fmt_err(
+                    path,
+                    "cell data",
+                    format!("no cell array `{n}` (arrays: {have:?})"),
+                )
+            })?,
+        )),
+        None => REGION_ARRAYS.iter().find_map(|n| find(n).map(|h| (*n, h))),
+    };
+    let Some((n, (buf, comps))) = hit else {
+        return Ok(None);
+    };
+    if comps != 1 {
+        return Err(fmt_err(
+            path,
+            format!("cell array `{n}`"),
+            format!("has {comps} components; a region needs 1"),
+        ));
+    }
+    let v: Vec<f64> = buf
+        .cast_into()
+        .ok_or_else(|| fmt_err(path, format!("cell array `{n}`"), "is not numeric"))?;
+    if v.len() != cells {
+        return Err(fmt_err(
+            path,
+            format!("cell array `{n}`"),
+            format!("has {} values for {cells} cells", v.len()),
+        ));
+    }
+    Ok(Some(v))
+}
+
+fn check_lengths(mesh: &Mesh, cell_data: &[(&str, &[f64])]) -> Result<()> {
     for (name, v) in cell_data {
         if v.len() != mesh.len() {
             return Err(Error::Invalid(format!(
@@ -17,6 +357,64 @@ pub fn write_vtk(path: &Path, mesh: &Mesh, cell_data: &[(&str, &[f64])]) -> Resu
             )));
         }
     }
+    Ok(())
+}
+
+/// Write `mesh` as an XML `.vtu` (base64 binary, f64) with `region` and the named
+/// per-tetrahedron arrays (each `mesh.len()` long, tet 1 first) as cell data.
+pub fn write_vtu(path: &Path, mesh: &Mesh, cell_data: &[(&str, &[f64])]) -> Result<()> {
+    check_lengths(mesh, cell_data)?;
+    let n = mesh.len();
+    let points: Vec<f64> = mesh.nodes.iter().flatten().copied().collect();
+    let connectivity: Vec<u64> = mesh.tets[1..]
+        .iter()
+        .flat_map(|t| t.map(u64::from))
+        .collect();
+    let offsets: Vec<u64> = (1..=n as u64).map(|i| 4 * i).collect();
+    let mut cell = vec![Attribute::DataArray(
+        DataArray::scalars("region", 1).with_data(
+            mesh.regions[1..]
+                .iter()
+                .map(|&r| r as i32)
+                .collect::<Vec<i32>>(),
+        ),
+    )];
+    for (name, v) in cell_data {
+        cell.push(Attribute::DataArray(
+            DataArray::scalars(*name, 1).with_data(v.to_vec()),
+        ));
+    }
+    let vtk = Vtk {
+        version: Version::new_xml(1, 0),
+        title: String::new(),
+        byte_order: ByteOrder::LittleEndian,
+        file_path: None,
+        data: DataSet::inline(UnstructuredGridPiece {
+            points: IOBuffer::F64(points),
+            cells: Cells {
+                cell_verts: VertexNumbers::XML {
+                    connectivity,
+                    offsets,
+                },
+                types: vec![CellType::Tetra; n],
+            },
+            data: Attributes {
+                point: Vec::new(),
+                cell,
+            },
+        }),
+    };
+    let file = std::fs::File::create(path).map_err(|e| Error::io(path, e))?;
+    let mut w = std::io::BufWriter::new(file);
+    vtk.write_xml(&mut w)
+        .map_err(|e| fmt_err(path, "writing", e.to_string()))?;
+    w.flush().map_err(|e| Error::io(path, e))
+}
+
+/// Legacy VTK writer (ASCII unstructured grid): `mesh` with the region and the named
+/// per-tetrahedron arrays (each `mesh.len()` long, tet 1 first) as cell data.
+pub fn write_vtk(path: &Path, mesh: &Mesh, cell_data: &[(&str, &[f64])]) -> Result<()> {
+    check_lengths(mesh, cell_data)?;
     let file = std::fs::File::create(path).map_err(|e| Error::io(path, e))?;
     let mut w = std::io::BufWriter::new(file);
     let io = |e| Error::io(path, e);
