@@ -54,6 +54,9 @@ pub struct GpuOptions {
     /// Wall time aimed at per batch after the first (progress and Ctrl-C are checked
     /// between batches; each batch ends with a tail where few packets are left).
     pub batch_seconds: f64,
+    /// Pack the tetrahedra in the mesh's Morton order (as the CPU path does), so that
+    /// neighbours are close in memory; results are mapped back and bit-identical either way.
+    pub reorder: bool,
 }
 
 impl Default for GpuOptions {
@@ -62,6 +65,7 @@ impl Default for GpuOptions {
             variant: McVariant::DEFAULT,
             cubes: None,
             batch_seconds: 0.25,
+            reorder: true,
         }
     }
 }
@@ -89,6 +93,12 @@ impl GpuOptions {
         self.cubes = Some(cubes);
         self
     }
+
+    /// Builder: pack tetrahedra in Morton order (`true`, the default) or in mesh order.
+    pub fn with_reorder(mut self, reorder: bool) -> Self {
+        self.reorder = reorder;
+        self
+    }
 }
 
 /// Host-side arrays in the kernel's layout.
@@ -99,6 +109,11 @@ struct Packed {
     mats: Vec<f32>,
     srcs: Vec<f32>,
     src_tet: Vec<u32>,
+    src_aux: Vec<f32>,
+    face_slot: Vec<u32>,
+    face_normal: Vec<f32>,
+    /// Packed tetrahedron -> mesh tetrahedron (index 0: outside).
+    orig: Vec<u32>,
 }
 
 /// Optical constants of every region (0 = outside) as the kernel reads them.
@@ -118,44 +133,164 @@ fn pack_materials(sim: &Simulation) -> Vec<f32> {
     mats
 }
 
-fn pack(sim: &Simulation) -> Result<Packed> {
+/// Walker's alias table of `weights` (Vose's construction): keep index `i` with
+/// probability `prob[i]`, else take `alias[i]`; with `i` uniform this picks index `j` with
+/// probability `weights[j] / sum`, the distribution of the CPU's cumulative table.
+fn alias_table(weights: &[f64]) -> (Vec<f32>, Vec<u32>) {
+    let n = weights.len();
+    let total: f64 = weights.iter().sum();
+    let mut p: Vec<f64> = weights.iter().map(|w| w * n as f64 / total).collect();
+    let mut prob = vec![1.0f32; n];
+    let mut alias: Vec<u32> = (0..n as u32).collect();
+    let (mut small, mut large): (Vec<usize>, Vec<usize>) = (0..n).partition(|&i| p[i] < 1.0);
+    while let (Some(s), Some(&l)) = (small.pop(), large.last()) {
+        prob[s] = p[s] as f32;
+        alias[s] = l as u32;
+        p[l] -= 1.0 - p[s];
+        if p[l] < 1.0 {
+            large.pop();
+            small.push(l);
+        }
+    }
+    (prob, alias)
+}
+
+/// The element tables of volume and surface sources ([`k::AUX_VECS`] float4 per element,
+/// see `gpu_kernels::montecarlo::source`), tetrahedra in packed numbering.
+fn pack_source_elements(sim: &Simulation, packed_of: &[u32]) -> Vec<f32> {
+    let m = &sim.mesh;
+    let per = 4 * k::AUX_VECS as usize;
+    let mut aux = vec![0.0f32; per * sim.source_elements.len().max(1)];
+    for s in &sim.sources {
+        if s.count == 0 {
+            continue;
+        }
+        let els = &sim.source_elements[s.first as usize..(s.first + s.count) as usize];
+        let weights: Vec<f64> = els
+            .iter()
+            .scan(0.0, |prev, e| {
+                let w = (e.cdf - *prev).max(0.0);
+                *prev = e.cdf;
+                Some(w)
+            })
+            .collect();
+        let (prob, alias) = alias_table(&weights);
+        for (i, e) in els.iter().enumerate() {
+            let r = &mut aux[(s.first as usize + i) * per..][..per];
+            r[0] = prob[i];
+            r[1] = f32::from_bits(alias[i]);
+            r[2] = f32::from_bits(packed_of[e.tet as usize]);
+            let t = m.tets[e.tet as usize];
+            let nodes: Vec<usize> = if e.face >= 4 {
+                t.iter().map(|&v| v as usize).collect()
+            } else {
+                crate::mesh::FACE_NODES[e.face as usize]
+                    .iter()
+                    .map(|&k| t[k] as usize)
+                    .collect()
+            };
+            for (j, &v) in nodes.iter().enumerate() {
+                for c in 0..3 {
+                    r[4 * (1 + j) + c] = m.nodes[v][c] as f32;
+                }
+            }
+            if e.face < 4 {
+                let f = m.faces[e.tet as usize][e.face as usize];
+                let inward = [-f[0], -f[1], -f[2]];
+                let (u, _) = source::basis(inward);
+                for c in 0..3 {
+                    r[16 + c] = inward[c] as f32;
+                    r[20 + c] = u[c] as f32;
+                }
+            }
+        }
+    }
+    aux
+}
+
+fn pack(sim: &Simulation, reorder: bool) -> Result<Packed> {
     let m = &sim.mesh;
     let n = m.len() + 1;
-    if n > k::MAX_TET || m.boundary.len() >= i32::MAX as usize {
+    if n > k::MAX_TET || m.boundary.len() >= k::MAX_TET {
         return Err(Error::Gpu(format!(
-            "mesh too large for the GPU path: {} tetrahedra (at most {}), {} boundary triangles",
+            "mesh too large for the GPU path: {} tetrahedra, {} boundary triangles (at most {} each)",
             m.len(),
-            k::MAX_TET - 1,
-            m.boundary.len()
+            m.boundary.len(),
+            k::MAX_TET - 1
         )));
+    }
+    if let Some(g) = sim.gates
+        && (g.count as usize) * n >= 1 << 31
+    {
+        return Err(Error::Gpu(format!(
+            "{} time gates x {} tetrahedra exceed the GPU's gated tally (2^31 entries)",
+            g.count,
+            m.len()
+        )));
+    }
+    // Morton order of the centroids (the CPU path's packing): neighbours close in memory.
+    let mut orig = Vec::with_capacity(n);
+    orig.push(0u32);
+    if !reorder {
+        orig.extend(1..n as u32);
+    } else if m.order.len() == m.len() {
+        orig.extend_from_slice(&m.order);
+    } else {
+        orig.extend(m.morton_order());
+    }
+    let mut packed_of = vec![0u32; n];
+    for (p, &o) in orig.iter().enumerate() {
+        packed_of[o as usize] = p as u32;
     }
     let mats = pack_materials(sim);
     let material = |t: usize| {
         let r = m.regions[t] as usize * k::MAT_FLOATS;
         &mats[r..r + k::MAT_FLOATS]
     };
-    let mut faces = Vec::with_capacity(n * k::FACE_FLOATS);
-    for f in &m.faces {
-        for p in f {
-            // f32 keeps ~7 digits: enough for meshes whose coordinates span < 1e4 of their
-            // smallest feature.
-            faces.extend(p.iter().map(|&v| v as f32));
+    // Tallied faces: both sides of each carry its slot.
+    let tallied = sim.faces.len();
+    let mut face_slot = vec![k::NO_SLOT; if tallied > 0 { 4 * n } else { 1 }];
+    let mut face_normal = vec![0.0f32; 4 * tallied.max(1)];
+    for (i, &(t, f)) in sim.faces.faces.iter().enumerate() {
+        face_slot[4 * packed_of[t as usize] as usize + f as usize] = i as u32;
+        let nb = m.neighbours[t as usize][f as usize];
+        if nb > 0
+            && let Some(back) = m.neighbours[nb as usize].iter().position(|&x| x == t)
+        {
+            face_slot[4 * packed_of[nb as usize] as usize + back] = i as u32;
+        }
+        for c in 0..3 {
+            face_normal[4 * i + c] = sim.faces.normals[i][c] as f32;
         }
     }
+    let mut faces = Vec::with_capacity(n * k::FACE_FLOATS);
     let mut neigh = Vec::with_capacity(n * k::NEIGH_INTS);
-    for t in 0..n {
+    let mut region = Vec::with_capacity(n);
+    for (p, &o) in orig.iter().enumerate() {
+        let o = o as usize;
+        for plane in &m.faces[o] {
+            // f32 keeps ~7 digits: enough for meshes whose coordinates span < 1e4 of their
+            // smallest feature.
+            faces.extend(plane.iter().map(|&v| v as f32));
+        }
         for f in 0..4 {
-            let nb = m.neighbours[t][f] as usize;
-            neigh.push(if t == 0 {
+            let nb = m.neighbours[o][f] as usize;
+            neigh.push(if o == 0 {
                 0
             } else if nb == 0 {
-                -(m.boundary_index[t][f] as i32)
-            } else if material(nb) == material(t) {
-                nb as i32
+                -(m.boundary_index[o][f] as i32)
             } else {
-                nb as i32 | NEIGH_INTERFACE
+                let mut v = packed_of[nb] as i32;
+                if material(nb) != material(o) {
+                    v |= NEIGH_INTERFACE;
+                }
+                if tallied > 0 && face_slot[4 * p + f] != k::NO_SLOT {
+                    v |= k::NEIGH_TALLIED;
+                }
+                v
             });
         }
+        region.push(m.regions[o]);
     }
     let e = 1e-7 * m.scale();
     let mut srcs = Vec::with_capacity(sim.sources.len() * k::SRC_FLOATS);
@@ -174,36 +309,38 @@ fn pack(sim: &Simulation) -> Result<Packed> {
             s.pos
         };
         let (u, _) = source::basis(s.dir);
-        srcs.extend(
-            [
-                f64::from(s.kind),
-                s.cumulative,
-                s.param,
-                0.0,
-                pos[0],
-                pos[1],
-                pos[2],
-                0.0,
-                s.dir[0],
-                s.dir[1],
-                s.dir[2],
-                0.0,
-                u[0],
-                u[1],
-                u[2],
-                0.0,
-            ]
-            .map(|v| v as f32),
-        );
-        src_tet.push(s.tet);
+        let f = |v: f64| v as f32;
+        srcs.extend([
+            f(f64::from(s.kind)),
+            f(s.cumulative),
+            f(s.param),
+            f32::from_bits(s.first),
+            f(pos[0]),
+            f(pos[1]),
+            f(pos[2]),
+            f32::from_bits(s.count),
+            f(s.dir[0]),
+            f(s.dir[1]),
+            f(s.dir[2]),
+            0.0,
+            f(u[0]),
+            f(u[1]),
+            f(u[2]),
+            0.0,
+        ]);
+        src_tet.push(packed_of[s.tet as usize]);
     }
     Ok(Packed {
         faces,
         neigh,
-        region: m.regions.clone(),
+        region,
         mats,
         srcs,
         src_tet,
+        src_aux: pack_source_elements(sim, &packed_of),
+        face_slot,
+        face_normal,
+        orig,
     })
 }
 
@@ -219,7 +356,11 @@ fn upload_scene<R: cubecl_rt::Runtime>(
         mats: gpu.upload(&p.mats)?,
         srcs: gpu.upload(&p.srcs)?,
         src_tet: gpu.upload(&p.src_tet)?,
-        src_aux: gpu.upload(&[0.0f32])?,
+        src_aux: gpu.upload(&p.src_aux)?,
+        face_slot: gpu.upload(&p.face_slot)?,
+        face_normal: gpu.upload(&p.face_normal)?,
+        tallied_faces: sim.faces.len(),
+        gates: sim.gates.map_or(0, |g| g.count),
         tets: sim.mesh.len() + 1,
         boundary: sim.mesh.boundary.len(),
         sources: sim.sources.len() as u32,
@@ -237,6 +378,12 @@ pub struct FixedTally {
     pub escaped: Vec<u64>,
     /// Killed by roulette, given to roulette survivors, time-limited, lost.
     pub totals: [u64; TOTALS],
+    /// Absorbed per gate and tetrahedron, `gate x (len + 1) + tet` (empty without gates).
+    pub gated: Vec<u64>,
+    /// Per tallied face: sum of w / |cos| (see `tally::face_crossing`).
+    pub face_fluence: Vec<u64>,
+    /// Per tallied face: net current, sum of w sign(cos).
+    pub face_current: Vec<i64>,
     /// Photons run.
     pub photons: u64,
     /// Wall time of the transport itself (launches and their synchronisation, after the
@@ -250,6 +397,9 @@ impl FixedTally {
             absorbed: vec![0; sim.mesh.len() + 1],
             escaped: vec![0; sim.mesh.boundary.len()],
             totals: [0; TOTALS],
+            gated: vec![0; sim.gates.map_or(0, |g| g.count as usize) * (sim.mesh.len() + 1)],
+            face_fluence: vec![0; sim.faces.len()],
+            face_current: vec![0; sim.faces.len()],
             photons: 0,
             transport_seconds: 0.0,
         }
@@ -260,6 +410,9 @@ impl FixedTally {
         self.absorbed == other.absorbed
             && self.escaped == other.escaped
             && self.totals == other.totals
+            && self.gated == other.gated
+            && self.face_fluence == other.face_fluence
+            && self.face_current == other.face_current
             && self.photons == other.photons
     }
 
@@ -274,6 +427,15 @@ impl FixedTally {
         for (a, b) in self.totals.iter_mut().zip(&other.totals) {
             *a += b;
         }
+        for (a, b) in self.gated.iter_mut().zip(&other.gated) {
+            *a += b;
+        }
+        for (a, b) in self.face_fluence.iter_mut().zip(&other.face_fluence) {
+            *a += b;
+        }
+        for (a, b) in self.face_current.iter_mut().zip(&other.face_current) {
+            *a = a.wrapping_add(*b);
+        }
         self.photons += other.photons;
         self.transport_seconds = self.transport_seconds.max(other.transport_seconds);
     }
@@ -281,7 +443,17 @@ impl FixedTally {
     /// The f64 tally (weights in packet units).
     pub fn to_tally(&self, sim: &Simulation) -> Tally {
         let w = |v: u64| v as f64 / k::FIXED_SCALE;
-        let mut t = Tally::new(&sim.mesh);
+        let gates = self.gated.len() / (sim.mesh.len() + 1);
+        let mut t = Tally::with_outputs(&sim.mesh, self.face_fluence.len(), gates);
+        for (dst, &v) in t.gated.iter_mut().zip(&self.gated) {
+            *dst = w(v);
+        }
+        for (dst, &v) in t.face_fluence.iter_mut().zip(&self.face_fluence) {
+            *dst = w(v);
+        }
+        for (dst, &v) in t.face_current.iter_mut().zip(&self.face_current) {
+            *dst = v as f64 / k::FIXED_SCALE;
+        }
         for (dst, &v) in t.absorbed.iter_mut().zip(&self.absorbed) {
             *dst = w(v);
         }
@@ -384,6 +556,7 @@ fn run_range(
                 prwin: sim.params.prwin as f32,
                 tmax_ns: sim.params.time_limit_ns.map_or(f32::MAX, |t| t as f32),
                 n_out: sim.optics.n_outside as f32,
+                gate_width_ns: sim.gates.map_or(1.0, |g| g.width_ns as f32),
                 max_events: MAX_EVENTS,
                 budget: if software { LAVAPIPE_BUDGET } else { u32::MAX },
                 cubes: cubes.min(n.div_ceil(u64::from(variant.units)).max(1) as u32),
@@ -399,7 +572,31 @@ fn run_range(
         let transport_seconds = started.elapsed().as_secs_f64();
         let mut out = FixedTally::zero(sim);
         out.transport_seconds = transport_seconds;
-        out.absorbed = words_to_u64(&gpu.download(&tallies.absorbed)?);
+        // Per-tet tallies back from the packed numbering to the mesh's.
+        let stride = packed.orig.len();
+        let absorbed = words_to_u64(&gpu.download(&tallies.absorbed)?);
+        for (p, &o) in packed.orig.iter().enumerate() {
+            out.absorbed[o as usize] = absorbed[p];
+        }
+        if !out.gated.is_empty() {
+            let gated = words_to_u64(&gpu.download(&tallies.gated)?);
+            for (g, chunk) in gated.chunks_exact(stride).enumerate() {
+                for (p, &o) in packed.orig.iter().enumerate() {
+                    out.gated[g * stride + o as usize] = chunk[p];
+                }
+            }
+        }
+        if !out.face_fluence.is_empty() {
+            let faces = words_to_u64(&gpu.download(&tallies.face_tally)?);
+            for (i, pair) in faces
+                .chunks_exact(2)
+                .take(out.face_fluence.len())
+                .enumerate()
+            {
+                out.face_fluence[i] = pair[0];
+                out.face_current[i] = pair[1] as i64;
+            }
+        }
         out.escaped = words_to_u64(&gpu.download(&tallies.escaped)?);
         out.escaped.truncate(sim.mesh.boundary.len());
         let totals = words_to_u64(&gpu.download(&tallies.totals)?);
@@ -451,7 +648,7 @@ pub fn run_fixed(
     stop: Option<&AtomicBool>,
     mut progress: impl FnMut(u64, u64),
 ) -> Result<(FixedTally, u64)> {
-    let packed = pack(sim)?;
+    let packed = pack(sim, opts.reorder)?;
     let total = sim.photons;
     let parts = devices.len() as u64;
     let range = |i: u64| (total * i / parts, total * (i + 1) / parts);
@@ -554,7 +751,7 @@ mod tests {
     fn packed_neighbours_flag_material_changes_and_name_boundary_triangles() {
         for same in [true, false] {
             let s = sim(same);
-            let p = pack(&s).unwrap();
+            let p = pack(&s, false).unwrap();
             let m = &s.mesh;
             let mut flagged = 0;
             for t in 1..=m.len() {

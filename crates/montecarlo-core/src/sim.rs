@@ -435,22 +435,6 @@ impl Simulation {
         mut progress: impl FnMut(u64, u64),
     ) -> Result<McResult> {
         if device.is_gpu() {
-            if !self.faces.is_empty() || self.gates.is_some() {
-                return Err(Error::Gpu(
-                    "face fluence and time gates run on the CPU only for now (use --device cpu)"
-                        .into(),
-                ));
-            }
-            if self
-                .sources
-                .iter()
-                .any(|s| s.kind == source::KIND_VOLUME || s.kind == source::KIND_SURFACE)
-            {
-                return Err(Error::Gpu(
-                    "volume and surface sources run on the CPU only for now (use --device cpu)"
-                        .into(),
-                ));
-            }
             return crate::gpu::run(self, device, stop, progress);
         }
         let start = Instant::now();

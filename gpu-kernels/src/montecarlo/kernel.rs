@@ -24,8 +24,8 @@
 use super::rng::{Rng, rng_seed, rng_zero, uniform};
 use super::source::launch;
 use super::{
-    F_IEEE, F_KEEP_PLANES, F_NESTED, F_NO_CACHE, F_PREFETCH, F_STATIC, T_EXPIRED, T_GAINED,
-    T_KILLED, T_LOST,
+    F_FACES, F_GATES, F_IEEE, F_KEEP_PLANES, F_NESTED, F_NO_CACHE, F_PREFETCH, F_STATIC, T_EXPIRED,
+    T_GAINED, T_KILLED, T_LOST,
 };
 use cubecl::prelude::*;
 
@@ -95,6 +95,9 @@ pub(crate) fn photon_zero() -> Photon {
 pub(crate) struct Acc {
     pub cache_t: u32,
     pub cache_q: u32,
+    /// With `F_GATES`: a second cache for the gated tally, keyed by gate x tets + tet.
+    pub gate_key: u32,
+    pub gate_q: u32,
     pub killed: u32,
     pub gained: u32,
     pub expired: u32,
@@ -117,6 +120,22 @@ pub(crate) fn add_fixed(tally: &mut Array<Atomic<u32>>, idx: u32, x: u32) {
     }
 }
 
+/// Add the signed fixed-point value `x` (of magnitude `q`, negative when `neg`) to the
+/// 64-bit two's-complement entry `idx` (words low, high; sums are exact modulo 2^64).
+#[cube]
+pub(crate) fn add_fixed_signed(tally: &mut Array<Atomic<u32>>, idx: u32, q: u32, neg: bool) {
+    let i = (idx * 2u32) as usize;
+    let lo = select(neg, 0u32 - q, q);
+    let mut hi = select(neg && q != 0u32, 0xFFFF_FFFFu32, 0u32);
+    let old = tally[i].fetch_add(lo);
+    if old > 0xFFFF_FFFFu32 - lo {
+        hi += 1u32;
+    }
+    if hi != 0u32 {
+        tally[i + 1].fetch_add(hi);
+    }
+}
+
 /// `acc + x`, flushed into `totals[k]` once it reaches 2^31 (adds are at most 2^24 + 1).
 #[cube]
 pub(crate) fn bank(acc: u32, x: u32, totals: &mut Array<Atomic<u32>>, #[comptime] k: u32) -> u32 {
@@ -126,6 +145,16 @@ pub(crate) fn bank(acc: u32, x: u32, totals: &mut Array<Atomic<u32>>, #[comptime
         a = 0u32;
     }
     a
+}
+
+/// A copy of `x`. CubeCL 0.10 binds `let a = p.field` to the field's own variable, so `a`
+/// would change with later writes to `p.field`; assigning to a new variable copies.
+#[cube]
+#[allow(unused_assignments)]
+pub(crate) fn copy_of(x: f32) -> f32 {
+    let mut y = 0.0f32;
+    y = x;
+    y
 }
 
 /// Load the optical constants of region `r` (two float4: [1/mu_t, g, n, mua/mu_t],
@@ -265,8 +294,11 @@ pub(crate) fn advance(
     neigh: &Array<Vector<i32, Const<4>>>,
     region: &Array<u32>,
     mats: &Array<Vector<f32, Const<4>>>,
+    face_slot: &Array<u32>,
+    face_normal: &Array<Vector<f32, Const<4>>>,
     escaped: &mut Array<Atomic<u32>>,
     totals: &mut Array<Atomic<u32>>,
+    face_tally: &mut Array<Atomic<u32>>,
     tmax: f32,
     n_out: f32,
     max_events: u32,
@@ -313,12 +345,24 @@ pub(crate) fn advance(
                 nbv = neigh[p.t as usize];
             }
             let v = pick(nbv, exit_f);
-            if ((v - 1i32) as u32) < 0x3FFF_FFFFu32 {
-                // Same material on both sides: nothing to do but move on.
+            if ((v - 1i32) as u32) < 0x1FFF_FFFFu32 {
+                // Same material on both sides, no tally: nothing to do but move on.
                 p.t = v as u32;
             } else {
                 code = cross_interface(
-                    p, rng, v, exit_f, faces, region, mats, escaped, n_out, flags,
+                    p,
+                    rng,
+                    v,
+                    exit_f,
+                    faces,
+                    region,
+                    mats,
+                    face_slot,
+                    face_normal,
+                    escaped,
+                    face_tally,
+                    n_out,
+                    flags,
                 );
             }
             if code == 0u32 && p.s <= 0.0f32 {
@@ -333,9 +377,11 @@ pub(crate) fn advance(
     code
 }
 
-/// Crossing a face flagged as a change of material or the boundary (`v <= 0`, boundary
-/// triangle `-v`): exact unpolarised Fresnel with total internal reflection where the
-/// indices differ; escape or a new material where the packet goes through.
+/// Crossing a face flagged as a change of material (bit 30), a tallied face (bit 29) or
+/// the boundary (`v <= 0`, boundary triangle `-v`): exact unpolarised Fresnel with total
+/// internal reflection where the indices differ; where the packet goes through, the face
+/// tally (with the direction before refraction, as on the CPU), then escape or the new
+/// tetrahedron and its material.
 #[cube]
 #[allow(clippy::too_many_arguments)]
 fn cross_interface(
@@ -346,22 +392,32 @@ fn cross_interface(
     faces: &Array<Vector<f32, Const<4>>>,
     region: &Array<u32>,
     mats: &Array<Vector<f32, Const<4>>>,
+    face_slot: &Array<u32>,
+    face_normal: &Array<Vector<f32, Const<4>>>,
     escaped: &mut Array<Atomic<u32>>,
+    face_tally: &mut Array<Atomic<u32>>,
     n_out: f32,
     #[comptime] flags: u32,
 ) -> u32 {
     let ieee = comptime!(flags & F_IEEE != 0);
     let mut code = 0u32;
     let boundary = v <= 0i32;
-    let nb = (v & 0x3FFF_FFFFi32) as u32;
-    let mut n2 = n_out;
+    let material_change = (v & 0x4000_0000i32) != 0i32;
+    let nb = (v & 0x1FFF_FFFFi32) as u32;
+    let n1 = p.n;
+    let mut n2 = n1;
     let mut r2 = 0u32;
-    if !boundary {
+    if boundary {
+        n2 = n_out;
+    } else if material_change {
         r2 = region[nb as usize];
         n2 = mats[(r2 * 2u32) as usize][2];
     }
+    // The direction before refraction, for the face tally (a copy: see [`copy_of`]).
+    let dx0 = copy_of(p.dx);
+    let dy0 = copy_of(p.dy);
+    let dz0 = copy_of(p.dz);
     let mut reflected = false;
-    let n1 = p.n;
     if n1 != n2 {
         let a = faces[(p.t * 4u32 + f) as usize];
         let nx = a[0];
@@ -395,12 +451,27 @@ fn cross_interface(
         }
     }
     if !reflected {
+        if comptime!(flags & F_FACES != 0) {
+            if boundary || (v & 0x2000_0000i32) != 0i32 {
+                let slot = face_slot[(p.t * 4u32 + f) as usize];
+                if slot != 0xFFFF_FFFFu32 {
+                    let n = face_normal[slot as usize];
+                    let cos = n[0] * dx0 + n[1] * dy0 + n[2] * dz0;
+                    let a = f32::abs(cos);
+                    let fluence = p.w / select(a < 0.1f32, 0.05f32, a);
+                    add_fixed(face_tally, slot * 2u32, fixed(fluence));
+                    add_fixed_signed(face_tally, slot * 2u32 + 1u32, fixed(p.w), cos < 0.0f32);
+                }
+            }
+        }
         if boundary {
             add_fixed(escaped, (-v) as u32, fixed(p.w));
             code = 2u32;
         } else {
             p.t = nb;
-            set_material(p, mats, r2);
+            if material_change {
+                set_material(p, mats, r2);
+            }
         }
     }
     code
@@ -427,8 +498,12 @@ pub(crate) fn scatter(
     acc: &mut Acc,
     absorbed: &mut Array<Atomic<u32>>,
     totals: &mut Array<Atomic<u32>>,
+    gated: &mut Array<Atomic<u32>>,
     wmin: f32,
     prwin: f32,
+    n_tets: u32,
+    gate_count: u32,
+    gate_inv_width: f32,
     #[comptime] flags: u32,
 ) -> bool {
     let ieee = comptime!(flags & F_IEEE != 0);
@@ -445,6 +520,21 @@ pub(crate) fn scatter(
             acc.cache_q = 0u32;
         }
         acc.cache_q += q;
+    }
+    if comptime!(flags & F_GATES != 0) {
+        // Time-resolved: the same drop in the gate of the time of flight, if any.
+        let gf = p.time * gate_inv_width;
+        if gf < gate_count as f32 {
+            let key = (gf as u32) * n_tets + p.t;
+            if key != acc.gate_key || acc.gate_q >= 0x8000_0000u32 {
+                if acc.gate_q > 0u32 {
+                    add_fixed(gated, acc.gate_key, acc.gate_q);
+                }
+                acc.gate_key = key;
+                acc.gate_q = 0u32;
+            }
+            acc.gate_q += q;
+        }
     }
     p.w -= dw;
     // Henyey-Greenstein deflection cosine.
@@ -514,11 +604,15 @@ pub fn mc_transport_kernel(
     mats: &Array<Vector<f32, Const<4>>>,
     srcs: &Array<Vector<f32, Const<4>>>,
     src_tet: &Array<u32>,
-    src_aux: &Array<f32>,
+    src_aux: &Array<Vector<f32, Const<4>>>,
+    face_slot: &Array<u32>,
+    face_normal: &Array<Vector<f32, Const<4>>>,
     counter: &mut Array<Atomic<u32>>,
     absorbed: &mut Array<Atomic<u32>>,
     escaped: &mut Array<Atomic<u32>>,
     totals: &mut Array<Atomic<u32>>,
+    gated: &mut Array<Atomic<u32>>,
+    face_tally: &mut Array<Atomic<u32>>,
     n_photons: u32,
     first_lo: u32,
     first_hi: u32,
@@ -528,10 +622,13 @@ pub fn mc_transport_kernel(
     stride: u32,
     max_events: u32,
     budget: u32,
+    n_tets: u32,
+    gate_count: u32,
     wmin: f32,
     prwin: f32,
     tmax: f32,
     n_out: f32,
+    gate_inv_width: f32,
     #[comptime] flags: u32,
     #[comptime] cross_k: u32,
 ) {
@@ -540,6 +637,8 @@ pub fn mc_transport_kernel(
     let mut acc = Acc {
         cache_t: 0u32,
         cache_q: 0u32,
+        gate_key: 0u32,
+        gate_q: 0u32,
         killed: 0u32,
         gained: 0u32,
         expired: 0u32,
@@ -560,14 +659,39 @@ pub fn mc_transport_kernel(
                 let mut alive = true;
                 while alive {
                     let mut code = advance(
-                        &mut p, &mut rng, &mut acc, faces, neigh, region, mats, escaped, totals,
-                        tmax, n_out, max_events, flags,
+                        &mut p,
+                        &mut rng,
+                        &mut acc,
+                        faces,
+                        neigh,
+                        region,
+                        mats,
+                        face_slot,
+                        face_normal,
+                        escaped,
+                        totals,
+                        face_tally,
+                        tmax,
+                        n_out,
+                        max_events,
+                        flags,
                     );
                     // Not `code == 1 && scatter(..)`: CubeCL 0.10 does not short-circuit
                     // `&&`, it would scatter after every event.
                     if code == 1u32 {
                         if scatter(
-                            &mut p, &mut rng, &mut acc, absorbed, totals, wmin, prwin, flags,
+                            &mut p,
+                            &mut rng,
+                            &mut acc,
+                            absorbed,
+                            totals,
+                            gated,
+                            wmin,
+                            prwin,
+                            n_tets,
+                            gate_count,
+                            gate_inv_width,
+                            flags,
                         ) {
                             code = 2u32;
                         }
@@ -625,8 +749,22 @@ pub fn mc_transport_kernel(
             }
             if active && !need {
                 let mut code = advance(
-                    &mut p, &mut rng, &mut acc, faces, neigh, region, mats, escaped, totals, tmax,
-                    n_out, max_events, flags,
+                    &mut p,
+                    &mut rng,
+                    &mut acc,
+                    faces,
+                    neigh,
+                    region,
+                    mats,
+                    face_slot,
+                    face_normal,
+                    escaped,
+                    totals,
+                    face_tally,
+                    tmax,
+                    n_out,
+                    max_events,
+                    flags,
                 );
                 if comptime!(cross_k > 1) {
                     // Cross up to `cross_k` faces before the warp scatters together.
@@ -634,15 +772,40 @@ pub fn mc_transport_kernel(
                     let mut k = 1u32;
                     while code == 0u32 && k < kmax {
                         code = advance(
-                            &mut p, &mut rng, &mut acc, faces, neigh, region, mats, escaped,
-                            totals, tmax, n_out, max_events, flags,
+                            &mut p,
+                            &mut rng,
+                            &mut acc,
+                            faces,
+                            neigh,
+                            region,
+                            mats,
+                            face_slot,
+                            face_normal,
+                            escaped,
+                            totals,
+                            face_tally,
+                            tmax,
+                            n_out,
+                            max_events,
+                            flags,
                         );
                         k += 1u32;
                     }
                 }
                 if code == 1u32 {
                     if scatter(
-                        &mut p, &mut rng, &mut acc, absorbed, totals, wmin, prwin, flags,
+                        &mut p,
+                        &mut rng,
+                        &mut acc,
+                        absorbed,
+                        totals,
+                        gated,
+                        wmin,
+                        prwin,
+                        n_tets,
+                        gate_count,
+                        gate_inv_width,
+                        flags,
                     ) {
                         code = 2u32;
                     }
@@ -654,6 +817,9 @@ pub fn mc_transport_kernel(
     }
     if acc.cache_q > 0u32 {
         add_fixed(absorbed, acc.cache_t, acc.cache_q);
+    }
+    if acc.gate_q > 0u32 {
+        add_fixed(gated, acc.gate_key, acc.gate_q);
     }
     if acc.killed > 0u32 {
         add_fixed(totals, T_KILLED, acc.killed);

@@ -29,12 +29,18 @@ use std::fmt;
 /// read as four float4).
 pub const FACE_FLOATS: usize = 16;
 /// Ints per tetrahedron in the neighbour array: per face, the neighbour (> 0; bit 30 set when
-/// its material differs) or `-b` for boundary triangle `b`.
+/// its material differs, bit 29 when the face is tallied) or `-b` for boundary triangle `b`.
 pub const NEIGH_INTS: usize = 4;
 /// Bit of a neighbour entry that marks a change of material across the face.
 pub const NEIGH_INTERFACE: i32 = 1 << 30;
+/// Bit of a neighbour entry that marks a tallied face (face fluence and current).
+pub const NEIGH_TALLIED: i32 = 1 << 29;
 /// Largest tetrahedron index the neighbour encoding holds.
-pub const MAX_TET: usize = (1 << 30) - 1;
+pub const MAX_TET: usize = (1 << 29) - 1;
+/// Float4 per element of a volume or surface source in `src_aux` (see `source`).
+pub const AUX_VECS: u32 = 6;
+/// `face_slot` entry of a face without a tally.
+pub const NO_SLOT: u32 = u32::MAX;
 /// Floats per region: `[1/mu_t, g, n, mua/mu_t]`, `[mu_t, n/c, 0, 0]`.
 pub const MAT_FLOATS: usize = 8;
 /// Floats per source (four float4, see `source`).
@@ -59,14 +65,18 @@ pub const KIND_CONE: u32 = 2;
 pub const KIND_DISK: u32 = 3;
 pub const KIND_GAUSSIAN: u32 = 4;
 pub const KIND_LINE: u32 = 5;
+pub const KIND_VOLUME: u32 = 6;
+pub const KIND_SURFACE: u32 = 7;
 /// Kinds the kernel launches.
-pub const GPU_KINDS: [u32; 6] = [
+pub const GPU_KINDS: [u32; 8] = [
     KIND_PENCIL,
     KIND_ISOTROPIC,
     KIND_CONE,
     KIND_DISK,
     KIND_GAUSSIAN,
     KIND_LINE,
+    KIND_VOLUME,
+    KIND_SURFACE,
 ];
 
 /// Variant flag: nested loops (each lane runs its photon to the end; photons
@@ -83,6 +93,12 @@ pub const F_NO_CACHE: u32 = 8;
 /// Variant flag: IEEE square roots and divisions in the spin and Fresnel (instead of
 /// `rsqrtf`).
 pub const F_IEEE: u32 = 16;
+
+/// Output flag (set from the simulation, not a variant): absorbed weight per time gate.
+pub const F_GATES: u32 = 64;
+/// Output flag (set from the simulation, not a variant): fluence and current through
+/// tallied faces.
+pub const F_FACES: u32 = 128;
 
 /// Variant flag: keep the current tetrahedron's face planes in registers (16 more) and
 /// reload them only after a crossing, instead of reloading them at every event.
@@ -226,8 +242,18 @@ pub struct McScene {
     pub srcs: GpuArray<f32>,
     /// Start tetrahedron per source.
     pub src_tet: GpuArray<u32>,
-    /// Tables of table-driven source kinds (at least one element).
+    /// Elements of volume and surface sources, `4 AUX_VECS` floats each (at least 4
+    /// floats).
     pub src_aux: GpuArray<f32>,
+    /// Per tetrahedron face (4 per tet): the index of its face tally or [`NO_SLOT`] (at
+    /// least one element).
+    pub face_slot: GpuArray<u32>,
+    /// Reference unit normal per tallied face, 4 floats each (at least 4 floats).
+    pub face_normal: GpuArray<f32>,
+    /// Tallied faces.
+    pub tallied_faces: usize,
+    /// Time gates of the gated tally (0: none).
+    pub gates: u32,
     /// Tetrahedra including the placeholder 0.
     pub tets: usize,
     pub boundary: usize,
@@ -244,6 +270,11 @@ pub struct McTallies {
     pub escaped: GpuArray<u32>,
     /// Two words per [`TOTALS`] entry.
     pub totals: GpuArray<u32>,
+    /// Two words per gate and tetrahedron (`gate x tets + tet`; two words without gates).
+    pub gated: GpuArray<u32>,
+    /// Per tallied face: fluence (two words), then net current (two words, two's
+    /// complement).
+    pub face_tally: GpuArray<u32>,
 }
 
 impl McTallies {
@@ -253,6 +284,8 @@ impl McTallies {
             absorbed: gpu.upload(&vec![0u32; 2 * scene.tets])?,
             escaped: gpu.upload(&vec![0u32; 2 * scene.boundary.max(1)])?,
             totals: gpu.upload(&[0u32; 2 * TOTALS])?,
+            gated: gpu.upload(&vec![0u32; 2 * (scene.gates as usize * scene.tets).max(1)])?,
+            face_tally: gpu.upload(&vec![0u32; 4 * scene.tallied_faces.max(1)])?,
         })
     }
 }
@@ -270,6 +303,8 @@ pub struct McBatch {
     pub tmax_ns: f32,
     /// Refractive index outside the mesh.
     pub n_out: f32,
+    /// Width of the time gates in ns (with `scene.gates` > 0).
+    pub gate_width_ns: f32,
     pub max_events: u32,
     /// Loop iterations after which a lane of the flat loop takes no new photon (it ends
     /// after the two it holds); the launch is repeated until every photon was handed out.
@@ -288,7 +323,13 @@ pub fn transport<R: Runtime>(
     batch: &McBatch,
     tallies: &McTallies,
 ) -> Result<()> {
-    let name = batch.variant.kernel_name();
+    let mut name = batch.variant.kernel_name();
+    if scene.gates > 0 {
+        name.push_str("_gates");
+    }
+    if scene.tallied_faces > 0 {
+        name.push_str("_faces");
+    }
     let bad = |why: String| Error::InvalidLaunch {
         kernel: name.clone(),
         why,
@@ -304,7 +345,13 @@ pub fn transport<R: Runtime>(
         || tallies.totals.len() < 2 * TOTALS
         || scene.srcs.len() < scene.sources as usize * SRC_FLOATS
         || scene.src_tet.len() < scene.sources as usize
-        || scene.src_aux.is_empty()
+        || scene.src_aux.len() < 4
+        || scene.face_slot.is_empty()
+        || (scene.tallied_faces > 0 && scene.face_slot.len() < 4 * scene.tets)
+        || scene.face_normal.len() < 4 * scene.tallied_faces.max(1)
+        || tallies.gated.len() < 2 * (scene.gates as usize * scene.tets).max(1)
+        || tallies.face_tally.len() < 4 * scene.tallied_faces.max(1)
+        || scene.gates as usize * scene.tets >= 1 << 31
         || scene.sources == 0
         || scene.tets > MAX_TET + 1
     {
@@ -325,6 +372,13 @@ pub fn transport<R: Runtime>(
     let count = CubeCount::Static(batch.cubes, 1, 1);
     let v = batch.variant;
     let dynamic = v.flags & (F_NESTED | F_STATIC) == 0;
+    let mut flags = v.flags;
+    if scene.gates > 0 {
+        flags |= F_GATES;
+    }
+    if scene.tallied_faces > 0 {
+        flags |= F_FACES;
+    }
     let mut handed_out = 0u32;
     loop {
         gpu.launch(&name, count.clone(), |count| {
@@ -349,11 +403,15 @@ pub fn transport<R: Runtime>(
                     vec4f(&scene.mats),
                     vec4f(&scene.srcs),
                     scene.src_tet.arg(),
-                    scene.src_aux.arg(),
+                    vec4f(&scene.src_aux),
+                    scene.face_slot.arg(),
+                    vec4f(&scene.face_normal),
                     atomic(&counter),
                     atomic(&tallies.absorbed),
                     atomic(&tallies.escaped),
                     atomic(&tallies.totals),
+                    atomic(&tallies.gated),
+                    atomic(&tallies.face_tally),
                     batch.photons,
                     batch.first as u32,
                     (batch.first >> 32) as u32,
@@ -363,11 +421,18 @@ pub fn transport<R: Runtime>(
                     stride as u32,
                     batch.max_events,
                     batch.budget,
+                    scene.tets as u32,
+                    scene.gates,
                     batch.wmin,
                     batch.prwin,
                     batch.tmax_ns,
                     batch.n_out,
-                    v.flags,
+                    if scene.gates > 0 {
+                        1.0 / batch.gate_width_ns
+                    } else {
+                        0.0
+                    },
+                    flags,
                     v.cross_k,
                 );
             }
@@ -391,20 +456,21 @@ pub fn transport<R: Runtime>(
 }
 
 /// Variants compiled by `cargo xtask build-ptx` (register and spill report for each), with
-/// their catalog names.
-pub const CATALOG_VARIANTS: [(&str, &str); 5] = [
-    ("mc_transport", "default"),
-    ("mc_transport_nested", "nested"),
-    ("mc_transport_prefetch", "prefetch"),
-    ("mc_transport_k2", "k2"),
-    ("mc_transport_keep", "keep"),
+/// their catalog names and output flags.
+pub const CATALOG_VARIANTS: [(&str, &str, u32); 6] = [
+    ("mc_transport", "default", 0),
+    ("mc_transport_nested", "nested", 0),
+    ("mc_transport_prefetch", "prefetch", 0),
+    ("mc_transport_k2", "k2", 0),
+    ("mc_transport_keep", "keep", 0),
+    ("mc_transport_gates_faces", "default", F_GATES | F_FACES),
 ];
 
 /// This module's kernels, configured as their launch wrappers configure them.
 pub(crate) fn catalog<R: Runtime>(client: &ComputeClient<R>) -> Vec<CatalogEntry> {
     CATALOG_VARIANTS
         .iter()
-        .map(|&(kname, variant)| {
+        .map(|&(kname, variant, outputs)| {
             let v: McVariant = variant.parse().expect("catalog variants parse");
             let k = mc_transport_kernel::McTransportKernel::<R>::new(
                 settings_1d(v.units),
@@ -420,6 +486,10 @@ pub(crate) fn catalog<R: Runtime>(client: &ComputeClient<R>) -> Vec<CatalogEntry
                 array(),
                 array(),
                 array(),
+                array(),
+                array(),
+                array(),
+                array(),
                 (),
                 (),
                 (),
@@ -433,7 +503,10 @@ pub(crate) fn catalog<R: Runtime>(client: &ComputeClient<R>) -> Vec<CatalogEntry
                 (),
                 (),
                 (),
-                v.flags,
+                (),
+                (),
+                (),
+                v.flags | outputs,
                 v.cross_k,
             );
             entry("montecarlo", kname, k)

@@ -70,6 +70,20 @@ pub(crate) fn rng_seed(r: &mut Rng, key_lo: u32, key_hi: u32, p_lo: u32, p_hi: u
     r.s3 = d;
 }
 
+/// The next 32 random bits.
+#[cube]
+pub(crate) fn next_u32(r: &mut Rng) -> u32 {
+    let result = rotl(r.s1 * 5u32, 7u32) * 9u32;
+    let t = r.s1 << 9u32;
+    r.s2 ^= r.s0;
+    r.s3 ^= r.s1;
+    r.s1 ^= r.s2;
+    r.s0 ^= r.s3;
+    r.s2 ^= t;
+    r.s3 = rotl(r.s3, 11u32);
+    result
+}
+
 /// Uniform in (0, 1] from the top 24 bits of one output.
 #[cube]
 pub(crate) fn uniform(r: &mut Rng) -> f32 {

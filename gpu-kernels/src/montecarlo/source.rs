@@ -13,8 +13,11 @@
 //! kernel signature already carries that array so new kinds need no new binding.
 
 use super::kernel::{Photon, exit_face, pick, set_material};
-use super::rng::{Rng, uniform};
-use super::{KIND_CONE, KIND_DISK, KIND_GAUSSIAN, KIND_ISOTROPIC, KIND_LINE};
+use super::rng::{Rng, next_u32, uniform};
+use super::{
+    AUX_VECS, KIND_CONE, KIND_DISK, KIND_GAUSSIAN, KIND_ISOTROPIC, KIND_LINE, KIND_SURFACE,
+    KIND_VOLUME,
+};
 use cubecl::prelude::*;
 
 /// Walk from `(fx, fy, fz)` inside tetrahedron `t` straight to `(tx, ty, tz)`: the
@@ -68,7 +71,7 @@ pub(crate) fn walk(
                 if v <= 0i32 {
                     going = false;
                 } else {
-                    t = (v & 0x3FFF_FFFFi32) as u32;
+                    t = (v & 0x1FFF_FFFFi32) as u32;
                 }
             }
             steps += 1u32;
@@ -90,7 +93,7 @@ pub(crate) fn launch(
     rng: &mut Rng,
     srcs: &Array<Vector<f32, Const<4>>>,
     src_tet: &Array<u32>,
-    _src_aux: &Array<f32>,
+    src_aux: &Array<Vector<f32, Const<4>>>,
     faces: &Array<Vector<f32, Const<4>>>,
     neigh: &Array<Vector<i32, Const<4>>>,
     region: &Array<u32>,
@@ -177,6 +180,78 @@ pub(crate) fn launch(
             p.px = tx;
             p.py = ty;
             p.pz = tz;
+        }
+    }
+    if kind == KIND_VOLUME || kind == KIND_SURFACE {
+        // An element by Walker's alias method (exactly the element shares of the CPU's
+        // cumulative table), then a uniform point in it.
+        let first = u32::reinterpret(r0[3]);
+        let count = u32::reinterpret(r1[3]);
+        let i = next_u32(rng).mul_hi(count);
+        let m = src_aux[((first + i) * AUX_VECS) as usize];
+        let mut e = first + i;
+        if uniform(rng) > m[0] {
+            e = first + u32::reinterpret(m[1]);
+        }
+        let eb = (e * AUX_VECS) as usize;
+        t = u32::reinterpret(src_aux[eb][2]);
+        let v0 = src_aux[eb + 1];
+        let v1 = src_aux[eb + 2];
+        let v2 = src_aux[eb + 3];
+        if kind == KIND_VOLUME {
+            // Sorted uniforms a <= b <= c give barycentric (a, b - a, c - b, 1 - c).
+            let mut a = uniform(rng);
+            let mut b = uniform(rng);
+            let mut c = uniform(rng);
+            let lo = f32::min(a, b);
+            b = f32::max(a, b);
+            a = lo;
+            let hi = f32::max(b, c);
+            b = f32::min(b, c);
+            c = hi;
+            let lo2 = f32::min(a, b);
+            b = f32::max(a, b);
+            a = lo2;
+            let v3 = src_aux[eb + 4];
+            let w0 = a;
+            let w1 = b - a;
+            let w2 = c - b;
+            let w3 = 1.0f32 - c;
+            p.px = w0 * v0[0] + w1 * v1[0] + w2 * v2[0] + w3 * v3[0];
+            p.py = w0 * v0[1] + w1 * v1[1] + w2 * v2[1] + w3 * v3[1];
+            p.pz = w0 * v0[2] + w1 * v1[2] + w2 * v2[2] + w3 * v3[2];
+            let cz = 2.0f32 * uniform(rng) - 1.0f32;
+            let phi = two_pi * uniform(rng) - pi;
+            let sz = f32::sqrt(f32::max(1.0f32 - cz * cz, 0.0f32));
+            p.dx = sz * f32::cos(phi);
+            p.dy = sz * f32::sin(phi);
+            p.dz = cz;
+        } else {
+            let r = f32::sqrt(uniform(rng));
+            let u2 = uniform(rng);
+            let w0 = 1.0f32 - r;
+            let w1 = r * (1.0f32 - u2);
+            let w2 = r * u2;
+            p.px = w0 * v0[0] + w1 * v1[0] + w2 * v2[0];
+            p.py = w0 * v0[1] + w1 * v1[1] + w2 * v2[1];
+            p.pz = w0 * v0[2] + w1 * v1[2] + w2 * v2[2];
+            if param < 0.5f32 {
+                // Lambertian about the inward normal n, basis (a, n x a) from the host.
+                let n = src_aux[eb + 4];
+                let ba = src_aux[eb + 5];
+                let bx = n[1] * ba[2] - n[2] * ba[1];
+                let by = n[2] * ba[0] - n[0] * ba[2];
+                let bz = n[0] * ba[1] - n[1] * ba[0];
+                let u1 = uniform(rng);
+                let ct = f32::sqrt(u1);
+                let st = f32::sqrt(f32::max(1.0f32 - u1, 0.0f32));
+                let phi = two_pi * uniform(rng) - pi;
+                let cp = f32::cos(phi);
+                let sp = f32::sin(phi);
+                p.dx = ct * n[0] + st * (cp * ba[0] + sp * bx);
+                p.dy = ct * n[1] + st * (cp * ba[1] + sp * by);
+                p.dz = ct * n[2] + st * (cp * ba[2] + sp * bz);
+            }
         }
     }
     p.t = t;

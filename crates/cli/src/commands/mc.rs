@@ -80,10 +80,10 @@ struct RunArgs {
     #[arg(long)]
     seed: Option<u64>,
     /// Add a plane of mesh faces with a fluence tally: `px,py,pz,nx,ny,nz` (a point and the
-    /// normal that gives the current's sign); repeatable. CPU only.
+    /// normal that gives the current's sign); repeatable.
     #[arg(long, value_parser = parse_plane)]
     plane: Vec<Plane>,
-    /// Time-of-flight gates `WIDTH_NS,COUNT` (replaces the file's). CPU only.
+    /// Time-of-flight gates `WIDTH_NS,COUNT` (replaces the file's).
     #[arg(long, value_parser = parse_gates)]
     gates: Option<Gates>,
     /// Overwrite existing outputs.
