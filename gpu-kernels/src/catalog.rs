@@ -120,6 +120,7 @@ pub fn all<R: Runtime>(client: &ComputeClient<R>) -> Vec<CatalogEntry> {
             border,
             true,
             true,
+            true,
         );
         entries.push(entry("speckle", name, k));
     }
@@ -138,6 +139,7 @@ pub fn all<R: Runtime>(client: &ComputeClient<R>) -> Vec<CatalogEntry> {
             r,
             16,
             BORDER_REFLECT,
+            true,
         );
         entries.push(entry("speckle", name, k));
     }

@@ -54,19 +54,6 @@ fn mul_wide(a: u32, b: u32) -> U64 {
 }
 
 #[cube]
-fn add_wide(x: U64, y: U64) -> U64 {
-    let lo = x.lo + y.lo;
-    let mut carry = 0u32;
-    if lo < x.lo {
-        carry = 1u32;
-    }
-    U64 {
-        hi: x.hi + y.hi + carry,
-        lo,
-    }
-}
-
-#[cube]
 fn sub_wide(x: U64, y: U64) -> U64 {
     let mut borrow = 0u32;
     if x.lo < y.lo {
@@ -94,45 +81,75 @@ struct Sums {
     sat: u32,
 }
 
-/// Add one pixel value to the sums.
+/// S2 as one native 64-bit integer (CUDA); the halves stay the storage format.
 #[cube]
-fn accumulate(s: &mut Sums, v: u32) {
+fn s2_of(s: &Sums) -> u64 {
+    (u64::cast_from(s.s2_hi) << 32u64) | u64::cast_from(s.s2_lo)
+}
+
+#[cube]
+fn set_s2(s: &mut Sums, x: u64) {
+    s.s2_hi = u32::cast_from(x >> 32u64);
+    s.s2_lo = u32::cast_from(x);
+}
+
+/// Add one pixel value to the sums. `wide`: native 64-bit integers (CUDA), else carries
+/// between u32 halves (WGSL has no 64-bit types).
+#[cube]
+fn accumulate(s: &mut Sums, v: u32, #[comptime] wide: bool) {
     let sq = v * v;
-    let lo = s.s2_lo + sq;
-    if lo < sq {
-        s.s2_hi += 1u32;
+    if comptime!(wide) {
+        let x = s2_of(s) + u64::cast_from(sq);
+        set_s2(s, x);
+    } else {
+        let lo = s.s2_lo + sq;
+        if lo < sq {
+            s.s2_hi += 1u32;
+        }
+        s.s2_lo = lo;
     }
-    s.s2_lo = lo;
     s.s1 += v;
 }
 
 /// Remove one pixel value from the sums (it was added before).
 #[cube]
-fn remove(s: &mut Sums, v: u32) {
+fn remove(s: &mut Sums, v: u32, #[comptime] wide: bool) {
     let sq = v * v;
-    if s.s2_lo < sq {
-        s.s2_hi -= 1u32;
+    if comptime!(wide) {
+        let x = s2_of(s) - u64::cast_from(sq);
+        set_s2(s, x);
+    } else {
+        if s.s2_lo < sq {
+            s.s2_hi -= 1u32;
+        }
+        s.s2_lo -= sq;
     }
-    s.s2_lo -= sq;
     s.s1 -= v;
 }
 
-/// K = sqrt(D N / (N - 1)) / S1 with D = N S2 - S1^2 exact; NaN when S1 = 0.
+/// K = sqrt(D N / (N - 1)) / S1 with D = N S2 - S1^2 exact; NaN when S1 = 0. D is rounded
+/// to f32 once (3e-8 relative); the division is the fast one (kernels use fast math,
+/// 2 ulp), so K is within about 3e-7 relative of an f64 reference.
 #[cube]
-fn contrast_from_sums(s: Sums, n: u32) -> f32 {
-    let ns2 = mul_wide(s.s2_lo, n);
-    let ns2 = U64 {
-        hi: ns2.hi + s.s2_hi * n,
-        lo: ns2.lo,
+fn contrast_from_sums(s: Sums, n: u32, #[comptime] wide: bool) -> f32 {
+    let d = if comptime!(wide) {
+        let s1 = u64::cast_from(s.s1);
+        f32::cast_from(s2_of(&s) * u64::cast_from(n) - s1 * s1)
+    } else {
+        let ns2 = mul_wide(s.s2_lo, n);
+        let ns2 = U64 {
+            hi: ns2.hi + s.s2_hi * n,
+            lo: ns2.lo,
+        };
+        wide_to_f32(sub_wide(ns2, mul_wide(s.s1, s.s1)))
     };
-    let d = sub_wide(ns2, mul_wide(s.s1, s.s1));
     // Quiet NaN where the mean is zero; built from a runtime value because CUDA C++
     // cannot reinterpret a literal.
     let nan_bits = s.s1 | 0x7FC0_0000u32;
     let mut k = f32::reinterpret(nan_bits);
     if s.s1 > 0 {
         let nf = f32::cast_from(n);
-        k = f32::sqrt(wide_to_f32(d) * (nf / (nf - 1.0f32))) / f32::cast_from(s.s1);
+        k = f32::sqrt(d * (nf / (nf - 1.0f32))) / f32::cast_from(s.s1);
     }
     k
 }
@@ -149,15 +166,22 @@ fn pixel(input: &Array<u32>, idx: u32, #[comptime] bits: u32) -> u32 {
     (input[(idx / per_word) as usize] >> ((idx % per_word) * bits)) & mask
 }
 
-/// Mirror `i` into 0..n about the edge pixels, any distance out (n >= 1).
+/// Mirror `i` into 0..n about the edge pixels, any distance out (n >= 1). Windows reach
+/// at most 15 pixels past an edge, so one fold per side is the rule; the loop only turns
+/// again for images narrower than the window (no integer division on this path).
 #[cube]
 fn reflect(i: i32, n: i32) -> i32 {
-    let period = 2 * (n - 1);
-    let mut m = 0i32;
-    if period > 0 {
-        m = ((i % period) + period) % period;
-        if m >= n {
-            m = period - m;
+    let mut m = i;
+    if n == 1 {
+        m = 0i32;
+    } else {
+        while m < 0 || m >= n {
+            if m < 0 {
+                m = -m;
+            }
+            if m >= n {
+                m = 2 * (n - 1) - m;
+            }
         }
     }
     m
@@ -173,7 +197,9 @@ fn reflect(i: i32, n: i32) -> i32 {
 /// Launched unchecked: every index is in range by construction (tile and apron indices
 /// are bounded by the comptime tile size, input indices by the border rule, outputs by
 /// the `out_width`/`out_height` guard) and the wrapper checks the buffer lengths.
-#[cube(launch_unchecked)]
+// Fast division (`__fdividef` on CUDA, 2 ulp): IEEE division was a tenth of the
+// instructions; nothing else is relaxed.
+#[cube(launch_unchecked, fast_math = FastMath::AllowReciprocal | FastMath::ReducedPrecision | FastMath::UnsignedZero | FastMath::NotInf)]
 pub fn spatial_contrast_kernel(
     input: &Array<u32>,
     k_out: &mut Array<f32>,
@@ -191,6 +217,7 @@ pub fn spatial_contrast_kernel(
     #[comptime] border: u32,
     #[comptime] with_sfi: bool,
     #[comptime] with_flags: bool,
+    #[comptime] wide: bool,
 ) {
     let side = comptime!(2 * r + 1);
     let tile_w = comptime!(TILE_X + 2 * r);
@@ -251,7 +278,7 @@ pub fn spatial_contrast_kernel(
         #[unroll]
         for dy in 0..side {
             let v = tile[((cy0 + dy) * tile_w + cx) as usize];
-            accumulate(&mut s, v);
+            accumulate(&mut s, v, wide);
             if comptime!(with_flags) {
                 if saturation > 0 && v >= saturation {
                     s.sat += 1u32;
@@ -263,8 +290,8 @@ pub fn spatial_contrast_kernel(
             if k > 0 {
                 let enter = tile[((cy0 + k + side - 1) * tile_w + cx) as usize];
                 let leave = tile[((cy0 + k - 1) * tile_w + cx) as usize];
-                accumulate(&mut s, enter);
-                remove(&mut s, leave);
+                accumulate(&mut s, enter, wide);
+                remove(&mut s, leave, wide);
                 if comptime!(with_flags) {
                     if saturation > 0 && enter >= saturation {
                         s.sat += 1u32;
@@ -305,9 +332,9 @@ pub fn spatial_contrast_kernel(
                 if comptime!(with_flags) {
                     t.sat = cols[(3 * col_len + at) as usize];
                 }
-                add_sums(&mut s, t);
+                add_sums(&mut s, t, wide);
             }
-            let k = contrast_from_sums(s, side * side);
+            let k = contrast_from_sums(s, side * side, wide);
             let out = (frame * out_width * out_height + oy * out_width + ox) as usize;
             k_out[out] = k;
             if comptime!(with_sfi) {
@@ -347,7 +374,8 @@ fn flags_of(s: Sums) -> u32 {
 /// `(2r + 1)^2` spatial window and `frames_n` consecutive frames, sliding along the stack
 /// with exact running sums (add the entering frame, subtract the leaving one).
 /// Output frame t covers input frames t..t + frames_n. Launched unchecked, as above.
-#[cube(launch_unchecked)]
+// Fast division, as for the spatial kernel.
+#[cube(launch_unchecked, fast_math = FastMath::AllowReciprocal | FastMath::ReducedPrecision | FastMath::UnsignedZero | FastMath::NotInf)]
 pub fn temporal_contrast_kernel(
     input: &Array<u32>,
     k_out: &mut Array<f32>,
@@ -360,6 +388,7 @@ pub fn temporal_contrast_kernel(
     #[comptime] r: u32,
     #[comptime] bits: u32,
     #[comptime] border: u32,
+    #[comptime] wide: bool,
 ) {
     let side = comptime!(2 * r + 1);
     let plane = width * height;
@@ -385,8 +414,20 @@ pub fn temporal_contrast_kernel(
         let mut s = zero_sums();
         // Running sums: add the entering frame's window, subtract the leaving one's (exact).
         for t in 0..frames {
-            let entering = window_sums(input, t * plane, cx, cy, w, h, saturation, r, bits, border);
-            add_sums(&mut s, entering);
+            let entering = window_sums(
+                input,
+                t * plane,
+                cx,
+                cy,
+                w,
+                h,
+                saturation,
+                r,
+                bits,
+                border,
+                wide,
+            );
+            add_sums(&mut s, entering, wide);
             if t >= frames_n {
                 let leaving = window_sums(
                     input,
@@ -399,13 +440,14 @@ pub fn temporal_contrast_kernel(
                     r,
                     bits,
                     border,
+                    wide,
                 );
-                sub_sums(&mut s, leaving);
+                sub_sums(&mut s, leaving, wide);
             }
             if t + 1 >= frames_n {
                 let out_t = t + 1 - frames_n;
                 let at = (out_t * out_w * out_h + p) as usize;
-                k_out[at] = contrast_from_sums(s, n);
+                k_out[at] = contrast_from_sums(s, n, wide);
                 flags_out[at] = flags_of(s);
             }
         }
@@ -425,6 +467,7 @@ fn window_sums(
     #[comptime] r: u32,
     #[comptime] bits: u32,
     #[comptime] border: u32,
+    #[comptime] wide: bool,
 ) -> Sums {
     let side = comptime!(2 * r + 1);
     let mut s = zero_sums();
@@ -442,7 +485,7 @@ fn window_sums(
                 bits,
                 border,
             );
-            accumulate(&mut s, v);
+            accumulate(&mut s, v, wide);
             if saturation > 0 && v >= saturation {
                 s.sat += 1u32;
             }
@@ -452,26 +495,36 @@ fn window_sums(
 }
 
 #[cube]
-fn add_sums(s: &mut Sums, t: Sums) {
-    let lo = s.s2_lo + t.s2_lo;
-    let mut carry = 0u32;
-    if lo < t.s2_lo {
-        carry = 1u32;
+fn add_sums(s: &mut Sums, t: Sums, #[comptime] wide: bool) {
+    if comptime!(wide) {
+        let x = s2_of(s) + s2_of(&t);
+        set_s2(s, x);
+    } else {
+        let lo = s.s2_lo + t.s2_lo;
+        let mut carry = 0u32;
+        if lo < t.s2_lo {
+            carry = 1u32;
+        }
+        s.s2_hi += t.s2_hi + carry;
+        s.s2_lo = lo;
     }
-    s.s2_hi += t.s2_hi + carry;
-    s.s2_lo = lo;
     s.s1 += t.s1;
     s.sat += t.sat;
 }
 
 #[cube]
-fn sub_sums(s: &mut Sums, t: Sums) {
-    let mut borrow = 0u32;
-    if s.s2_lo < t.s2_lo {
-        borrow = 1u32;
+fn sub_sums(s: &mut Sums, t: Sums, #[comptime] wide: bool) {
+    if comptime!(wide) {
+        let x = s2_of(s) - s2_of(&t);
+        set_s2(s, x);
+    } else {
+        let mut borrow = 0u32;
+        if s.s2_lo < t.s2_lo {
+            borrow = 1u32;
+        }
+        s.s2_hi -= t.s2_hi + borrow;
+        s.s2_lo -= t.s2_lo;
     }
-    s.s2_hi -= t.s2_hi + borrow;
-    s.s2_lo -= t.s2_lo;
     s.s1 -= t.s1;
     s.sat -= t.sat;
 }
@@ -601,37 +654,52 @@ pub fn spatial_contrast<R: Runtime>(
     let mut first = 0u32;
     while first < p.frames {
         let layers = (p.frames - first).min(max_z);
-        let count = CubeCount::Static(ow.div_ceil(TILE_X), oh.div_ceil(TILE_Y), layers);
-        gpu.launch(name, count, |count| {
-            // SAFETY: buffer lengths were checked above; the kernel's indices stay inside
-            // them for every launch geometry (see the kernel's doc comment).
-            unsafe {
-                spatial_contrast_kernel::launch_unchecked::<R>(
-                    gpu.client(),
-                    count,
-                    CubeDim::new_2d(TILE_X, UNITS_Y),
-                    input.arg(),
-                    k.arg(),
-                    sfi.arg(),
-                    flags.arg(),
-                    p.width,
-                    p.height,
-                    ow,
-                    oh,
-                    first,
-                    p.sfi_scale.unwrap_or(0.0),
-                    p.saturation.unwrap_or(0),
-                    p.radius,
-                    p.pixel.bits(),
-                    p.border,
-                    p.sfi_scale.is_some(),
-                    p.saturation.is_some(),
-                );
-            };
-        })?;
+        launch_spatial(gpu, input, p, (ow, oh), first, layers, k, sfi, flags)?;
         first += layers;
     }
     Ok(())
+}
+
+fn launch_spatial<R: Runtime>(
+    gpu: &Gpu<R>,
+    input: &GpuArray<u32>,
+    p: &SpatialParams,
+    (ow, oh): (u32, u32),
+    first: u32,
+    layers: u32,
+    k: &GpuArray<f32>,
+    sfi: &GpuArray<f32>,
+    flags: &GpuArray<u32>,
+) -> Result<()> {
+    let count = CubeCount::Static(ow.div_ceil(TILE_X), oh.div_ceil(TILE_Y), layers);
+    gpu.launch("spatial_contrast", count, |count| {
+        // SAFETY: buffer lengths were checked by `spatial_contrast`; the kernel's indices
+        // stay inside them for every launch geometry (see the kernel's doc comment).
+        unsafe {
+            spatial_contrast_kernel::launch_unchecked::<R>(
+                gpu.client(),
+                count,
+                CubeDim::new_2d(TILE_X, UNITS_Y),
+                input.arg(),
+                k.arg(),
+                sfi.arg(),
+                flags.arg(),
+                p.width,
+                p.height,
+                ow,
+                oh,
+                first,
+                p.sfi_scale.unwrap_or(0.0),
+                p.saturation.unwrap_or(0),
+                p.radius,
+                p.pixel.bits(),
+                p.border,
+                p.sfi_scale.is_some(),
+                p.saturation.is_some(),
+                native_u64(gpu),
+            );
+        };
+    })
 }
 
 /// Temporal (`radius` 0) or spatio-temporal contrast over windows of `frames_n` frames;
@@ -698,9 +766,15 @@ pub fn temporal_contrast<R: Runtime>(
                 radius,
                 pixel.bits(),
                 border,
+                native_u64(gpu),
             );
         };
     })
+}
+
+/// Whether kernels on `gpu` may use native 64-bit integers (CUDA; WGSL has none).
+fn native_u64<R: Runtime>(gpu: &Gpu<R>) -> bool {
+    gpu.info().backend == gpu_runtime::Backend::Cuda
 }
 
 /// The u32 partial sums overflow beyond `(2r+1)^2 * frames_n * 255^2 >= 2^32`.

@@ -1,16 +1,197 @@
-//! DCE perfusion benchmarks (issue 6). Not built yet.
+//! DCE perfusion benchmarks (issue 6).
+//!
+//! GPU: the paper's liver, 626,400 voxels of the dual-input model at Nt = 128 (the paper's
+//! simulation, CNR 20 noise, started from 10, 80, 200, 2 s, 3 s), end to end (curves from
+//! host memory up, maps down: `fit_on`) with Nelder-Mead and LM in f64 and f32, and the
+//! kernels alone in several cube shapes. Targets: NM <= 0.1 s, LM <= 0.03 s; the paper:
+//! 0.9 min on a Tesla C2050. CPU: NM and LM at Nt = 64, one thread and all threads
+//! (targets: NM >= 1,500 and LM >= 10,000 voxels/s per core).
 
 use crate::report::Measurement;
-use crate::suite::Options;
+use crate::suite::{Options, measurement};
 use anyhow::Result;
-use gpu_runtime::Device;
+use gpu_runtime::{Device, Timing, bench};
+use perfusion_core::sim::Simulation;
+use perfusion_core::{
+    FitOptions, FitStatus, Fits, Method, Model, Precision, fit_on, kernel_times, mean_evaluations,
+};
 
-/// Run this modality's benchmarks on `device`; `earlier` holds the runtime group's bounds.
-#[allow(clippy::unnecessary_wraps)] // until the modality lands
-pub fn run(
-    _device: &Device,
-    _opts: &Options,
-    _earlier: &[Measurement],
-) -> Result<Vec<Measurement>> {
-    Ok(Vec::new())
+const PAPER_START: [f64; 5] = [10.0, 80.0, 200.0, 2.0, 3.0];
+const PAPER_VOXELS: usize = 626_400;
+/// The paper's figure: 626,400 voxels in 0.9 min.
+const PAPER_RATE: f64 = 626_400.0 / 54.0;
+/// Floating-point operations per time step of one dual-input cost evaluation, counted in
+/// the kernel source (two interpolated inputs, the input mix, the recursion, the residual;
+/// a fused multiply-add counts 2).
+const FLOPS_PER_STEP: f64 = 22.0;
+
+fn options(method: Method, precision: Precision) -> FitOptions {
+    FitOptions::new(Model::DualInput)
+        .with_method(method)
+        .with_start(&PAPER_START)
+        .with_precision(precision)
+}
+
+fn as_err(e: perfusion_core::Error) -> gpu_runtime::Error {
+    gpu_runtime::Error::Backend {
+        device: "perfusion".into(),
+        message: e.to_string(),
+    }
+}
+
+fn summary(f: &Fits) -> String {
+    let c = f.status_counts();
+    let it = f.iterations.iter().map(|&i| f64::from(i)).sum::<f64>() / f.len().max(1) as f64;
+    format!(
+        "{:.1}% converged ({} max-iter, {} at bound, {} failed), mean {it:.0} iterations",
+        100.0 * c[FitStatus::Converged as usize] as f64 / f.len().max(1) as f64,
+        c[1],
+        c[2],
+        c[4]
+    )
+}
+
+pub fn run(device: &Device, opts: &Options, _earlier: &[Measurement]) -> Result<Vec<Measurement>> {
+    let mut out = Vec::new();
+    if device.is_gpu() {
+        out.extend(gpu(device, opts)?);
+    }
+    out.extend(cpu(opts)?);
+    Ok(out)
+}
+
+fn gpu(device: &Device, opts: &Options) -> Result<Vec<Measurement>> {
+    let voxels = if opts.quick { 8192 } else { PAPER_VOXELS };
+    eprintln!("bench: perfusion: simulating {voxels} voxels (Nt 128, CNR 20)");
+    let sim = Simulation::paper(128)
+        .with_cnr(Some(20.0))
+        .with_voxels(voxels)
+        .with_seed(2012)
+        .run()?;
+    // Time-major storage, as curves come from a NIfTI series: the upload needs no transpose.
+    let time_major = sim.curves.t().as_standard_layout().into_owned();
+    let curves = time_major.t();
+    let id = device.info().id.clone();
+    let mut precisions = vec![Precision::F32];
+    if device.info().supports_f64 {
+        precisions.insert(0, Precision::F64);
+    }
+    // Model evaluations per voxel (CPU, f64, on a sample): the work each fit does.
+    let sample = curves.slice(ndarray::s![..512.min(voxels), ..]);
+    let mut evals = std::collections::HashMap::new();
+    for method in [Method::NelderMead, Method::LevenbergMarquardt] {
+        evals.insert(
+            method.name(),
+            mean_evaluations(sample, &sim.problem, &options(method, Precision::F64))?,
+        );
+    }
+    let mut out = Vec::new();
+    for &precision in &precisions {
+        for method in [Method::NelderMead, Method::LevenbergMarquardt] {
+            let o = options(method, precision);
+            let mut last = None;
+            let reps = if opts.quick { 2 } else { 5 };
+            let t = bench(1, reps, || {
+                last = Some(fit_on(curves, &sim.problem, &o, device).map_err(as_err)?);
+                Ok(())
+            })?;
+            let fits = last.expect("ran");
+            let rate = voxels as f64 / (t.median_ms / 1e3);
+            let target = match method {
+                Method::NelderMead => 100.0,
+                Method::LevenbergMarquardt => 30.0,
+            };
+            out.push(measurement(
+                "perfusion",
+                &format!("{} {} {voxels} voxels Nt 128 end to end", method.name(), fits.precision),
+                rate,
+                "voxels/s",
+                t,
+                format!(
+                    "{id}; curves up, maps down; {:.0}x the paper's 11,600 voxels/s; target {target} ms for 626,400 voxels; {}",
+                    rate / PAPER_RATE,
+                    summary(&fits)
+                ),
+            ));
+            // The kernel alone, in several cube shapes (curves already on the device).
+            let cubes: &[u32] = if opts.quick { &[128] } else { &[64, 128, 256] };
+            for &cube in cubes {
+                let (times, used) = kernel_times(
+                    curves,
+                    &sim.problem,
+                    &o,
+                    device,
+                    precision == Precision::F64,
+                    if opts.quick { 2 } else { 5 },
+                    Some(cube),
+                )?;
+                let kt = Timing::from_durations(&times);
+                let e = evals[method.name()];
+                let steps_per_s = voxels as f64 * e * 128.0 / (kt.median_ms / 1e3);
+                out.push(measurement(
+                    "perfusion",
+                    &format!("kernel {} {} {voxels} voxels Nt 128, cube {used}", method.name(), fits.precision),
+                    voxels as f64 / (kt.median_ms / 1e3),
+                    "voxels/s",
+                    kt,
+                    format!(
+                        "{id}; launch + sync; {e:.0} model evaluations per voxel (CPU count); {:.2e} time steps/s = {:.1} TFLOP/s at {FLOPS_PER_STEP} flops per step",
+                        steps_per_s,
+                        steps_per_s * FLOPS_PER_STEP / 1e12
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn cpu(opts: &Options) -> Result<Vec<Measurement>> {
+    let threads = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    let mut out = Vec::new();
+    for (method, voxels) in [
+        (Method::NelderMead, 2000usize),
+        (Method::LevenbergMarquardt, 10_000),
+    ] {
+        let voxels = if opts.quick { voxels / 10 } else { voxels };
+        let sim = Simulation::paper(64)
+            .with_cnr(Some(20.0))
+            .with_voxels(voxels)
+            .with_seed(64)
+            .run()?;
+        let o = options(method, Precision::F64);
+        for pool_threads in [1, threads] {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(pool_threads)
+                .build()?;
+            let mut last = None;
+            let t = pool.install(|| {
+                bench(1, if opts.quick { 1 } else { 3 }, || {
+                    last = Some(
+                        fit_on(sim.curves.view(), &sim.problem, &o, &Device::cpu())
+                            .map_err(as_err)?,
+                    );
+                    Ok(())
+                })
+            })?;
+            let rate = voxels as f64 / (t.median_ms / 1e3);
+            let target = match method {
+                Method::NelderMead => 1500.0,
+                Method::LevenbergMarquardt => 10_000.0,
+            };
+            out.push(measurement(
+                "perfusion",
+                &format!("cpu {} f64 Nt 64, {pool_threads} thread(s)", method.name()),
+                rate / pool_threads as f64,
+                "voxels/s/core",
+                t,
+                format!(
+                    "{voxels} voxels, {:.0} voxels/s in all; target {target} per core; {}",
+                    rate,
+                    summary(&last.expect("ran"))
+                ),
+            ));
+        }
+    }
+    Ok(out)
 }

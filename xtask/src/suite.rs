@@ -9,7 +9,7 @@ use gpu_runtime::{Device, Gpu, KnownRuntime, Timing, bench, with_gpu};
 /// Options shared by every group.
 #[derive(Debug, Clone)]
 pub struct Options {
-    /// Run only groups whose name contains this.
+    /// Run only groups whose name contains one of these comma-separated words.
     pub filter: Option<String>,
     /// Fewer repetitions and smaller sizes (CI smoke run).
     pub quick: bool,
@@ -18,7 +18,11 @@ pub struct Options {
 /// Run every group that applies to `device`.
 pub fn run(device: &Device, command: &str, opts: &Options) -> Result<Run> {
     let mut measurements = Vec::new();
-    let wanted = |group: &str| opts.filter.as_deref().is_none_or(|f| group.contains(f));
+    let wanted = |group: &str| {
+        opts.filter
+            .as_deref()
+            .is_none_or(|f| f.split(',').any(|f| group.contains(f.trim())))
+    };
     if device.is_gpu() && wanted("runtime") {
         eprintln!("bench: runtime (transfers, memory bandwidth, launch latency) on {device}");
         measurements.extend(with_gpu!(device, |gpu| runtime_group(gpu, opts))?);
@@ -56,6 +60,8 @@ pub(crate) fn measurement(
     t: Timing,
     note: String,
 ) -> Measurement {
+    // Printed as soon as measured, so a run cut short still reports what it finished.
+    eprintln!("  {suite} | {name} | {value:.6} {unit} | {note}");
     Measurement {
         suite: suite.into(),
         name: name.into(),

@@ -9,6 +9,8 @@ pub mod error;
 pub mod gpu;
 pub mod io;
 pub mod methods;
+pub mod output;
+pub mod preprocess;
 pub mod sim;
 
 pub use cube::{Count, Cube};

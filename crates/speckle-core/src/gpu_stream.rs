@@ -1,6 +1,6 @@
 //! Live spatial contrast on a GPU with upload, kernel and download overlapped.
 //!
-//! `WORKERS` threads each own a set of device arrays and take batches in turn. CubeCL runs
+//! `WORKERS` threads (3) each own a set of device arrays and take batches in turn. CubeCL runs
 //! every host thread's kernels on that thread's own CUDA stream, and gpu-runtime's pinned
 //! copies also run on per-thread streams, so while one worker uploads batch b + 1, another
 //! runs the kernel on batch b and a third downloads batch b - 1. Host buffers (page-locked
@@ -24,7 +24,36 @@ use std::sync::Mutex;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 
 /// Batches in flight: one uploading, one computing, one downloading.
-const WORKERS: usize = 3;
+/// (`BIOGPU_STREAM_WORKERS` overrides it, for benchmarking only.)
+fn workers() -> usize {
+    std::env::var("BIOGPU_STREAM_WORKERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3usize)
+        .clamp(1, 16)
+}
+
+/// Time spent per phase of a batch, summed over workers (benchmark diagnostics): copy
+/// into pinned memory, upload, kernel + K download, other downloads, dropping the frames,
+/// waiting for the next batch. Nanoseconds.
+#[doc(hidden)]
+pub static PHASE_NANOS: [std::sync::atomic::AtomicU64; 6] = [
+    std::sync::atomic::AtomicU64::new(0),
+    std::sync::atomic::AtomicU64::new(0),
+    std::sync::atomic::AtomicU64::new(0),
+    std::sync::atomic::AtomicU64::new(0),
+    std::sync::atomic::AtomicU64::new(0),
+    std::sync::atomic::AtomicU64::new(0),
+];
+
+fn add_phase(i: usize, since: &mut std::time::Instant) {
+    let now = std::time::Instant::now();
+    PHASE_NANOS[i].fetch_add(
+        (now - *since).as_nanos() as u64,
+        std::sync::atomic::Ordering::Relaxed,
+    );
+    *since = now;
+}
 
 /// Geometry and settings of one stream, fixed by its first frame.
 #[derive(Clone, Copy)]
@@ -68,8 +97,13 @@ struct Slot {
 static SLOT_CACHE: Mutex<Vec<Slot>> = Mutex::new(Vec::new());
 
 impl Slot {
-    /// `WORKERS` slots for `shape`, from the cache where they fit.
-    fn take_all<R: KnownRuntime>(gpu: &Gpu<R>, shape: &Shape, pinned: bool) -> Vec<Slot> {
+    /// `count` slots for `shape`, from the cache where they fit.
+    fn take_all<R: KnownRuntime>(
+        gpu: &Gpu<R>,
+        shape: &Shape,
+        pinned: bool,
+        count: usize,
+    ) -> Vec<Slot> {
         let cached = std::mem::take(
             &mut *SLOT_CACHE
                 .lock()
@@ -78,7 +112,7 @@ impl Slot {
         let mut slots: Vec<Slot> = cached
             .into_iter()
             .filter(|s| s.fits(shape, pinned))
-            .take(WORKERS)
+            .take(count)
             .collect();
         for slot in &mut slots {
             // Maps this stream does not compute must not reach its sink.
@@ -89,7 +123,7 @@ impl Slot {
                 0,
             );
         }
-        while slots.len() < WORKERS {
+        while slots.len() < count {
             slots.push(Slot::new(gpu, shape));
         }
         slots
@@ -275,18 +309,19 @@ fn run<R: KnownRuntime, T: StreamPixel>(
     sink: &mut dyn FnMut(FrameMaps<'_>) -> Result<()>,
 ) -> Result<usize> {
     let in_place = gpu.can_write_in_place();
+    let n_workers = workers();
     std::thread::scope(|scope| {
         let mut workers: Vec<(SyncSender<Job>, Receiver<Result<Slot>>)> =
-            Vec::with_capacity(WORKERS);
-        for _ in 0..WORKERS {
+            Vec::with_capacity(n_workers);
+        for _ in 0..n_workers {
             let (job_tx, job_rx) = sync_channel::<Job>(1);
             let (done_tx, done_rx) = sync_channel::<Result<Slot>>(1);
             let shape = *shape;
             scope.spawn(move || worker::<R, T>(gpu, &shape, params, in_place, &job_rx, &done_tx));
             workers.push((job_tx, done_rx));
         }
-        let mut free = Slot::take_all(gpu, shape, in_place);
-        let mut in_flight: VecDeque<usize> = VecDeque::with_capacity(WORKERS);
+        let mut free = Slot::take_all(gpu, shape, in_place, n_workers);
+        let mut in_flight: VecDeque<usize> = VecDeque::with_capacity(n_workers);
         let mut delivered = 0usize;
         let mut failure: Option<Error> = None;
         // Collect the oldest batch in flight and hand its frames to the sink.
@@ -318,7 +353,7 @@ fn run<R: KnownRuntime, T: StreamPixel>(
             let batch = frames.next_batch();
             let full = batch.len() == shape.batch;
             if !batch.is_empty() {
-                while free.is_empty() || in_flight.len() == WORKERS {
+                while free.is_empty() || in_flight.len() == n_workers {
                     collect(&mut in_flight, &mut free, &mut failure);
                 }
                 let mut slot = free.pop().expect("a slot was freed above");
@@ -328,7 +363,7 @@ fn run<R: KnownRuntime, T: StreamPixel>(
                     break;
                 }
                 in_flight.push_back(next);
-                next = (next + 1) % WORKERS;
+                next = (next + 1) % n_workers;
             }
             if !full {
                 break;
@@ -357,7 +392,9 @@ fn worker<R: KnownRuntime, T: StreamPixel>(
     done: &SyncSender<Result<Slot>>,
 ) {
     let mut buffers = None;
+    let mut clock = std::time::Instant::now();
     for (frames, mut slot) in jobs {
+        add_phase(5, &mut clock);
         let result = (|| -> gpu_runtime::Result<()> {
             let dev = match &buffers {
                 Some(b) => b,
@@ -365,7 +402,9 @@ fn worker<R: KnownRuntime, T: StreamPixel>(
             };
             process_batch::<R, T>(gpu, shape, params, in_place, dev, &frames, &mut slot)
         })();
+        clock = std::time::Instant::now();
         drop(frames);
+        add_phase(4, &mut clock);
         let reply = result.map(|()| slot).map_err(|e| Error::Gpu(e.to_string()));
         if done.send(reply).is_err() {
             break;
@@ -384,7 +423,9 @@ fn process_batch<R: KnownRuntime, T: StreamPixel>(
 ) -> gpu_runtime::Result<()> {
     let n = frames.len();
     let bytes = n * shape.frame_bytes;
-    slot.input.as_bytes_mut()[..bytes]
+    let mut clock = std::time::Instant::now();
+    let skip_copy = std::env::var("BIOGPU_STREAM_SKIP_COPY").is_ok_and(|v| v == "1");
+    slot.input.as_bytes_mut()[..if skip_copy { 0 } else { bytes }]
         .par_chunks_mut(shape.frame_bytes)
         .zip(frames.par_iter())
         .for_each(|(dst, f)| {
@@ -395,6 +436,7 @@ fn process_batch<R: KnownRuntime, T: StreamPixel>(
                 px.as_slice().expect("standard layout"),
             ));
         });
+    add_phase(0, &mut clock);
     let used_words = bytes.div_ceil(4);
     slot.input.as_bytes_mut()[bytes..used_words * 4].fill(0);
     let input = if in_place {
@@ -403,9 +445,11 @@ fn process_batch<R: KnownRuntime, T: StreamPixel>(
     } else {
         gpu.upload_staged::<u32>(&slot.input, used_words)?
     };
+    add_phase(1, &mut clock);
     let p = spatial_params::<T>(params, shape.w, shape.h, n as u32, shape.saturation);
     kernels::spatial_contrast(gpu, &input, &p, &dev.k, &dev.sfi, &dev.flags)?;
     gpu.download_staged(&dev.k, &mut slot.k)?;
+    add_phase(2, &mut clock);
     if let Some(sfi) = slot.sfi.as_mut() {
         gpu.download_staged(&dev.sfi, sfi)?;
     }
@@ -418,6 +462,7 @@ fn process_batch<R: KnownRuntime, T: StreamPixel>(
             .zip(words.par_iter())
             .for_each(|(d, &f)| *d = f as u8);
     }
+    add_phase(3, &mut clock);
     Ok(())
 }
 

@@ -14,7 +14,8 @@ pub mod error;
 pub mod flow;
 pub mod gpu;
 mod gpu_flow;
-mod gpu_stream;
+#[doc(hidden)]
+pub mod gpu_stream;
 pub mod io;
 pub mod mesi;
 pub mod output;

@@ -346,7 +346,7 @@ impl Table {
 
     /// Write [`Table::plot`] as a PNG.
     pub fn write_plot_png(&self, path: impl AsRef<Path>, y_label: &str) -> Result<()> {
-        self.plot(y_label).write_png(path)
+        Ok(self.plot(y_label).write_png(path)?)
     }
 }
 

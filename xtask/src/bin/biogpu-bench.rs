@@ -12,7 +12,7 @@ struct Args {
     /// Device to benchmark (auto, cpu, cuda:N, wgpu:N, wgpu:software).
     #[arg(long, env = gpu_runtime::DEVICE_ENV, default_value = "auto")]
     device: String,
-    /// Only groups whose name contains this.
+    /// Only groups whose name contains one of these comma-separated words (runtime,speckle).
     #[arg(long)]
     filter: Option<String>,
     /// Small sizes and few repetitions.

@@ -1,17 +1,845 @@
-//! `biogpu perfusion`: DCE perfusion (issue 6). Not built yet.
+//! `biogpu perfusion`: voxelwise DCE pharmacokinetic fits (dual-input liver, Tofts, extended
+//! Tofts, Patlak, 2CXM) from NIfTI series or CSV curves; the paper's simulation; model list.
 
+use super::output::OutDir;
+use anyhow::{Context, bail, ensure};
 use gpu_runtime::Device;
-use std::path::Path;
+use indicatif::{ProgressBar, ProgressStyle};
+use ndarray::{Array2, Array3, Axis};
+use perfusion_core::convert::{Conversion, Ct, Spgr, T10};
+use perfusion_core::io::{csv as pcsv, nifti as pnii, png as ppng};
+use perfusion_core::sim::{Simulation, synthetic_liver};
+use perfusion_core::{
+    Control, DelayGrid, FitOptions, FitStatus, Fits, Method, Model, Precision, Problem, fit_with,
+    predict,
+};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
 
-pub type Args = super::NotBuilt;
-
-pub fn run(_args: Args, _device: &Device) -> anyhow::Result<()> {
-    super::not_built("perfusion", 6)
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    command: Command,
 }
 
-/// This modality's part of `biogpu demo`: built-in data, device checked against the CPU,
-/// outputs under `out`. Returns false while the modality has not landed.
-#[allow(clippy::unnecessary_wraps)] // until the modality lands
-pub fn demo(_out: &Path, _device: &Device) -> anyhow::Result<bool> {
-    Ok(false)
+#[derive(Debug, clap::Subcommand)]
+enum Command {
+    /// Fit a model to every voxel of a 4-D NIfTI series (with a mask) or to CSV curves.
+    /// Ctrl-C stops between blocks and writes what was fitted (the rest: status not-fitted).
+    Fit(Box<FitArgs>),
+    /// Simulate curves with known parameters and noise (Wang & Cao 2012's simulation by
+    /// default), or a synthetic liver volume (--liver).
+    Simulate(SimArgs),
+    /// List the models with their parameters, units, default bounds and starts.
+    Models,
+}
+
+#[derive(Debug, clap::Args)]
+struct FitArgs {
+    /// dual-input, tofts, extended-tofts, patlak or 2cxm.
+    #[arg(long, default_value = "dual-input")]
+    model: Model,
+    /// nm (Nelder-Mead, as the paper and fminsearch) or lm (bounded Levenberg-Marquardt).
+    #[arg(long, default_value = "nm")]
+    method: Method,
+    /// 4-D DCE series (.nii or .nii.gz), x, y, z, time.
+    #[arg(long, conflicts_with = "curves", required_unless_present = "curves")]
+    dce: Option<PathBuf>,
+    /// Voxels to fit (non-zero); default: every voxel.
+    #[arg(long, requires = "dce")]
+    mask: Option<PathBuf>,
+    /// CSV of curves: one column per curve, optional time column (`time`), header row.
+    #[arg(long)]
+    curves: Option<PathBuf>,
+    /// Arterial input function: CSV `FILE` or `FILE:COLUMN` (the first non-time column by
+    /// default), in the same units as the tissue curves after conversion.
+    #[arg(long, conflicts_with = "aif_mask")]
+    aif: Option<String>,
+    /// Arterial input from an ROI mask (e.g. the aorta) over the DCE series.
+    #[arg(long, requires = "dce")]
+    aif_mask: Option<PathBuf>,
+    /// Portal-venous input function (dual-input model): CSV `FILE` or `FILE:COLUMN`.
+    #[arg(long, conflicts_with = "pv_mask")]
+    pv: Option<String>,
+    /// Portal-venous input from an ROI mask over the DCE series.
+    #[arg(long, requires = "dce")]
+    pv_mask: Option<PathBuf>,
+    /// Times (s): a CSV with a `time` column or one column of times.
+    #[arg(long, conflicts_with = "dt")]
+    times: Option<PathBuf>,
+    /// Frame interval (s); default: the NIfTI header or the CSV time column.
+    #[arg(long)]
+    dt: Option<f64>,
+    /// Divide the input functions by 1 - hematocrit (blood to plasma).
+    #[arg(long)]
+    hematocrit: Option<f64>,
+    /// Signal to concentration: none, spgr (DCE-MRI) or ct (DCE-CT). Applied to tissue
+    /// curves and to ROI inputs; CSV inputs are taken as concentrations.
+    #[arg(long, default_value = "none")]
+    convert: String,
+    /// Pre-contrast T1 (s) for spgr.
+    #[arg(long, conflicts_with = "t1_map")]
+    t10: Option<f64>,
+    /// Pre-contrast T1 map (s), same grid as the series.
+    #[arg(long)]
+    t1_map: Option<PathBuf>,
+    /// Flip angle (degrees) for spgr.
+    #[arg(long)]
+    flip_angle: Option<f64>,
+    /// Repetition time (s) for spgr.
+    #[arg(long)]
+    tr: Option<f64>,
+    /// Relaxivity r1 (1/(mM s)) for spgr.
+    #[arg(long, default_value_t = 4.5)]
+    relaxivity: f64,
+    /// Pre-contrast frames (baseline) for spgr and ct.
+    #[arg(long, default_value_t = 3)]
+    baseline: usize,
+    /// HU per mM for ct (1 keeps HU).
+    #[arg(long, default_value_t = 1.0)]
+    hu_per_mm: f64,
+    /// Starting values, e.g. "ka=10,kp=80"; others: the model's defaults (`models`).
+    #[arg(long, value_delimiter = ',')]
+    start: Vec<String>,
+    /// Fixed parameters, e.g. "tau_p=2".
+    #[arg(long, value_delimiter = ',')]
+    fix: Vec<String>,
+    /// Bounds, e.g. "ka=0:500,tau_a=0:10".
+    #[arg(long, value_delimiter = ',')]
+    bounds: Vec<String>,
+    /// Coarse delay grid START:STOP:STEP (s) to start from, or none.
+    #[arg(long, default_value = "0:10:1")]
+    delay_grid: String,
+    /// Iteration cap (default 600 for nm, 100 for lm).
+    #[arg(long)]
+    max_iterations: Option<u32>,
+    /// Nelder-Mead: vertex cost spread that stops (the paper: 1e-8).
+    #[arg(long, default_value_t = 1e-8)]
+    tol_fun: f64,
+    /// Nelder-Mead: vertex spread that must also be reached (fminsearch: 1e-4; inf: off).
+    #[arg(long, default_value_t = 1e-4)]
+    tol_x: f64,
+    /// GPU arithmetic: auto (f64 where the device has it), f64 or f32.
+    #[arg(long, default_value = "auto")]
+    precision: Precision,
+    /// Output folder.
+    #[arg(long, default_value = "perfusion-out")]
+    out: PathBuf,
+    /// Overwrite existing outputs.
+    #[arg(long)]
+    force: bool,
+    /// Slice (z) for the PNG overlays; default: the middle one.
+    #[arg(long)]
+    slice: Option<usize>,
+    /// Plot data and fit of a voxel "x,y,z" (NIfTI) or a curve by name (CSV); repeatable.
+    #[arg(long)]
+    plot: Vec<String>,
+}
+
+#[derive(Debug, clap::Args)]
+struct SimArgs {
+    /// Model to simulate.
+    #[arg(long, default_value = "dual-input")]
+    model: Model,
+    /// True parameters, e.g. "ka=20,kp=100"; default: the paper's (dual-input) or the
+    /// model's starting values.
+    #[arg(long, value_delimiter = ',')]
+    truth: Vec<String>,
+    /// Time points over 2 min.
+    #[arg(long, default_value_t = 128)]
+    nt: usize,
+    /// Curves (voxels).
+    #[arg(long, default_value_t = 100)]
+    voxels: usize,
+    /// Tissue contrast-to-noise ratio (peak / noise SD); omit for noise-free curves.
+    #[arg(long)]
+    cnr: Option<f64>,
+    /// Noise on the arterial and portal inputs (the paper: 150 and 100).
+    #[arg(long)]
+    cnr_arterial: Option<f64>,
+    #[arg(long)]
+    cnr_portal: Option<f64>,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// A synthetic liver volume (NIfTI series, mask, inputs, true maps) instead of curves.
+    #[arg(long)]
+    liver: bool,
+    #[arg(long, default_value = "perfusion-sim")]
+    out: PathBuf,
+    #[arg(long)]
+    force: bool,
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+pub fn run(args: Args, device: &Device) -> anyhow::Result<()> {
+    match args.command {
+        Command::Fit(a) => run_fit(&a, device),
+        Command::Simulate(a) => run_simulate(&a),
+        Command::Models => {
+            print_models();
+            Ok(())
+        }
+    }
+}
+
+fn print_models() {
+    for m in Model::ALL {
+        println!("{m}");
+        for p in m.params() {
+            println!(
+                "  {:<7} {:<12} [{}, {}] start {}  {}",
+                p.name,
+                if p.unit.is_empty() { "-" } else { p.unit },
+                p.lower,
+                p.upper,
+                p.start,
+                p.description
+            );
+        }
+    }
+}
+
+/// `NAME=VALUE` settings into (index, text after `=`).
+fn settings<'a>(
+    model: Model,
+    items: &'a [String],
+    what: &str,
+) -> anyhow::Result<Vec<(usize, &'a str)>> {
+    items
+        .iter()
+        .filter(|s| !s.trim().is_empty())
+        .map(|s| {
+            let (name, value) = s
+                .split_once('=')
+                .with_context(|| format!("--{what} `{s}`: expected NAME=VALUE, e.g. ka=10"))?;
+            let i = model
+                .params()
+                .iter()
+                .position(|p| p.name == name.trim())
+                .with_context(|| {
+                    let names: Vec<_> = model.params().iter().map(|p| p.name).collect();
+                    format!(
+                        "--{what} `{s}`: the {model} model has no `{}`; its parameters: {}",
+                        name.trim(),
+                        names.join(", ")
+                    )
+                })?;
+            Ok((i, value.trim()))
+        })
+        .collect()
+}
+
+fn number(text: &str, what: &str) -> anyhow::Result<f64> {
+    text.parse::<f64>()
+        .with_context(|| format!("{what}: `{text}` is not a number"))
+}
+
+fn options(a: &FitArgs) -> anyhow::Result<FitOptions> {
+    let mut o = FitOptions::new(a.model)
+        .with_method(a.method)
+        .with_precision(a.precision);
+    for (i, v) in settings(a.model, &a.start, "start")? {
+        o.start[i] = number(v, "--start")?;
+    }
+    for (i, v) in settings(a.model, &a.bounds, "bounds")? {
+        let (lo, hi) = v
+            .split_once(':')
+            .with_context(|| format!("--bounds `{v}`: expected LOWER:UPPER"))?;
+        o.lower[i] = number(lo, "--bounds")?;
+        o.upper[i] = number(hi, "--bounds")?;
+    }
+    for (i, v) in settings(a.model, &a.fix, "fix")? {
+        o.start[i] = number(v, "--fix")?;
+        o.fixed[i] = true;
+    }
+    o.max_iterations = a.max_iterations;
+    o.tol_fun = a.tol_fun;
+    o.tol_x = a.tol_x;
+    o.delay_grid = parse_grid(&a.delay_grid)?;
+    o.validate()?;
+    Ok(o)
+}
+
+fn parse_grid(text: &str) -> anyhow::Result<Option<DelayGrid>> {
+    if text.eq_ignore_ascii_case("none") {
+        return Ok(None);
+    }
+    let parts: Vec<&str> = text.split(':').collect();
+    ensure!(
+        parts.len() == 3,
+        "--delay-grid `{text}`: expected START:STOP:STEP seconds or none"
+    );
+    let v: Vec<f64> = parts
+        .iter()
+        .map(|p| number(p, "--delay-grid"))
+        .collect::<anyhow::Result<_>>()?;
+    Ok(Some(DelayGrid::new(v[0], v[1], v[2])?))
+}
+
+/// `FILE` or `FILE:COLUMN` of a CSV input function, with the file's times if it has them.
+fn read_input_csv(spec: &str) -> anyhow::Result<(PathBuf, Vec<f64>, Option<Vec<f64>>)> {
+    let (path, column) = match spec.rsplit_once(':') {
+        Some((p, c)) if !c.contains('/') && !c.contains('\\') && Path::new(p).exists() => {
+            (p, Some(c))
+        }
+        _ => (spec, None),
+    };
+    let path = PathBuf::from(path);
+    let table = pcsv::read_table(&path)?;
+    let times = table.time_index().map(|i| table.columns[i].clone());
+    let values = match column {
+        Some(c) => table
+            .column(c)
+            .with_context(|| {
+                format!(
+                    "{}: no column `{c}` (columns: {})",
+                    path.display(),
+                    table.names.join(", ")
+                )
+            })?
+            .to_vec(),
+        None => table
+            .curves()
+            .first()
+            .map(|(_, v)| v.to_vec())
+            .with_context(|| format!("{}: no value column besides time", path.display()))?,
+    };
+    Ok((path, values, times))
+}
+
+/// Where NIfTI voxels came from: indices, grid shape, header, mean image (for overlays).
+struct Grid {
+    index: Vec<[usize; 3]>,
+    shape: (usize, usize, usize),
+    header: pnii::NiftiHeader,
+    mean: Array3<f32>,
+}
+
+/// Everything a fit needs, read and converted.
+struct Job {
+    curves: Array2<f32>,
+    names: Vec<String>,
+    problem: Problem,
+    /// For NIfTI input: voxel indices, grid shape, header, mean image for overlays.
+    volume: Option<Grid>,
+    inputs: Vec<PathBuf>,
+}
+
+fn conversion(a: &FitArgs) -> anyhow::Result<Conversion> {
+    Ok(match a.convert.to_ascii_lowercase().as_str() {
+        "none" => Conversion::None,
+        "spgr" => Conversion::Spgr(Spgr {
+            flip_angle_deg: a
+                .flip_angle
+                .context("--convert spgr needs --flip-angle (degrees)")?,
+            tr_s: a.tr.context("--convert spgr needs --tr (seconds)")?,
+            relaxivity: a.relaxivity,
+            baseline_frames: a.baseline,
+        }),
+        "ct" => Conversion::Ct(Ct {
+            hu_per_mm: a.hu_per_mm,
+            baseline_frames: a.baseline,
+        }),
+        other => bail!("--convert {other}: expected none, spgr or ct"),
+    })
+}
+
+fn load(a: &FitArgs) -> anyhow::Result<Job> {
+    let conv = conversion(a)?;
+    if matches!(conv, Conversion::Spgr(_)) && a.t10.is_none() && a.t1_map.is_none() {
+        bail!("--convert spgr needs --t10 SECONDS or --t1-map FILE");
+    }
+    let mut inputs = Vec::new();
+    let (curves, names, file_times, volume, series) = if let Some(path) = &a.dce {
+        inputs.push(path.clone());
+        let s = pnii::read_series(path)?;
+        let (nx, ny, nz, _) = s.data.dim();
+        let mask = match &a.mask {
+            Some(m) => {
+                inputs.push(m.clone());
+                let (mv, _) = pnii::read_volume(m)?;
+                mv.mapv(|v| v != 0.0)
+            }
+            None => Array3::from_elem((nx, ny, nz), true),
+        };
+        let (curves, index) = pnii::masked_curves(&s.data, &mask).with_context(|| {
+            format!(
+                "mask {}",
+                a.mask.as_deref().unwrap_or(Path::new("")).display()
+            )
+        })?;
+        ensure!(!index.is_empty(), "the mask selects no voxel");
+        let names = index
+            .iter()
+            .map(|[x, y, z]| format!("{x},{y},{z}"))
+            .collect();
+        let t = pnii::frame_interval_s(&s.header).map(|dt| {
+            (0..s.data.dim().3)
+                .map(|i| i as f64 * dt)
+                .collect::<Vec<_>>()
+        });
+        let mean = s.data.mean_axis(Axis(3)).expect("frames");
+        let grid = Grid {
+            index,
+            shape: (nx, ny, nz),
+            header: s.header.clone(),
+            mean,
+        };
+        (curves, names, t, Some(grid), Some(s))
+    } else {
+        let path = a.curves.as_ref().expect("clap requires --dce or --curves");
+        inputs.push(path.clone());
+        let table = pcsv::read_table(path)?;
+        let t = table.time_index().map(|i| table.columns[i].clone());
+        let cols = table.curves();
+        ensure!(!cols.is_empty(), "{}: no curve columns", path.display());
+        let nt = cols[0].1.len();
+        let curves = Array2::from_shape_fn((cols.len(), nt), |(v, i)| cols[v].1[i] as f32);
+        let names = cols.iter().map(|(n, _)| (*n).to_string()).collect();
+        (curves, names, t, None, None)
+    };
+    let nt = curves.ncols();
+    // Times: --times, --dt, the file's, in that order.
+    let times: Vec<f64> = if let Some(p) = &a.times {
+        inputs.push(p.clone());
+        let t = pcsv::read_table(p)?;
+        t.time_index()
+            .map(|i| t.columns[i].clone())
+            .or_else(|| t.columns.first().cloned())
+            .context("--times: no column")?
+    } else if let Some(dt) = a.dt {
+        ensure!(
+            dt.is_finite() && dt > 0.0,
+            "--dt {dt}: a frame interval in seconds, > 0"
+        );
+        (0..nt).map(|i| i as f64 * dt).collect()
+    } else {
+        file_times.context("no time vector: give --dt SECONDS or --times FILE (the NIfTI header has no frame interval, or the CSV no `time` column)")?
+    };
+    // Tissue curves to concentration.
+    let t1_map = match &a.t1_map {
+        Some(p) => {
+            inputs.push(p.clone());
+            let (m, _) = pnii::read_volume(p)?;
+            let g = volume.as_ref().context("--t1-map needs --dce")?;
+            ensure!(
+                m.dim() == g.shape,
+                "--t1-map {}: shape {:?}, the series is {:?}",
+                p.display(),
+                m.shape(),
+                g.shape
+            );
+            Some(
+                g.index
+                    .iter()
+                    .map(|&[x, y, z]| f64::from(m[[x, y, z]]))
+                    .collect::<Vec<_>>(),
+            )
+        }
+        None => None,
+    };
+    let t10 = match (&t1_map, a.t10) {
+        (Some(m), _) => T10::Map(m),
+        (None, Some(t)) => T10::Fixed(t),
+        (None, None) => T10::Fixed(1.0),
+    };
+    let curves = conv.apply(curves.view(), t10)?;
+    // Inputs: CSV (concentration) or ROI over the series (converted like the tissue).
+    let roi_input = |mask: &Path, what: &'static str| -> anyhow::Result<Vec<f64>> {
+        let s = series.as_ref().context("an ROI input needs --dce")?;
+        let (m, _) = pnii::read_volume(mask)?;
+        let mask = m.mapv(|v| v != 0.0);
+        let mean = pnii::roi_mean(&s.data, &mask, what)?;
+        let row = Array2::from_shape_fn((1, mean.len()), |(_, i)| mean[i] as f32);
+        let t10 = a.t10.unwrap_or(1.0);
+        Ok(conv
+            .apply(row.view(), T10::Fixed(t10))?
+            .row(0)
+            .iter()
+            .map(|&v| f64::from(v))
+            .collect())
+    };
+    let hct = match a.hematocrit {
+        Some(h) if (0.0..1.0).contains(&h) => 1.0 - h,
+        Some(h) => bail!("--hematocrit {h}: a fraction between 0 and 1 (e.g. 0.45)"),
+        None => 1.0,
+    };
+    let mut get_input = |csv: &Option<String>,
+                         roi: &Option<PathBuf>,
+                         what: &'static str|
+     -> anyhow::Result<Option<Vec<f64>>> {
+        let v = match (csv, roi) {
+            (Some(spec), _) => {
+                let (path, v, t) = read_input_csv(spec)?;
+                if let Some(t) = t {
+                    ensure!(
+                        t.len() == times.len()
+                            && t.iter()
+                                .zip(&times)
+                                .all(|(a, b)| (a - b).abs() <= 1e-6 * b.abs().max(1.0)),
+                        "{}: its time column differs from the tissue times; resample the input to the tissue times",
+                        path.display()
+                    );
+                }
+                inputs.push(path);
+                v
+            }
+            (None, Some(mask)) => {
+                inputs.push(mask.clone());
+                roi_input(mask, what)?
+            }
+            (None, None) => return Ok(None),
+        };
+        Ok(Some(v.into_iter().map(|x| x / hct).collect()))
+    };
+    let arterial = get_input(&a.aif, &a.aif_mask, "arterial")?
+        .context("missing arterial input function: give --aif FILE.csv or --aif-mask ROI.nii.gz")?;
+    let portal = get_input(&a.pv, &a.pv_mask, "portal-venous")?;
+    if a.model.dual_input() && portal.is_none() {
+        bail!(
+            "the dual-input model needs a portal-venous input: give --pv FILE.csv or --pv-mask ROI.nii.gz"
+        );
+    }
+    let portal = if a.model.dual_input() { portal } else { None };
+    let problem = Problem::new(&times, &arterial, portal.as_deref())?;
+    Ok(Job {
+        curves,
+        names,
+        problem,
+        volume,
+        inputs,
+    })
+}
+
+fn run_fit(a: &FitArgs, device: &Device) -> anyhow::Result<()> {
+    let opts = options(a)?;
+    let job = load(a)?;
+    let inputs: Vec<&Path> = job.inputs.iter().map(PathBuf::as_path).collect();
+    let out = OutDir::create(&a.out, a.force, &inputs)?;
+    let n = job.curves.nrows();
+    let _ = ctrlc::set_handler(|| STOP.store(true, Ordering::Relaxed));
+    let bar = ProgressBar::new(n as u64).with_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} voxels {per_sec} eta {eta}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let progress = |done: usize, _total: usize| bar.set_position(done as u64);
+    let control = Control {
+        progress: Some(&progress),
+        stop: Some(&STOP),
+    };
+    println!(
+        "{} voxels x {} time points, {} model, {} on {device}",
+        n,
+        job.problem.len(),
+        opts.model,
+        match opts.method {
+            Method::NelderMead => "Nelder-Mead",
+            Method::LevenbergMarquardt => "Levenberg-Marquardt",
+        }
+    );
+    let t0 = Instant::now();
+    let fits = fit_with(job.curves.view(), &job.problem, &opts, device, &control)?;
+    let secs = t0.elapsed().as_secs_f64();
+    bar.finish_and_clear();
+    write_fit_outputs(&out, a, &job, &fits)?;
+    let counts = fits.status_counts();
+    let summary = serde_json::json!({
+        "model": opts.model, "method": opts.method, "device": fits.device, "precision": fits.precision,
+        "voxels": n, "time_points": job.problem.len(), "seconds": secs, "voxels_per_second": n as f64 / secs,
+        "status": FitStatus::ALL.iter().map(|s| (s.name().to_string(), serde_json::json!(counts[*s as usize]))).collect::<serde_json::Map<_, _>>(),
+        "median": opts.model.params().iter().enumerate().map(|(i, p)| {
+            (p.name.to_string(), serde_json::json!(median(fits.params.row(i).iter().copied())))
+        }).collect::<serde_json::Map<_, _>>(),
+        "units": opts.model.params().iter().map(|p| (p.name.to_string(), serde_json::json!(p.unit))).collect::<serde_json::Map<_, _>>(),
+        "options": {
+            "start": opts.start, "lower": opts.lower, "upper": opts.upper, "fixed": opts.fixed,
+            "max_iterations": opts.iterations(), "tol_fun": opts.tol_fun, "tol_x": opts.tol_x,
+            "delay_grid": opts.delay_grid,
+        },
+    });
+    out.write_json("summary.json", &summary)?;
+    println!(
+        "{n} voxels in {secs:.3} s ({:.0} voxels/s, {} {}): {} converged, {} at a bound, {} max iterations, {} invalid input, {} failed{}",
+        n as f64 / secs,
+        fits.device,
+        fits.precision,
+        counts[0],
+        counts[2],
+        counts[1],
+        counts[3],
+        counts[4],
+        if counts[5] > 0 {
+            format!(", {} not fitted (interrupted)", counts[5])
+        } else {
+            String::new()
+        }
+    );
+    println!("outputs in {}", out.path().display());
+    Ok(())
+}
+
+fn median(values: impl Iterator<Item = f64>) -> Option<f64> {
+    let mut v: Vec<f64> = values.filter(|x| x.is_finite()).collect();
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    Some(v[v.len() / 2])
+}
+
+fn write_fit_outputs(out: &OutDir, a: &FitArgs, job: &Job, fits: &Fits) -> anyhow::Result<()> {
+    let model = fits.model;
+    match &job.volume {
+        Some(Grid {
+            index,
+            shape,
+            header,
+            mean,
+        }) => {
+            let z = a.slice.unwrap_or(shape.2 / 2);
+            ensure!(
+                z < shape.2,
+                "--slice {z}: the series has {} slices",
+                shape.2
+            );
+            let mut maps: Vec<(String, ndarray::Array1<f64>)> = model
+                .params()
+                .iter()
+                .enumerate()
+                .map(|(i, p)| (p.name.to_string(), fits.params.row(i).to_owned()))
+                .collect();
+            maps.push(("sse".into(), fits.sse.clone()));
+            maps.push(("r2".into(), fits.r2.clone()));
+            maps.push(("iterations".into(), fits.iterations.mapv(f64::from)));
+            for (name, values) in &maps {
+                let map = pnii::scatter(values.view(), index, *shape);
+                pnii::write_map(&out.file(&format!("{name}.nii.gz"))?, map.view(), header)?;
+                if name != "iterations" {
+                    ppng::write_overlay(
+                        &out.file(&format!("{name}_z{z}.png"))?,
+                        mean.index_axis(Axis(2), z),
+                        map.index_axis(Axis(2), z),
+                        None,
+                    )?;
+                }
+            }
+            let mut status = Array3::<u8>::from_elem(*shape, 255);
+            for (&s, &[x, y, zz]) in fits.status.iter().zip(index) {
+                status[[x, y, zz]] = s;
+            }
+            pnii::write_map(&out.file("status.nii.gz")?, status.view(), header)?;
+        }
+        None => pcsv::write_fits(&out.file("results.csv")?, &job.names, fits)?,
+    }
+    for spec in &a.plot {
+        let v = job
+            .names
+            .iter()
+            .position(|n| n == spec.trim())
+            .with_context(|| {
+                format!(
+                    "--plot {spec}: no such voxel or curve (voxels are \"x,y,z\" inside the mask)"
+                )
+            })?;
+        let theta = fits.params.column(v).to_vec();
+        let data: Vec<f64> = job.curves.row(v).iter().map(|&c| f64::from(c)).collect();
+        let fitted = if theta.iter().all(|x| x.is_finite()) {
+            predict(&job.problem, model, &theta)?
+        } else {
+            vec![f64::NAN; data.len()]
+        };
+        let safe = spec.trim().replace([',', '/', '\\', ' '], "_");
+        ppng::write_curve_plot(
+            &out.file(&format!("plot_{safe}.png"))?,
+            job.problem.times(),
+            &data,
+            &fitted,
+        )?;
+        pcsv::write_columns(
+            &out.file(&format!("plot_{safe}.csv"))?,
+            &["time_s", "data", "fit"],
+            &[job.problem.times(), &data, &fitted],
+        )?;
+    }
+    Ok(())
+}
+
+fn truth_vector(model: Model, items: &[String]) -> anyhow::Result<Vec<f64>> {
+    let mut theta: Vec<f64> = if model == Model::DualInput {
+        vec![20.0, 100.0, 400.0, 1.0, 2.0]
+    } else {
+        model.params().iter().map(|p| p.start).collect()
+    };
+    for (i, v) in settings(model, items, "truth")? {
+        theta[i] = number(v, "--truth")?;
+    }
+    Ok(theta)
+}
+
+fn run_simulate(a: &SimArgs) -> anyhow::Result<()> {
+    let out = OutDir::create(&a.out, a.force, &[])?;
+    if a.liver {
+        let liver = synthetic_liver(48, 40, 4, a.nt, a.cnr, a.seed)?;
+        let dt = (liver.times[1] - liver.times[0]) as f32;
+        pnii::write_series(&out.file("dce.nii.gz")?, &liver.volume, [2.0, 2.0, 5.0], dt)?;
+        let mask = liver.mask.mapv(u8::from);
+        let header = pnii::read_header(&out.path().join("dce.nii.gz"))?;
+        pnii::write_map(&out.file("mask.nii.gz")?, mask.view(), &header)?;
+        for (i, p) in Model::DualInput.params().iter().enumerate() {
+            let m = liver.truth.index_axis(Axis(3), i).mapv(|v| v as f32);
+            pnii::write_map(
+                &out.file(&format!("truth_{}.nii.gz", p.name))?,
+                m.view(),
+                &header,
+            )?;
+        }
+        write_inputs(&out, &liver.times, &liver.arterial, Some(&liver.portal))?;
+        println!(
+            "synthetic liver 48x40x4, {} frames over 120 s, {} voxels, CNR {}: dce.nii.gz, mask.nii.gz, inputs.csv, truth_*.nii.gz in {}",
+            a.nt,
+            liver.mask.iter().filter(|&&m| m).count(),
+            a.cnr.map_or("inf".into(), |c| c.to_string()),
+            out.path().display()
+        );
+        println!(
+            "fit it with: biogpu perfusion fit --dce {0}/dce.nii.gz --mask {0}/mask.nii.gz --aif {0}/inputs.csv:aif --pv {0}/inputs.csv:pv",
+            out.path().display()
+        );
+        return Ok(());
+    }
+    let truth = truth_vector(a.model, &a.truth)?;
+    let sim = Simulation::new(a.model, &truth)
+        .with_nt(a.nt)
+        .with_cnr(a.cnr)
+        .with_input_cnr(a.cnr_arterial, a.cnr_portal)
+        .with_voxels(a.voxels)
+        .with_seed(a.seed)
+        .run()?;
+    let t = sim.problem.times();
+    let names: Vec<String> = std::iter::once("time".to_string())
+        .chain((0..a.voxels).map(|v| format!("v{v}")))
+        .collect();
+    let values: Vec<Vec<f64>> = sim
+        .curves
+        .rows()
+        .into_iter()
+        .map(|r| r.iter().map(|&c| f64::from(c)).collect())
+        .collect();
+    let mut columns: Vec<&[f64]> = vec![t];
+    columns.extend(values.iter().map(Vec::as_slice));
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    pcsv::write_columns(&out.file("curves.csv")?, &names, &columns)?;
+    write_inputs(&out, t, sim.problem.arterial(), sim.problem.portal())?;
+    out.write_json(
+        "truth.json",
+        &serde_json::json!({
+            "model": a.model, "truth": a.model.params().iter().zip(&truth).map(|(p, v)| (p.name.to_string(), serde_json::json!(v))).collect::<serde_json::Map<_, _>>(),
+            "nt": a.nt, "voxels": a.voxels, "cnr": a.cnr, "cnr_arterial": a.cnr_arterial, "cnr_portal": a.cnr_portal, "seed": a.seed,
+        }),
+    )?;
+    println!(
+        "{} curves of the {} model, {} points over 120 s: curves.csv, inputs.csv, truth.json in {}",
+        a.voxels,
+        a.model,
+        a.nt,
+        out.path().display()
+    );
+    println!(
+        "fit them with: biogpu perfusion fit --model {} --curves {1}/curves.csv --aif {1}/inputs.csv:aif{2}",
+        a.model,
+        out.path().display(),
+        if a.model.dual_input() {
+            format!(" --pv {}/inputs.csv:pv", out.path().display())
+        } else {
+            String::new()
+        }
+    );
+    Ok(())
+}
+
+fn write_inputs(out: &OutDir, t: &[f64], aif: &[f64], pv: Option<&[f64]>) -> anyhow::Result<()> {
+    let path = out.file("inputs.csv")?;
+    match pv {
+        Some(p) => pcsv::write_columns(&path, &["time", "aif", "pv"], &[t, aif, p])?,
+        None => pcsv::write_columns(&path, &["time", "aif"], &[t, aif])?,
+    }
+    Ok(())
+}
+
+/// This modality's part of `biogpu demo`: the built-in synthetic liver fitted on `device`,
+/// checked against the CPU and against the true parameters; maps and PNGs under `out`.
+pub fn demo(out: &Path, device: &Device) -> anyhow::Result<bool> {
+    let liver = synthetic_liver(32, 28, 2, 64, Some(100.0), 7)?;
+    let problem = Problem::new(&liver.times, &liver.arterial, Some(&liver.portal))?;
+    let (curves, index) = pnii::masked_curves(&liver.volume, &liver.mask)?;
+    let opts = FitOptions::new(Model::DualInput).with_method(Method::LevenbergMarquardt);
+    let t0 = Instant::now();
+    let got = perfusion_core::fit_on(curves.view(), &problem, &opts, device)?;
+    let secs = t0.elapsed().as_secs_f64();
+    let want = perfusion_core::fit(curves.view(), &problem, &opts)?;
+    // Device vs CPU: where both converged, the same minimum.
+    let (mut both, mut agree) = (0, 0);
+    for v in 0..got.len() {
+        if got.status(v) == FitStatus::Converged && want.status(v) == FitStatus::Converged {
+            both += 1;
+            let same = (0..3).all(|p| {
+                let (g, c) = (got.params[[p, v]], want.params[[p, v]]);
+                (g - c).abs() <= if got.precision == "f64" { 1e-6 } else { 1e-2 } * c.abs()
+            });
+            agree += usize::from(same);
+        }
+    }
+    ensure!(
+        both * 10 >= got.len() * 9,
+        "perfusion: only {both}/{} voxels converged on both paths",
+        got.len()
+    );
+    ensure!(
+        agree * 100 >= both * 98,
+        "perfusion: {} disagrees with the CPU on {} of {both} voxels",
+        got.device,
+        both - agree
+    );
+    // Against the truth: median relative error of the flows.
+    let mut errs = [Vec::new(), Vec::new(), Vec::new()];
+    for (v, &[x, y, z]) in index.iter().enumerate() {
+        for (p, e) in errs.iter_mut().enumerate() {
+            e.push((got.params[[p, v]] / liver.truth[[x, y, z, p]] - 1.0).abs());
+        }
+    }
+    let med: Vec<f64> = errs
+        .iter()
+        .map(|e| median(e.iter().copied()).unwrap_or(f64::NAN))
+        .collect();
+    ensure!(
+        med.iter().all(|&m| m < 0.1),
+        "perfusion: median errors against the truth {med:?}"
+    );
+    let dir = out.join("perfusion");
+    let od = OutDir::create(&dir, true, &[])?;
+    let shape = liver.mask.dim();
+    let mean = liver.volume.mean_axis(Axis(3)).expect("frames");
+    for (i, p) in Model::DualInput.params().iter().enumerate().take(3) {
+        let map = pnii::scatter(got.params.row(i), &index, shape);
+        ppng::write_overlay(
+            &od.file(&format!("{}.png", p.name))?,
+            mean.index_axis(Axis(2), 0),
+            map.index_axis(Axis(2), 0),
+            None,
+        )?;
+    }
+    println!(
+        "perfusion: synthetic liver ({} voxels, 64 frames, CNR 100), dual-input LM on {} ({}) in {:.3} s: agrees with the CPU on {agree}/{both}; median error vs truth ka {:.1}%, kp {:.1}%, kl {:.1}%; maps in {}",
+        got.len(),
+        got.device,
+        got.precision,
+        secs,
+        100.0 * med[0],
+        100.0 * med[1],
+        100.0 * med[2],
+        dir.display()
+    );
+    Ok(true)
 }

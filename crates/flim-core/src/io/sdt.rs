@@ -1,68 +1,51 @@
-//! Becker & Hickl SPC `.sdt` files: the file header, the setup text (image size, time bins,
-//! TAC range and gain, routing channels), and the chain of data blocks, each raw or a zip
-//! archive of one member (`DATA_ZIPPED`), holding u16 or u32 counts (or f64), laid out as
-//! (channel, y, x, bin). Every block and channel becomes one [`SdtImage`]; nothing is
-//! flattened or dropped.
+//! Becker & Hickl SPC `.sdt` files.
 //!
-//! No maintained Rust crate reads `.sdt`; the layout follows B&H's "SPC file format" notes
-//! and cgohlke's `sdtfile`. The bin width is `TAC_R / (TAC_G x ADC_RE)`.
+//! Layout (little-endian; B&H "SPC data file structure", cross-checked with cgohlke's
+//! `sdtfile`): a 42-byte file header (offsets of the info text, the setup section, the
+//! measurement description blocks and the first data block; `header_valid` = 0x5555 and a
+//! checksum), an info text (`*IDENTIFICATION ... *END`), the setup section (text
+//! `[KEY,TYPE,VALUE]` entries plus binary panels), one measurement description block per
+//! setup used (TAC range and gain, ADC resolution, scan and image sizes, routing channels, the
+//! sync rate measured), and a chain of data blocks, each with a 22-byte header (data offset,
+//! next block offset, block type, measurement description index, length) and its data, raw or
+//! as a zip archive of one member (block type bit 0x1000, `block_length` then being the
+//! unzipped size). Block data are u16, u32 or f64 counts laid out (routing channel, y, x, bin).
+//!
+//! Each data block (a measurement, a z-plane or a time point) and each routing channel in it
+//! becomes one [`Image`]; nothing is flattened. Blocks that hold no decay histograms (FCS,
+//! FIDA, MCS, moments...) are skipped and listed in the metadata. The bin width is
+//! `TAC_R / (TAC_G x ADC_RE)`; the laser period is `1 / sync rate` when the file measured it.
+//!
+//! No maintained Rust crate reads `.sdt`, hence this parser.
 
-use super::AnyCube;
+use super::{AnyCube, Format, Image, Recording, format_error, io_error};
 use crate::cube::Cube;
 use crate::error::{Error, Result};
 use ndarray::Array3;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
-use std::path::{Path, PathBuf};
-
-/// One image of a `.sdt` file.
-#[derive(Debug, Clone)]
-pub struct SdtImage {
-    /// Data block index (measurement, z-plane or time point, in file order).
-    pub block: usize,
-    /// Routing channel within the block.
-    pub channel: usize,
-    /// The counts, with the bin width from the setup.
-    pub cube: AnyCube,
-}
+use std::path::Path;
 
 const FILE_HEADER: usize = 42;
 const BLOCK_HEADER: usize = 22;
 const HEADER_VALID: u16 = 0x5555;
+const CHECKSUM_BASE: u16 = 0x55AA;
 const ZIPPED: u16 = 0x1000;
+/// Size of the measurement description block written by [`write_sdt`] (as SPCM writes it).
+const MEAS_DESC_LEN: usize = 2048;
 
-struct Reader {
-    file: File,
-    path: PathBuf,
-    len: u64,
-}
-
-impl Reader {
-    fn err(&self, what: impl Into<String>) -> Error {
-        Error::Format {
-            path: self.path.clone(),
-            what: what.into(),
-        }
-    }
-
-    /// `n` bytes at `offset`, or an error naming `what` when the file is too short.
-    fn bytes(&mut self, offset: u64, n: usize, what: &str) -> Result<Vec<u8>> {
-        if offset
-            .checked_add(n as u64)
-            .is_none_or(|end| end > self.len)
-        {
-            return Err(self.err(format!(
-                "{what}: needs {n} bytes at offset {offset}, the file has {} (truncated?)",
-                self.len
-            )));
-        }
-        let mut buf = vec![0u8; n];
-        self.file
-            .seek(SeekFrom::Start(offset))
-            .and_then(|_| self.file.read_exact(&mut buf))
-            .map_err(|e| self.err(format!("{what}: {e}")))?;
-        Ok(buf)
-    }
+/// Offsets of the measurement description (`MeasureInfo`) fields used here.
+mod mi {
+    pub const TIME: usize = 0; // S9
+    pub const DATE: usize = 9; // S11
+    pub const MOD_SER_NO: usize = 20; // S16
+    pub const TAC_R: usize = 64; // f32, s
+    pub const TAC_G: usize = 68; // i16
+    pub const ADC_RE: usize = 82; // i16
+    pub const MOD_TYPE: usize = 117; // S16
+    pub const SCAN_X: usize = 173; // i32 (then scan_y, scan_rx, scan_ry)
+    pub const MAX_SYNC_RATE: usize = 247; // f32, Hz (StopInfo)
+    pub const IMAGE_X: usize = 309; // i32 (then image_y, image_rx, image_ry)
 }
 
 fn u16_at(b: &[u8], at: usize) -> u16 {
@@ -73,7 +56,121 @@ fn u32_at(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }
 
-/// Values of the setup's `[KEY,TYPE,VALUE]` entries.
+/// The reader's view of the file: every read is bounds-checked and errors name the part.
+struct SdtFile<'p> {
+    file: File,
+    path: &'p Path,
+    len: u64,
+}
+
+impl SdtFile<'_> {
+    fn err(&self, what: impl Into<String>) -> Error {
+        format_error(self.path, what)
+    }
+
+    /// `n` bytes at `offset`, or an error naming `what` when the file is too short.
+    fn bytes(&mut self, offset: u64, n: u64, what: &str) -> Result<Vec<u8>> {
+        if offset.checked_add(n).is_none_or(|end| end > self.len) {
+            return Err(self.err(format!(
+                "{what}: needs {n} bytes at byte offset {offset}, but the file has {} bytes (truncated?)",
+                self.len
+            )));
+        }
+        let mut buf = vec![0u8; n as usize];
+        self.file
+            .seek(SeekFrom::Start(offset))
+            .and_then(|_| self.file.read_exact(&mut buf))
+            .map_err(|e| self.err(format!("{what} at byte offset {offset}: {e}")))?;
+        Ok(buf)
+    }
+}
+
+/// Geometry and timing of one measurement description block.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Geometry {
+    bins: usize,
+    scan: (usize, usize, usize, usize),
+    image: (usize, usize, usize, usize),
+    bin_ns: f64,
+    period_ns: Option<f64>,
+}
+
+impl Geometry {
+    fn from_meas_desc(b: &[u8]) -> Option<Self> {
+        let i32_at = |at: usize| -> usize {
+            if at + 4 <= b.len() {
+                usize::try_from(u32_at(b, at) as i32).unwrap_or(0)
+            } else {
+                0
+            }
+        };
+        if b.len() < mi::ADC_RE + 2 {
+            return None;
+        }
+        let tac_r = f64::from(f32::from_bits(u32_at(b, mi::TAC_R)));
+        let tac_g = f64::from(u16_at(b, mi::TAC_G) as i16);
+        let mut bins = usize::from(u16_at(b, mi::ADC_RE));
+        if bins == 0 {
+            bins = 65536;
+        }
+        let q = |at: usize| (i32_at(at), i32_at(at + 4), i32_at(at + 8), i32_at(at + 12));
+        let sync = if b.len() >= mi::MAX_SYNC_RATE + 4 {
+            f64::from(f32::from_bits(u32_at(b, mi::MAX_SYNC_RATE)))
+        } else {
+            0.0
+        };
+        Some(Self {
+            bins,
+            scan: q(mi::SCAN_X),
+            image: q(mi::IMAGE_X),
+            bin_ns: tac_r / (tac_g * bins as f64) * 1e9,
+            period_ns: (sync.is_finite() && sync > 1e3).then(|| 1e9 / sync),
+        })
+    }
+
+    /// Geometry from the setup text, for files without measurement description blocks.
+    fn from_setup(setup: &str) -> Option<Self> {
+        let int = |k: &str| setup_value(setup, k).and_then(|v| v.parse::<usize>().ok());
+        let float = |k: &str| setup_value(setup, k).and_then(|v| v.parse::<f64>().ok());
+        let bins = int("SP_ADC_RE")?;
+        let one = |k: &str| int(k).unwrap_or(1).max(1);
+        Some(Self {
+            bins,
+            scan: (
+                int("SP_SCAN_X").unwrap_or(0),
+                int("SP_SCAN_Y").unwrap_or(0),
+                one("SP_SCAN_RX"),
+                one("SP_SCAN_RY"),
+            ),
+            image: (
+                int("SP_IMG_X")?,
+                int("SP_IMG_Y")?,
+                one("SP_IMG_RX"),
+                one("SP_IMG_RY"),
+            ),
+            bin_ns: float("SP_TAC_R")? / (float("SP_TAC_G")? * bins as f64) * 1e9,
+            period_ns: None,
+        })
+    }
+
+    /// (channels, rows, columns) of a block of `values` counts, as `sdtfile` shapes them.
+    fn layout(&self, values: usize) -> Option<(usize, usize, usize)> {
+        let m = self.bins;
+        let (sx, sy, srx, sry) = self.scan;
+        let (ix, iy, irx, iry) = self.image;
+        [
+            (1, sy, sx),
+            (1, iy, ix),
+            (srx * sry, sy, sx),
+            (irx * iry, iy, ix),
+        ]
+        .into_iter()
+        .find(|&(c, h, w)| c * h * w > 0 && c * h * w * m == values)
+        .or_else(|| (values.is_multiple_of(m) && values > 0).then_some((1, 1, values / m)))
+    }
+}
+
+/// Value of the setup text's `[KEY,TYPE,VALUE]` entry.
 fn setup_value(setup: &str, key: &str) -> Option<String> {
     let pat = format!("[{key},");
     let start = setup.find(&pat)? + pat.len();
@@ -83,223 +180,413 @@ fn setup_value(setup: &str, key: &str) -> Option<String> {
     Some(value.trim().to_string())
 }
 
-/// Read every image of a `.sdt` file.
-pub fn read_sdt(path: &Path) -> Result<Vec<SdtImage>> {
-    let file = File::open(path).map_err(|e| Error::Io {
-        path: path.to_path_buf(),
-        source: e,
-    })?;
-    let len = file.metadata().map_or(0, |m| m.len());
-    let mut r = Reader {
-        file,
-        path: path.to_path_buf(),
-        len,
-    };
-    let h = r.bytes(0, FILE_HEADER, "file header")?;
-    if u16_at(&h, 34) != HEADER_VALID {
-        return Err(r.err(format!(
-            "not a Becker & Hickl .sdt file: header_valid is {:#06x}, expected 0x5555",
-            u16_at(&h, 34)
+/// Name of a block's content (block type bits 0x00f0).
+fn content_name(block_type: u16) -> &'static str {
+    match block_type & 0x00f0 {
+        0x00 => "DECAY_BLOCK",
+        0x10 => "PAGE_BLOCK",
+        0x20 => "FCS_BLOCK",
+        0x30 => "FIDA_BLOCK",
+        0x40 => "FILDA_BLOCK",
+        0x50 => "MCS_BLOCK",
+        0x60 => "IMG_BLOCK",
+        0x70 => "MCSTA_BLOCK",
+        0x80 => "IMG_MCS_BLOCK",
+        0x90 => "MOM_BLOCK",
+        0xa0 => "IMG_INT_BLOCK",
+        0xb0 => "IMG_WF_BLOCK",
+        _ => "IMG_LIFE_BLOCK",
+    }
+}
+
+fn text(b: &[u8]) -> String {
+    b.iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| char::from(c))
+        .collect::<String>()
+        .trim()
+        .to_string()
+}
+
+/// Read every decay image of a `.sdt` file, block by block (compressed blocks unzipped one
+/// at a time).
+pub fn read_sdt(path: &Path) -> Result<Recording> {
+    let file = File::open(path).map_err(|e| io_error(path, e))?;
+    let len = file.metadata().map_err(|e| io_error(path, e))?.len();
+    let mut f = SdtFile { file, path, len };
+    let h = f.bytes(0, FILE_HEADER as u64, "file header")?;
+    let words: u16 = (0..20).fold(0u16, |s, i| s.wrapping_add(u16_at(&h, 2 * i)));
+    let checksum_ok = CHECKSUM_BASE.wrapping_sub(words) == u16_at(&h, 40);
+    if u16_at(&h, 32) != HEADER_VALID && !checksum_ok {
+        return Err(f.err(format!(
+            "not a Becker & Hickl .sdt file: file header (byte 0) has header_valid {:#06x} (expected 0x5555) and a wrong checksum",
+            u16_at(&h, 32)
         )));
     }
-    let setup_offset = u64::from(u32_at(&h, 8));
-    let setup_len = usize::from(u16_at(&h, 12));
+    let revision = u16_at(&h, 0);
+    let info = f.bytes(
+        u64::from(u32_at(&h, 2)),
+        u64::from(u16_at(&h, 6)),
+        "info section",
+    )?;
+    let info = String::from_utf8_lossy(&info).replace('\u{4}', "");
+    let setup_len = u64::from(u16_at(&h, 12));
+    let setup = f.bytes(u64::from(u32_at(&h, 8)), setup_len, "setup section")?;
+    let setup_text = {
+        // The text part ends where the binary part starts (B&H: "*END").
+        let end = setup
+            .windows(4)
+            .position(|w| w == b"*END")
+            .map_or(setup.len(), |p| p + 4);
+        String::from_utf8_lossy(&setup[..end]).into_owned()
+    };
     let mut block_offset = u64::from(u32_at(&h, 14));
     let mut blocks = usize::from(u16_at(&h, 18));
     if blocks == 0x7fff {
-        blocks = u32_at(&h, 36) as usize; // large files keep the count in reserved1
+        blocks = u32_at(&h, 34) as usize; // large files keep the count in reserved1
     }
-    let setup_bytes = r.bytes(setup_offset, setup_len, "setup section")?;
-    let setup: String = setup_bytes.iter().map(|&b| char::from(b)).collect();
-    let int = |r: &Reader, key: &str| -> Result<usize> {
-        let v =
-            setup_value(&setup, key).ok_or_else(|| r.err(format!("setup section lacks {key}")))?;
-        v.parse::<usize>()
-            .ok()
-            .filter(|&n| n > 0)
-            .ok_or_else(|| r.err(format!("setup {key} = {v:?}: expected a positive integer")))
-    };
-    let float = |r: &Reader, key: &str| -> Result<f64> {
-        let v =
-            setup_value(&setup, key).ok_or_else(|| r.err(format!("setup section lacks {key}")))?;
-        v.parse::<f64>()
-            .ok()
-            .filter(|x| x.is_finite() && *x > 0.0)
-            .ok_or_else(|| r.err(format!("setup {key} = {v:?}: expected a positive number")))
-    };
-    let (w, hgt, bins) = (
-        int(&r, "SP_IMG_X")?,
-        int(&r, "SP_IMG_Y")?,
-        int(&r, "SP_ADC_RE")?,
-    );
-    let channels = int(&r, "SP_SCAN_RX").unwrap_or(1) * int(&r, "SP_SCAN_RY").unwrap_or(1);
-    let bin_ns = float(&r, "SP_TAC_R")? / float(&r, "SP_TAC_G")? / bins as f64 * 1e9;
-    let per_channel = w * hgt * bins;
+    let meas_offset = u64::from(u32_at(&h, 24));
+    let meas_count = usize::from(u16_at(&h, 28));
+    let meas_len = u64::from(u16_at(&h, 30));
+    let mut geometries = Vec::with_capacity(meas_count);
+    let mut metadata = vec![
+        ("format".to_string(), "Becker & Hickl SPC .sdt".to_string()),
+        ("revision".into(), format!("{revision:#x}")),
+    ];
+    for line in info.lines() {
+        if let Some((k, v)) = line.split_once(':') {
+            let (k, v) = (k.trim(), v.trim());
+            if matches!(k, "ID" | "Title" | "Date" | "Time") && !v.is_empty() {
+                metadata.push((format!("info {}", k.to_ascii_lowercase()), v.to_string()));
+            }
+        }
+    }
+    for i in 0..meas_count {
+        let what = format!("measurement description block {i}");
+        let b = f.bytes(meas_offset + i as u64 * meas_len, meas_len, &what)?;
+        let g = Geometry::from_meas_desc(&b).ok_or_else(|| {
+            f.err(format!(
+                "{what}: only {meas_len} bytes, too short for the TAC settings"
+            ))
+        })?;
+        if !(g.bin_ns.is_finite() && g.bin_ns > 0.0) {
+            return Err(f.err(format!(
+                "{what} (byte {}): TAC range/gain/ADC resolution give a bin width of {} ns",
+                meas_offset + i as u64 * meas_len,
+                g.bin_ns
+            )));
+        }
+        if i == 0 && b.len() >= mi::MOD_TYPE + 16 {
+            metadata.push(("module".into(), text(&b[mi::MOD_TYPE..mi::MOD_TYPE + 16])));
+            metadata.push((
+                "module serial".into(),
+                text(&b[mi::MOD_SER_NO..mi::MOD_SER_NO + 16]),
+            ));
+            metadata.push((
+                "measured".into(),
+                format!(
+                    "{} {}",
+                    text(&b[mi::DATE..mi::DATE + 11]),
+                    text(&b[mi::TIME..mi::TIME + 9])
+                ),
+            ));
+        }
+        geometries.push(g);
+    }
+    let setup_geometry = Geometry::from_setup(&setup_text);
 
     let mut images = Vec::new();
     for block in 0..blocks {
-        let what = format!("data block {block}");
-        let bh = r.bytes(block_offset, BLOCK_HEADER, &format!("{what} header"))?;
-        let data_offset = u64::from(u32_at(&bh, 2));
-        let next = u64::from(u32_at(&bh, 6));
+        let what = format!("data block {block} (header at byte {block_offset})");
+        let bh = f.bytes(block_offset, BLOCK_HEADER as u64, &what)?;
+        // Revision 15+ headers carry bits 32..39 of the offsets in bytes 0 and 1.
+        let ext = |b: u8| {
+            if revision & 0xf >= 15 {
+                u64::from(b) << 32
+            } else {
+                0
+            }
+        };
+        let data_offset = ext(bh[0]) | u64::from(u32_at(&bh, 2));
+        let next = ext(bh[1]) | u64::from(u32_at(&bh, 6));
         let block_type = u16_at(&bh, 10);
-        let length = u32_at(&bh, 18) as usize;
-        let stored = r.bytes(data_offset, length, &what)?;
-        let raw = if block_type & ZIPPED != 0 {
-            unzip(&stored).map_err(|e| r.err(format!("{what}: compressed data: {e}")))?
-        } else {
-            stored
+        let meas = u16_at(&bh, 12) as i16;
+        let length = u64::from(u32_at(&bh, 18));
+        let content = content_name(block_type);
+        if !matches!(content, "DECAY_BLOCK" | "PAGE_BLOCK" | "IMG_BLOCK") {
+            metadata.push((
+                format!("block {block}"),
+                format!("{content}: skipped (not decay histograms)"),
+            ));
+            block_offset = next;
+            continue;
+        }
+        let g = match usize::try_from(meas).ok().and_then(|m| geometries.get(m)) {
+            Some(g) => *g,
+            None if geometries.is_empty() => setup_geometry.ok_or_else(|| {
+                f.err(format!(
+                    "{what}: the file has no measurement description block and the setup lacks SP_IMG_X/SP_IMG_Y/SP_ADC_RE/SP_TAC_R/SP_TAC_G"
+                ))
+            })?,
+            None => {
+                return Err(f.err(format!(
+                    "{what}: refers to measurement description block {meas}, the file has {}",
+                    geometries.len()
+                )));
+            }
         };
         let (size, kind) = match block_type & 0x0f00 {
             0x000 => (2, "u16"),
             0x100 => (4, "u32"),
             0x200 => (8, "f64"),
             other => {
-                return Err(r.err(format!(
-                    "{what}: unknown data type bits {other:#x} in block type {block_type:#x}"
+                return Err(f.err(format!(
+                    "{what}: unknown data type bits {other:#x} in block type {block_type:#06x}"
                 )));
             }
         };
-        let values = raw.len() / size;
-        if raw.len() % size != 0 || values != channels * per_channel {
-            return Err(r.err(format!(
-                "{what}: holds {} bytes, expected {channels} channel(s) x {hgt} x {w} pixels x {bins} bins of {kind} = {} bytes",
-                raw.len(),
-                channels * per_channel * size
+        if length % size != 0 {
+            return Err(f.err(format!(
+                "{what}: block length {length} is not a whole number of {kind} values"
             )));
         }
+        let values = (length / size) as usize;
+        let (channels, hgt, w) = g.layout(values).ok_or_else(|| {
+            f.err(format!(
+                "{what}: {values} {kind} values fit neither the scan ({:?}) nor the image ({:?}) size with {} bins",
+                g.scan, g.image, g.bins
+            ))
+        })?;
+        let raw = if block_type & ZIPPED != 0 {
+            // The stored (compressed) size is the distance to the next block.
+            let stored_len = if next > data_offset {
+                next - data_offset
+            } else {
+                len.saturating_sub(data_offset)
+            };
+            let stored = f.bytes(data_offset, stored_len, &what)?;
+            unzip(&stored, length).map_err(|e| {
+                f.err(format!(
+                    "{what}: compressed data at byte {data_offset}: {e}"
+                ))
+            })?
+        } else {
+            f.bytes(data_offset, length, &what)?
+        };
+        let per_channel = hgt * w * g.bins * size as usize;
         for channel in 0..channels {
-            let bytes = &raw[channel * per_channel * size..(channel + 1) * per_channel * size];
-            let cube = match kind {
-                "u16" => AnyCube::U16(Cube::new(
-                    shape(
+            let bytes = &raw[channel * per_channel..(channel + 1) * per_channel];
+            let dim = (hgt, w, g.bins);
+            let cube: AnyCube = match kind {
+                "u16" => Cube::new(
+                    collect(
+                        dim,
                         bytes
                             .chunks_exact(2)
                             .map(|b| u16::from_le_bytes([b[0], b[1]])),
-                        hgt,
-                        w,
-                        bins,
                     ),
-                    bin_ns,
-                )?),
-                "u32" => AnyCube::U32(Cube::new(
-                    shape(
+                    g.bin_ns,
+                )?
+                .into(),
+                "u32" => Cube::new(
+                    collect(
+                        dim,
                         bytes
                             .chunks_exact(4)
                             .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])),
-                        hgt,
-                        w,
-                        bins,
                     ),
-                    bin_ns,
-                )?),
-                _ => AnyCube::F32(Cube::new(
-                    shape(
+                    g.bin_ns,
+                )?
+                .into(),
+                _ => Cube::new(
+                    collect(
+                        dim,
                         bytes
                             .chunks_exact(8)
                             .map(|b| f64::from_le_bytes(b.try_into().expect("8 bytes")) as f32),
-                        hgt,
-                        w,
-                        bins,
                     ),
-                    bin_ns,
-                )?),
+                    g.bin_ns,
+                )?
+                .into(),
             };
-            images.push(SdtImage {
+            let cube = match g.period_ns {
+                Some(p) => cube.with_period_ns(p)?,
+                None => cube,
+            };
+            images.push(Image {
                 block,
+                frame: 0,
                 channel,
                 cube,
             });
         }
         block_offset = next;
     }
-    Ok(images)
+    if let Some(g) = geometries.first() {
+        metadata.push(("bin width ns".into(), format!("{}", g.bin_ns)));
+        if let Some(p) = g.period_ns {
+            metadata.push(("sync rate MHz".into(), format!("{:.4}", 1e3 / p)));
+        }
+    }
+    metadata.push(("data blocks".into(), blocks.to_string()));
+    if images.is_empty() {
+        return Err(f.err(format!(
+            "none of its {blocks} data block(s) holds decay histograms"
+        )));
+    }
+    Ok(Recording {
+        path: path.to_path_buf(),
+        format: Format::Sdt,
+        images,
+        metadata,
+    })
 }
 
-fn shape<T>(values: impl Iterator<Item = T>, h: usize, w: usize, bins: usize) -> Array3<T> {
-    Array3::from_shape_vec((h, w, bins), values.collect()).expect("length checked")
+fn collect<T>(dim: (usize, usize, usize), values: impl Iterator<Item = T>) -> Array3<T> {
+    Array3::from_shape_vec(dim, values.collect()).expect("length checked against the layout")
 }
 
-/// The one member of a zipped data block.
-fn unzip(stored: &[u8]) -> std::result::Result<Vec<u8>, String> {
-    let mut archive =
-        zip::ZipArchive::new(std::io::Cursor::new(stored)).map_err(|e| e.to_string())?;
+/// The one member of a zipped data block, which must unzip to exactly `expected` bytes.
+fn unzip(stored: &[u8], expected: u64) -> std::result::Result<Vec<u8>, String> {
+    let mut archive = zip::ZipArchive::new(std::io::Cursor::new(stored))
+        .map_err(|e| format!("not a valid zip archive ({e})"))?;
     if archive.is_empty() {
         return Err("empty zip archive".into());
     }
-    let mut member = archive.by_index(0).map_err(|e| e.to_string())?;
-    let mut out = Vec::with_capacity(usize::try_from(member.size()).unwrap_or(0));
-    member.read_to_end(&mut out).map_err(|e| e.to_string())?;
+    let member = archive.by_index(0).map_err(|e| e.to_string())?;
+    // Deflate expands at most ~1032x: a corrupt size cannot reserve more than that.
+    let cap = expected.min(stored.len() as u64 * 1032);
+    let mut out = Vec::with_capacity(usize::try_from(cap).unwrap_or(0));
+    // Never unzip more than the header promises (a corrupt size cannot exhaust memory).
+    member
+        .take(expected + 1)
+        .read_to_end(&mut out)
+        .map_err(|e| format!("unzipping failed after {} bytes ({e})", out.len()))?;
+    if out.len() as u64 != expected {
+        return Err(format!(
+            "unzips to {} bytes, the block header says {expected}",
+            out.len()
+        ));
+    }
     Ok(out)
 }
 
-/// Write a minimal `.sdt` (header, setup text, one block per cube, optionally zipped), for
-/// tests and for handing data to tools that read B&H files.
-pub fn write_sdt(path: &Path, cubes: &[Cube<u16>], zipped: bool) -> Result<()> {
-    let first = cubes
+/// Write a `.sdt` file as SPCM does: file header, info, setup text, one measurement
+/// description block, and one data block per entry of `blocks` holding its channels (all
+/// cubes of one shape and bin width), raw or zipped. The sync rate is written from the first
+/// cube's laser period, so [`read_sdt`] gives back the same cubes.
+pub fn write_sdt(path: &Path, blocks: &[Vec<Cube<u16>>], zipped: bool) -> Result<()> {
+    let first = blocks
         .first()
-        .ok_or_else(|| Error::Shape("write_sdt needs at least one cube".into()))?;
+        .and_then(|b| b.first())
+        .ok_or_else(|| Error::Shape("write_sdt needs at least one block with one cube".into()))?;
     let (h, w) = first.shape();
     let bins = first.bins();
-    if cubes
-        .iter()
-        .any(|c| c.shape() != (h, w) || c.bins() != bins)
-    {
+    let channels = blocks[0].len();
+    if blocks.iter().any(|b| {
+        b.len() != channels
+            || b.iter()
+                .any(|c| c.shape() != (h, w) || c.bins() != bins || c.bin_ns() != first.bin_ns())
+    }) {
         return Err(Error::Shape(
-            "write_sdt: every cube must have the same shape".into(),
+            "write_sdt: every block needs the same number of channels, each of the same shape and bin width".into(),
         ));
     }
-    let tac_r = first.bin_ns() * bins as f64 * 1e-9;
-    let setup = format!(
-        "*SETUP\r\n  SYS_PARA_BEGIN:\r\n  #SP [SP_IMG_X,I,{w}]\r\n  #SP [SP_IMG_Y,I,{h}]\r\n  #SP [SP_ADC_RE,I,{bins}]\r\n  #SP [SP_TAC_R,F,{tac_r:e}]\r\n  #SP [SP_TAC_G,I,1]\r\n  #SP [SP_SCAN_RX,I,1]\r\n  #SP [SP_SCAN_RY,I,1]\r\n  SYS_PARA_END:\r\n*END\r\n"
-    );
-    let io = |e: std::io::Error| Error::Io {
-        path: path.to_path_buf(),
-        source: e,
-    };
-    let mut payloads = Vec::new();
-    for c in cubes {
-        let raw: Vec<u8> = c.counts().iter().flat_map(|v| v.to_le_bytes()).collect();
-        payloads.push(if zipped {
-            zip_member(&raw).map_err(|e| Error::Format {
-                path: path.to_path_buf(),
-                what: e,
-            })?
-        } else {
-            raw
-        });
+    if bins > usize::from(u16::MAX) {
+        return Err(Error::Shape(format!(
+            "write_sdt: {bins} bins exceed the ADC resolution field"
+        )));
     }
-    let setup_offset = FILE_HEADER;
-    let mut offset = setup_offset + setup.len();
-    let mut out = vec![0u8; FILE_HEADER];
-    out[0..2].copy_from_slice(&0x2bfu16.to_le_bytes());
-    out[8..12].copy_from_slice(&(setup_offset as u32).to_le_bytes());
-    out[12..14].copy_from_slice(&(setup.len() as u16).to_le_bytes());
-    out[14..18].copy_from_slice(&(offset as u32).to_le_bytes());
-    out[18..20].copy_from_slice(&(cubes.len() as u16).to_le_bytes());
-    out[34..36].copy_from_slice(&HEADER_VALID.to_le_bytes());
-    out.extend_from_slice(setup.as_bytes());
-    for (i, p) in payloads.iter().enumerate() {
-        let data = offset + BLOCK_HEADER;
-        let next = data + p.len();
-        let mut bh = vec![0u8; BLOCK_HEADER];
-        bh[2..6].copy_from_slice(&(data as u32).to_le_bytes());
-        bh[6..10].copy_from_slice(
-            &(if i + 1 < payloads.len() {
-                next as u32
-            } else {
-                0
+    let tac_r = (first.bin_ns() * bins as f64 * 1e-9) as f32;
+    let info = "*IDENTIFICATION\r\n  ID        : SPC Setup & Data File\r\n  Title     : biogpu\r\n  Version   : 1  985 M\r\n  Revision  : 12 bits ADC\r\n*END\r\n\r\n";
+    let setup = format!(
+        "*SETUP\r\n  SYS_PARA_BEGIN:\r\n  #SP [SP_ADC_RE,I,{bins}]\r\n  #SP [SP_TAC_R,F,{tac_r:e}]\r\n  #SP [SP_TAC_G,I,1]\r\n  #SP [SP_IMG_X,I,{w}]\r\n  #SP [SP_IMG_Y,I,{h}]\r\n  #SP [SP_IMG_RX,I,{channels}]\r\n  #SP [SP_IMG_RY,I,1]\r\n  SYS_PARA_END:\r\n*END\r\n\r\n"
+    );
+    let mut meas = vec![0u8; MEAS_DESC_LEN];
+    meas[mi::TIME..mi::TIME + 8].copy_from_slice(b"00:00:00");
+    meas[mi::DATE..mi::DATE + 10].copy_from_slice(b"2000-01-01");
+    meas[mi::MOD_TYPE..mi::MOD_TYPE + 6].copy_from_slice(b"biogpu");
+    meas[mi::TAC_R..mi::TAC_R + 4].copy_from_slice(&tac_r.to_le_bytes());
+    meas[mi::TAC_G..mi::TAC_G + 2].copy_from_slice(&1i16.to_le_bytes());
+    meas[mi::ADC_RE..mi::ADC_RE + 2].copy_from_slice(&(bins as u16).to_le_bytes());
+    for (i, v) in [w, h, channels, 1].into_iter().enumerate() {
+        let at = mi::IMAGE_X + 4 * i;
+        meas[at..at + 4].copy_from_slice(&(v as i32).to_le_bytes());
+    }
+    let sync = (1e9 / first.period_ns()) as f32;
+    meas[mi::MAX_SYNC_RATE..mi::MAX_SYNC_RATE + 4].copy_from_slice(&sync.to_le_bytes());
+    meas[mi::MAX_SYNC_RATE - 16..mi::MAX_SYNC_RATE - 12].copy_from_slice(&sync.to_le_bytes());
+
+    let fail = |e: String| format_error(path, e);
+    let mut payloads = Vec::new();
+    for b in blocks {
+        let raw: Vec<u8> = b
+            .iter()
+            .flat_map(|c| {
+                c.counts()
+                    .iter()
+                    .flat_map(|v| v.to_le_bytes())
+                    .collect::<Vec<_>>()
             })
-            .to_le_bytes(),
-        );
-        bh[10..12].copy_from_slice(&(if zipped { ZIPPED } else { 0 }).to_le_bytes());
-        bh[14..18].copy_from_slice(&(i as u32).to_le_bytes());
-        bh[18..22].copy_from_slice(&(p.len() as u32).to_le_bytes());
+            .collect();
+        let stored = if zipped {
+            zip_member(&raw).map_err(fail)?
+        } else {
+            raw.clone()
+        };
+        payloads.push((raw.len(), stored));
+    }
+    let info_offset = FILE_HEADER;
+    let setup_offset = info_offset + info.len();
+    let meas_offset = setup_offset + setup.len();
+    let mut offset = meas_offset + MEAS_DESC_LEN;
+    let too_big = || Error::Shape("write_sdt: the file would exceed 4 GiB".into());
+    let u32_of = |v: usize| u32::try_from(v).map_err(|_| too_big());
+    let mut out = vec![0u8; FILE_HEADER];
+    let put = |out: &mut Vec<u8>, at: usize, bytes: &[u8]| {
+        out[at..at + bytes.len()].copy_from_slice(bytes);
+    };
+    put(&mut out, 0, &0x28fu16.to_le_bytes()); // SPC-150, revision 15
+    put(&mut out, 2, &u32_of(info_offset)?.to_le_bytes());
+    put(&mut out, 6, &(info.len() as u16).to_le_bytes());
+    put(&mut out, 8, &u32_of(setup_offset)?.to_le_bytes());
+    put(&mut out, 12, &(setup.len() as u16).to_le_bytes());
+    put(&mut out, 14, &u32_of(offset)?.to_le_bytes());
+    put(
+        &mut out,
+        18,
+        &(blocks.len().min(0x7fff) as u16).to_le_bytes(),
+    );
+    put(&mut out, 20, &u32_of(payloads[0].0)?.to_le_bytes());
+    put(&mut out, 24, &u32_of(meas_offset)?.to_le_bytes());
+    put(&mut out, 28, &1u16.to_le_bytes());
+    put(&mut out, 30, &(MEAS_DESC_LEN as u16).to_le_bytes());
+    put(&mut out, 32, &HEADER_VALID.to_le_bytes());
+    put(&mut out, 34, &(blocks.len() as u32).to_le_bytes());
+    let words: u16 = (0..20).fold(0u16, |s, i| s.wrapping_add(u16_at(&out, 2 * i)));
+    put(
+        &mut out,
+        40,
+        &CHECKSUM_BASE.wrapping_sub(words).to_le_bytes(),
+    );
+    out.extend_from_slice(info.as_bytes());
+    out.extend_from_slice(setup.as_bytes());
+    out.extend_from_slice(&meas);
+    for (i, (raw_len, stored)) in payloads.iter().enumerate() {
+        let data = offset + BLOCK_HEADER;
+        let next = data + stored.len();
+        let mut bh = vec![0u8; BLOCK_HEADER];
+        put(&mut bh, 2, &u32_of(data)?.to_le_bytes());
+        put(&mut bh, 6, &u32_of(next)?.to_le_bytes());
+        let kind = 0x0001 | 0x0060 | if zipped { ZIPPED } else { 0 }; // measured image, u16
+        put(&mut bh, 10, &kind.to_le_bytes());
+        put(&mut bh, 14, &(i as u32).to_le_bytes());
+        put(&mut bh, 18, &u32_of(*raw_len)?.to_le_bytes());
         out.extend_from_slice(&bh);
-        out.extend_from_slice(p);
+        out.extend_from_slice(stored);
         offset = next;
     }
-    std::fs::write(path, out).map_err(io)
+    std::fs::write(path, out).map_err(|e| io_error(path, e))
 }
 
 fn zip_member(raw: &[u8]) -> std::result::Result<Vec<u8>, String> {
@@ -307,7 +594,8 @@ fn zip_member(raw: &[u8]) -> std::result::Result<Vec<u8>, String> {
     let mut buf = std::io::Cursor::new(Vec::new());
     let mut z = zip::ZipWriter::new(&mut buf);
     let opts = zip::write::SimpleFileOptions::default()
-        .compression_method(zip::CompressionMethod::Deflated);
+        .compression_method(zip::CompressionMethod::Deflated)
+        .large_file(raw.len() >= u32::MAX as usize);
     z.start_file("data_block", opts)
         .map_err(|e| e.to_string())?;
     z.write_all(raw).map_err(|e| e.to_string())?;

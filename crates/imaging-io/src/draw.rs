@@ -4,14 +4,18 @@
 
 /// A row-major image of pixels `P` (a palette index or an RGB triple).
 #[derive(Debug, Clone)]
-pub(crate) struct Canvas<P> {
+pub struct Canvas<P> {
+    /// Columns.
     pub width: usize,
+    /// Rows.
     pub height: usize,
+    /// Row-major pixels.
     pub pixels: Vec<P>,
 }
 
 impl<P: Copy> Canvas<P> {
-    pub(crate) fn new(width: usize, height: usize, background: P) -> Self {
+    /// A canvas filled with `background`.
+    pub fn new(width: usize, height: usize, background: P) -> Self {
         Self {
             width,
             height,
@@ -19,13 +23,13 @@ impl<P: Copy> Canvas<P> {
         }
     }
 
-    #[cfg(test)]
-    pub(crate) fn get(&self, x: usize, y: usize) -> P {
+    /// The pixel at column `x`, row `y`.
+    pub fn get(&self, x: usize, y: usize) -> P {
         self.pixels[y * self.width + x]
     }
 
     /// Fill the rectangle with top-left corner (x, y), clipped to the canvas.
-    pub(crate) fn fill_rect(&mut self, x: i64, y: i64, w: i64, h: i64, p: P) {
+    pub fn fill_rect(&mut self, x: i64, y: i64, w: i64, h: i64, p: P) {
         let (x0, x1) = (x.max(0), (x + w).min(self.width as i64));
         let (y0, y1) = (y.max(0), (y + h).min(self.height as i64));
         for yy in y0..y1 {
@@ -36,7 +40,7 @@ impl<P: Copy> Canvas<P> {
     }
 
     /// One-pixel outline of a rectangle.
-    pub(crate) fn outline(&mut self, x: i64, y: i64, w: i64, h: i64, p: P) {
+    pub fn outline(&mut self, x: i64, y: i64, w: i64, h: i64, p: P) {
         self.fill_rect(x, y, w, 1, p);
         self.fill_rect(x, y + h - 1, w, 1, p);
         self.fill_rect(x, y, 1, h, p);
@@ -44,7 +48,7 @@ impl<P: Copy> Canvas<P> {
     }
 
     /// A line `thickness` pixels wide (Bresenham, square pen).
-    pub(crate) fn line(&mut self, from: (i64, i64), to: (i64, i64), thickness: i64, p: P) {
+    pub fn line(&mut self, from: (i64, i64), to: (i64, i64), thickness: i64, p: P) {
         let (mut x, mut y) = from;
         let (dx, dy) = ((to.0 - x).abs(), -(to.1 - y).abs());
         let (sx, sy) = (if x < to.0 { 1 } else { -1 }, if y < to.1 { 1 } else { -1 });
@@ -69,7 +73,7 @@ impl<P: Copy> Canvas<P> {
 
     /// Draw `text` with its top-left corner at (x, y), each font pixel `scale` wide.
     /// Letters are drawn upper-case, except an `e` after a digit or `.` (an exponent).
-    pub(crate) fn text(&mut self, x: i64, y: i64, text: &str, scale: i64, p: P) {
+    pub fn text(&mut self, x: i64, y: i64, text: &str, scale: i64, p: P) {
         let mut prev = ' ';
         for (i, c) in text.chars().enumerate() {
             let gx = x + i as i64 * GLYPH_ADVANCE * scale;
@@ -92,12 +96,12 @@ impl<P: Copy> Canvas<P> {
 }
 
 /// Horizontal advance of one character, in font pixels.
-pub(crate) const GLYPH_ADVANCE: i64 = 6;
+pub const GLYPH_ADVANCE: i64 = 6;
 /// Height of a character, in font pixels.
-pub(crate) const GLYPH_HEIGHT: i64 = 7;
+pub const GLYPH_HEIGHT: i64 = 7;
 
 /// Width of `text` in canvas pixels at `scale` (no trailing gap).
-pub(crate) fn text_width(text: &str, scale: i64) -> i64 {
+pub fn text_width(text: &str, scale: i64) -> i64 {
     let n = text.chars().count() as i64;
     if n == 0 {
         0
@@ -186,7 +190,7 @@ fn nice_number(x: f64) -> f64 {
 
 /// Round ticks (multiples of a 1-2-5 step) inside `[lo, hi]`, about `target` of them,
 /// and the step. Falls back to the two end points when the range holds fewer than two.
-pub(crate) fn nice_ticks(lo: f64, hi: f64, target: usize) -> (Vec<f64>, f64) {
+pub fn nice_ticks(lo: f64, hi: f64, target: usize) -> (Vec<f64>, f64) {
     let span = hi - lo;
     if !(span.is_finite() && span > 0.0) {
         return (vec![lo], 1.0);
@@ -209,7 +213,7 @@ pub(crate) fn nice_ticks(lo: f64, hi: f64, target: usize) -> (Vec<f64>, f64) {
 
 /// A compact label for a tick value on an axis with spacing `step`: fixed-point with just
 /// enough decimals, or `1.5e-5` style for very small or large magnitudes.
-pub(crate) fn format_tick(v: f64, step: f64) -> String {
+pub fn format_tick(v: f64, step: f64) -> String {
     if v == 0.0 {
         return "0".into();
     }

@@ -1,6 +1,6 @@
-//! 32-bit float TIFF output for quantitative maps (K, SFI, tau_c): one page per map,
-//! uncompressed, NaN stored as NaN, readable by [`crate::io::read_tiff`], ImageJ/Fiji and
-//! tifffile. Also integer stacks, to save simulated or cropped raw frames.
+//! 32-bit float TIFF output for quantitative maps (contrast, flow, lifetimes): one page per
+//! map, uncompressed, NaN stored as NaN, readable by ImageJ/Fiji and tifffile. Also greyscale
+//! integer stacks (u8, u16, u32), to save raw frames or photon counts.
 
 use std::fs::File;
 use std::io::{BufWriter, Seek, SeekFrom, Write};
@@ -12,7 +12,6 @@ use tiff::TiffError;
 use tiff::encoder::{TiffEncoder, TiffKind, TiffKindBig, TiffKindStandard, colortype};
 
 use crate::error::{Error, Result};
-use crate::types::RawStack;
 
 /// Data size above which [`write_stack_tiff`] switches to BigTIFF (classic TIFF offsets
 /// stop at 4 GiB; the margin leaves room for the directories).
@@ -85,13 +84,13 @@ impl std::fmt::Debug for Enc {
 ///
 /// ```no_run
 /// use ndarray::Array2;
-/// use speckle_core::output::TiffStackWriter;
+/// use imaging_io::TiffStackWriter;
 /// let mut w = TiffStackWriter::create("k.tif")?;
 /// for _ in 0..3 {
 ///     w.write_page(Array2::<f32>::zeros((64, 64)).view())?;
 /// }
 /// w.finish()?;
-/// # Ok::<_, speckle_core::Error>(())
+/// # Ok::<_, imaging_io::Error>(())
 /// ```
 #[derive(Debug)]
 pub struct TiffStackWriter {
@@ -219,8 +218,8 @@ fn write_error(path: &Path, e: TiffError) -> Error {
 ///
 /// ```no_run
 /// use ndarray::Array2;
-/// speckle_core::output::write_map_tiff("k.tif", Array2::<f32>::zeros((4, 4)).view())?;
-/// # Ok::<_, speckle_core::Error>(())
+/// imaging_io::write_map_tiff("k.tif", Array2::<f32>::zeros((4, 4)).view())?;
+/// # Ok::<_, imaging_io::Error>(())
 /// ```
 #[allow(clippy::needless_pass_by_value)] // views are passed by value throughout the crate
 pub fn write_map_tiff(path: impl AsRef<Path>, map: ArrayView2<'_, f32>) -> Result<()> {
@@ -246,9 +245,50 @@ pub fn write_stack_tiff(path: impl AsRef<Path>, stack: ArrayView3<'_, f32>) -> R
     w.finish().map(|_| ())
 }
 
-/// Write raw frames (u8, u16 or f32) as a multi-page greyscale TIFF in their own pixel
-/// type, e.g. to save simulated camera frames for the CLI or other tools.
-pub fn write_raw_stack_tiff(path: impl AsRef<Path>, stack: &RawStack) -> Result<()> {
+/// A greyscale sample type the TIFF encoder writes as is.
+pub trait GraySample: Copy {
+    /// Write one page of these samples.
+    fn write_page<W: Write + Seek, K: TiffKind>(
+        e: &mut TiffEncoder<W, K>,
+        w: usize,
+        h: usize,
+        data: &[Self],
+    ) -> tiff::TiffResult<()>;
+}
+
+macro_rules! gray_sample {
+    ($t:ty, $c:ty) => {
+        impl GraySample for $t {
+            fn write_page<W: Write + Seek, K: TiffKind>(
+                e: &mut TiffEncoder<W, K>,
+                w: usize,
+                h: usize,
+                data: &[Self],
+            ) -> tiff::TiffResult<()> {
+                page::<_, _, $c>(e, w, h, data)
+            }
+        }
+    };
+}
+
+gray_sample!(u8, colortype::Gray8);
+gray_sample!(u16, colortype::Gray16);
+gray_sample!(u32, colortype::Gray32);
+gray_sample!(f32, colortype::Gray32Float);
+
+/// Write a stack (frame, row, column) as a multi-page greyscale TIFF in its own sample type
+/// (u8, u16, u32 or f32), e.g. to save simulated camera frames or photon counts.
+///
+/// ```no_run
+/// use ndarray::Array3;
+/// imaging_io::write_gray_stack("frames.tif", Array3::<u16>::zeros((3, 8, 8)).view())?;
+/// # Ok::<_, imaging_io::Error>(())
+/// ```
+#[allow(clippy::needless_pass_by_value)] // views are passed by value throughout the crate
+pub fn write_gray_stack<T: GraySample>(
+    path: impl AsRef<Path>,
+    stack: ArrayView3<'_, T>,
+) -> Result<()> {
     let path = path.as_ref();
     let (n, h, w) = stack.dim();
     check_size(path, w, h)?;
@@ -261,24 +301,10 @@ pub fn write_raw_stack_tiff(path: impl AsRef<Path>, stack: &RawStack) -> Result<
     }
     let sink = Sink::create(path)?;
     let mut enc = TiffEncoder::new(sink.clone()).map_err(|e| write_error(path, e))?;
-    let werr = |e| write_error(path, e);
-    match stack {
-        RawStack::U8(a) => a.axis_iter(Axis(0)).try_for_each(|f| {
-            page::<_, _, colortype::Gray8>(&mut enc, w, h, &f.iter().copied().collect::<Vec<_>>())
-        }),
-        RawStack::U16(a) => a.axis_iter(Axis(0)).try_for_each(|f| {
-            page::<_, _, colortype::Gray16>(&mut enc, w, h, &f.iter().copied().collect::<Vec<_>>())
-        }),
-        RawStack::F32(a) => a.axis_iter(Axis(0)).try_for_each(|f| {
-            page::<_, _, colortype::Gray32Float>(
-                &mut enc,
-                w,
-                h,
-                &f.iter().copied().collect::<Vec<_>>(),
-            )
-        }),
+    for f in stack.axis_iter(Axis(0)) {
+        let data: Vec<T> = f.iter().copied().collect();
+        T::write_page(&mut enc, w, h, &data).map_err(|e| write_error(path, e))?;
     }
-    .map_err(werr)?;
     drop(enc);
     sink.flush_to(path)
 }
@@ -286,9 +312,28 @@ pub fn write_raw_stack_tiff(path: impl AsRef<Path>, stack: &RawStack) -> Result<
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::io::read_tiff;
-    use crate::io::test_util::TempDir;
+    use crate::test_util::TempDir;
     use ndarray::{Array2, Array3, s};
+    use tiff::decoder::{Decoder, DecodingResult};
+
+    /// Every page of a TIFF, as decoded by the `tiff` crate, and the page size.
+    fn pages(path: &Path) -> (Vec<DecodingResult>, (u32, u32)) {
+        let mut d = Decoder::new(std::io::BufReader::new(File::open(path).unwrap())).unwrap();
+        let dims = d.dimensions().unwrap();
+        let mut out = vec![d.read_image().unwrap()];
+        while d.more_images() {
+            d.next_image().unwrap();
+            out.push(d.read_image().unwrap());
+        }
+        (out, dims)
+    }
+
+    fn floats(p: &DecodingResult) -> &[f32] {
+        match p {
+            DecodingResult::F32(v) => v,
+            _ => panic!("f32 pages expected"),
+        }
+    }
 
     #[test]
     fn float_stack_round_trips_bit_exactly_with_nan() {
@@ -301,14 +346,11 @@ mod tests {
         stack[[2, 0, 0]] = f32::INFINITY;
         stack[[0, 4, 6]] = -0.0;
         write_stack_tiff(&path, stack.view()).unwrap();
-        let (back, cam) = read_tiff(&path, None).unwrap();
-        assert_eq!(cam.bit_depth, None);
-        let RawStack::F32(b) = back else {
-            panic!("f32 expected")
-        };
-        assert_eq!(b.dim(), stack.dim());
+        let (back, dims) = pages(&path);
+        assert_eq!((back.len(), dims), (3, (7, 5)));
         assert!(
-            b.iter()
+            back.iter()
+                .flat_map(|p| floats(p).iter())
                 .zip(&stack)
                 .all(|(x, y)| x.to_bits() == y.to_bits())
         );
@@ -321,9 +363,8 @@ mod tests {
         let big = Array2::from_shape_fn((6, 8), |(r, c)| (r * 10 + c) as f32);
         let view = big.slice(s![1..5;2, ..;3]); // strided
         write_map_tiff(&path, view).unwrap();
-        let (back, _) = read_tiff(&path, None).unwrap();
-        let RawStack::F32(b) = back else { panic!() };
-        assert_eq!(b.index_axis(Axis(0), 0), view);
+        let (back, _) = pages(&path);
+        assert_eq!(floats(&back[0]), view.iter().copied().collect::<Vec<_>>());
     }
 
     #[test]
@@ -347,18 +388,20 @@ mod tests {
     #[test]
     fn integer_stacks_round_trip() {
         let dir = TempDir::new("out_tiff_int");
-        for stack in [
-            RawStack::U8(Array3::from_shape_fn((2, 3, 4), |(f, r, c)| {
-                (f * 50 + r * 4 + c) as u8
-            })),
-            RawStack::U16(Array3::from_shape_fn((3, 2, 2), |(f, r, c)| {
-                (f * 20000 + r * 2 + c) as u16
-            })),
-        ] {
-            let path = dir.path(&format!("{}.tif", stack.dtype()));
-            write_raw_stack_tiff(&path, &stack).unwrap();
-            assert_eq!(read_tiff(&path, None).unwrap().0, stack);
-        }
+        let a8 = Array3::from_shape_fn((2, 3, 4), |(f, r, c)| (f * 50 + r * 4 + c) as u8);
+        write_gray_stack(dir.path("a.tif"), a8.view()).unwrap();
+        let (p, _) = pages(&dir.path("a.tif"));
+        assert!(
+            matches!(&p[1], DecodingResult::U8(v) if v[..] == a8.index_axis(Axis(0), 1).iter().copied().collect::<Vec<_>>()[..])
+        );
+        let a16 = Array3::from_shape_fn((3, 2, 2), |(f, r, c)| (f * 20000 + r * 2 + c) as u16);
+        write_gray_stack(dir.path("b.tif"), a16.view()).unwrap();
+        let (p, _) = pages(&dir.path("b.tif"));
+        assert!(matches!(&p[2], DecodingResult::U16(v) if v[..] == [40000, 40001, 40002, 40003]));
+        let a32 = Array3::from_shape_fn((1, 2, 2), |(_, r, c)| (r * 2 + c) as u32 * 100_000);
+        write_gray_stack(dir.path("c.tif"), a32.view()).unwrap();
+        let (p, _) = pages(&dir.path("c.tif"));
+        assert!(matches!(&p[0], DecodingResult::U32(v) if v[..] == [0, 100_000, 200_000, 300_000]));
     }
 
     #[test]
@@ -370,7 +413,7 @@ mod tests {
         w.write_page(m.view()).unwrap();
         w.write_page(m.view()).unwrap();
         assert_eq!(w.finish().unwrap(), 2);
-        let (back, _) = read_tiff(&path, None).unwrap();
-        assert_eq!(back.dim(), (2, 3, 3));
+        let (back, dims) = pages(&path);
+        assert_eq!((back.len(), dims), (2, (3, 3)));
     }
 }

@@ -6,7 +6,7 @@ use std::str::FromStr;
 
 use ndarray::{ArrayBase, ArrayView2, Data, Dimension};
 
-use super::draw::{Canvas, GLYPH_HEIGHT, format_tick, nice_ticks, text_width};
+use crate::draw::{Canvas, GLYPH_HEIGHT, format_tick, nice_ticks, text_width};
 use crate::error::{Error, Result};
 
 /// A 256-entry colour look-up table.
@@ -393,6 +393,9 @@ pub(crate) const TEXT_INDEX: u8 = 254;
 pub(crate) struct Indexed {
     pub canvas: Canvas<u8>,
     pub palette: [[u8; 3]; 256],
+    /// Canvas pixels per map pixel, and the canvas position of map pixel (0, 0).
+    pub scale: usize,
+    pub origin: usize,
 }
 
 impl Indexed {
@@ -538,6 +541,8 @@ pub(crate) fn render_indexed(
     Indexed {
         canvas: c,
         palette: palette(cmap),
+        scale: s,
+        origin: m,
     }
 }
 
@@ -560,7 +565,7 @@ fn check_map(map: &ArrayView2<'_, f32>) -> Result<()> {
 ///
 /// ```
 /// use ndarray::Array2;
-/// use speckle_core::output::{Colormap, Range, render};
+/// use imaging_io::{Colormap, Range, render};
 /// let k = Array2::from_shape_fn((32, 48), |(r, c)| (r + c) as f32 / 80.0);
 /// let (img, (lo, hi)) = render(k.view(), Colormap::Viridis, Range::Fixed(0.0, 1.0)).unwrap();
 /// assert_eq!((lo, hi), (0.0, 1.0));
@@ -593,6 +598,70 @@ pub fn render_png(
     let (img, limits) = render(map, cmap, range)?;
     img.write_png(path)?;
     Ok(limits)
+}
+
+/// Render `map` coloured by value with `weight` (0 to 1, clamped) as brightness, as lifetime
+/// images are shown (colour = lifetime, brightness = intensity), with a labelled colour bar
+/// for the full-brightness colours. NaN values and non-positive weights are black. The range
+/// is resolved over the finite values with positive weight. Returns the image and the limits.
+///
+/// ```
+/// use ndarray::Array2;
+/// use imaging_io::{Colormap, Range, render_weighted};
+/// let tau = Array2::from_shape_fn((32, 32), |(_, c)| 1.0 + c as f32 / 16.0);
+/// let mut weight = Array2::from_elem((32, 32), 1.0f32);
+/// weight[[0, 0]] = 0.0;
+/// let (img, (lo, hi)) = render_weighted(tau.view(), weight.view(), Colormap::Turbo, Range::Fixed(1.0, 3.0))?;
+/// assert_eq!((lo, hi), (1.0, 3.0));
+/// assert!(img.width > 32);
+/// # Ok::<_, imaging_io::Error>(())
+/// ```
+#[allow(clippy::needless_pass_by_value)] // views are passed by value throughout the crate
+pub fn render_weighted(
+    map: ArrayView2<'_, f32>,
+    weight: ArrayView2<'_, f32>,
+    cmap: Colormap,
+    range: Range,
+) -> Result<(RgbImage, (f32, f32))> {
+    check_map(&map)?;
+    if weight.dim() != map.dim() {
+        let ((h, w), (wh, ww)) = (map.dim(), weight.dim());
+        return Err(Error::FrameSizeMismatch {
+            what: "brightness weights of a rendered map".into(),
+            expected_w: w,
+            expected_h: h,
+            got_w: ww,
+            got_h: wh,
+        });
+    }
+    let shown: Vec<f32> = map
+        .iter()
+        .zip(weight.iter())
+        .filter(|(v, w)| v.is_finite() && **w > 0.0)
+        .map(|(v, _)| *v)
+        .collect();
+    let (lo, hi) = range.resolve(&ndarray::ArrayView1::from(&shown[..]))?;
+    let indexed = render_indexed(map, cmap, lo, hi, false);
+    let mut img = indexed.to_rgb();
+    let (s, o) = (indexed.scale, indexed.origin);
+    ndarray::Zip::indexed(map)
+        .and(weight)
+        .for_each(|(r, c), &v, &w| {
+            let colour = if v.is_nan() || w.is_nan() || w <= 0.0 {
+                [0, 0, 0]
+            } else {
+                let b = f64::from(w.min(1.0));
+                indexed.palette[usize::from(level(v, lo, hi))]
+                    .map(|ch| (f64::from(ch) * b).round() as u8)
+            };
+            for dy in 0..s {
+                let row = (o + r * s + dy) * img.width + o + c * s;
+                for px in img.data[3 * row..3 * (row + s)].chunks_exact_mut(3) {
+                    px.copy_from_slice(&colour);
+                }
+            }
+        });
+    Ok((img, (lo, hi)))
 }
 
 #[cfg(test)]
@@ -720,7 +789,7 @@ mod tests {
 
     #[test]
     fn render_png_writes_a_readable_rgb_png() {
-        let dir = crate::io::test_util::TempDir::new("render_png");
+        let dir = crate::test_util::TempDir::new("render_png");
         let path = dir.path("k.png");
         let map = Array2::from_shape_fn((40, 60), |(r, c)| (r * c) as f32);
         let (lo, hi) = render_png(
@@ -743,5 +812,33 @@ mod tests {
             )
             .is_err()
         );
+    }
+    #[test]
+    fn weighted_render_dims_by_weight_and_blacks_out_nan_and_zero_weight() {
+        let mut map = Array2::from_elem((200, 50), 0.5f32);
+        map[[5, 5]] = f32::NAN;
+        let mut weight = Array2::from_elem((200, 50), 1.0f32);
+        weight[[7, 7]] = 0.0;
+        weight[[9, 9]] = 0.5;
+        let (img, _) = render_weighted(
+            map.view(),
+            weight.view(),
+            Colormap::Viridis,
+            Range::Fixed(0.0, 1.0),
+        )
+        .unwrap();
+        let m = 6;
+        let full = img.pixel(m + 1, m + 1);
+        assert_eq!(
+            full,
+            palette(Colormap::Viridis)[usize::from(level(0.5, 0.0, 1.0))]
+        );
+        assert_eq!(img.pixel(m + 5, m + 5), [0, 0, 0]);
+        assert_eq!(img.pixel(m + 7, m + 7), [0, 0, 0]);
+        let half = img.pixel(m + 9, m + 9);
+        for ch in 0..3 {
+            assert!((i32::from(half[ch]) - (i32::from(full[ch]) + 1) / 2).abs() <= 1);
+        }
+        assert!(render_weighted(map.view(), weight.t(), Colormap::Grey, Range::default()).is_err());
     }
 }

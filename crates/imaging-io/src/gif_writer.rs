@@ -9,7 +9,7 @@ use std::time::Duration;
 use gif::{Encoder, Repeat};
 use ndarray::{ArrayView3, Axis};
 
-use super::colormap::{Colormap, Range, render_indexed};
+use crate::colormap::{Colormap, Range, render_indexed};
 use crate::error::{Error, Result};
 
 /// Write `stack` (frame, row, column) as a looping animated GIF with a colour bar.
@@ -22,10 +22,10 @@ use crate::error::{Error, Result};
 /// ```no_run
 /// use std::time::Duration;
 /// use ndarray::Array3;
-/// use speckle_core::output::{Colormap, Range, write_gif};
+/// use imaging_io::{Colormap, Range, write_gif};
 /// let k = Array3::<f32>::zeros((10, 64, 64));
 /// write_gif("k.gif", k.view(), Colormap::Inferno, Range::Fixed(0.0, 0.5), Duration::from_millis(100))?;
-/// # Ok::<_, speckle_core::Error>(())
+/// # Ok::<_, imaging_io::Error>(())
 /// ```
 #[allow(clippy::needless_pass_by_value)] // views are passed by value throughout the crate
 pub fn write_gif(
@@ -104,7 +104,7 @@ pub fn write_gif(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::io::test_util::TempDir;
+    use crate::test_util::TempDir;
     use ndarray::Array3;
 
     #[test]

@@ -1,0 +1,200 @@
+//! Multi-page TIFF with time as pages: page `j` holds bin `j` of every pixel (as FLIMfit,
+//! ImageJ time-gated stacks and `biogpu flim convert` write them). Greyscale u8/u16 (read as
+//! u16), u32, f32 or f64 (read as f32) pages, through the `tiff` crate. TIFF stores no bin
+//! width, so the caller gives it.
+
+use super::{AnyCube, Format, Image, Recording, format_error, io_error, with_cube};
+use crate::cube::Cube;
+use crate::error::Result;
+use ::tiff::decoder::{Decoder, DecodingResult, Limits};
+use ::tiff::encoder::{TiffEncoder, colortype};
+use ndarray::{Array3, Axis};
+use std::fs::File;
+use std::io::BufReader;
+use std::path::Path;
+
+/// Pages of one sample type.
+enum Pages {
+    U16(Vec<Vec<u16>>),
+    U32(Vec<Vec<u32>>),
+    F32(Vec<Vec<f32>>),
+}
+
+/// Read a multi-page TIFF, one page per time bin of `bin_ns`, into one image.
+pub fn read_tiff(path: &Path, bin_ns: f64) -> Result<Recording> {
+    fn stack<T: Copy + Default>(pages: &[Vec<T>], h: usize, w: usize) -> Array3<T> {
+        let bins = pages.len();
+        let mut a = Array3::<T>::default((h, w, bins));
+        for (j, p) in pages.iter().enumerate() {
+            a.index_axis_mut(Axis(2), j)
+                .iter_mut()
+                .zip(p)
+                .for_each(|(d, &s)| *d = s);
+        }
+        a
+    }
+    let err = |what: String| format_error(path, what);
+    let file = File::open(path).map_err(|e| io_error(path, e))?;
+    let mut dec = Decoder::new(BufReader::new(file))
+        .map_err(|e| err(format!("not a readable TIFF: {e}")))?
+        .with_limits(Limits::unlimited());
+    let (w, h) = dec.dimensions().map_err(|e| err(format!("page 0: {e}")))?;
+    let mut pages: Option<Pages> = None;
+    let mut page = 0usize;
+    loop {
+        let what = |e: &dyn std::fmt::Display| err(format!("page {page}: {e}"));
+        match dec.colortype().map_err(|e| what(&e))? {
+            ::tiff::ColorType::Gray(_) => {}
+            other => {
+                return Err(what(&format!(
+                    "colour type {other:?}: time-bin pages must be greyscale"
+                )));
+            }
+        }
+        let dims = dec.dimensions().map_err(|e| what(&e))?;
+        if dims != (w, h) {
+            return Err(what(&format!(
+                "{}x{} pixels, page 0 has {w}x{h}: every time bin must have the same size",
+                dims.0, dims.1
+            )));
+        }
+        let data = dec.read_image().map_err(|e| what(&e))?;
+        let kind_error = |got: &str| {
+            what(&format!(
+                "{got} samples, page 0 has another type: every page must have one type"
+            ))
+        };
+        match (&mut pages, data) {
+            (None, DecodingResult::U8(v)) => {
+                pages = Some(Pages::U16(vec![v.into_iter().map(u16::from).collect()]));
+            }
+            (None, DecodingResult::U16(v)) => pages = Some(Pages::U16(vec![v])),
+            (None, DecodingResult::U32(v)) => pages = Some(Pages::U32(vec![v])),
+            (None, DecodingResult::F32(v)) => pages = Some(Pages::F32(vec![v])),
+            (None, DecodingResult::F64(v)) => {
+                pages = Some(Pages::F32(vec![v.into_iter().map(|x| x as f32).collect()]));
+            }
+            (Some(Pages::U16(p)), DecodingResult::U8(v)) => {
+                p.push(v.into_iter().map(u16::from).collect());
+            }
+            (Some(Pages::U16(p)), DecodingResult::U16(v)) => p.push(v),
+            (Some(Pages::U32(p)), DecodingResult::U32(v)) => p.push(v),
+            (Some(Pages::F32(p)), DecodingResult::F32(v)) => p.push(v),
+            (Some(Pages::F32(p)), DecodingResult::F64(v)) => {
+                p.push(v.into_iter().map(|x| x as f32).collect());
+            }
+            (None, _) => {
+                return Err(what(
+                    &"samples must be unsigned 8/16/32-bit integers or 32/64-bit floats",
+                ));
+            }
+            (Some(_), other) => {
+                let name = match other {
+                    DecodingResult::U8(_) => "u8",
+                    DecodingResult::U16(_) => "u16",
+                    DecodingResult::U32(_) => "u32",
+                    DecodingResult::F32(_) => "f32",
+                    DecodingResult::F64(_) => "f64",
+                    _ => "other",
+                };
+                return Err(kind_error(name));
+            }
+        }
+        page += 1;
+        if !dec.more_images() {
+            break;
+        }
+        dec.next_image()
+            .map_err(|e| err(format!("page {page}: {e}")))?;
+    }
+    let (h, w) = (h as usize, w as usize);
+    let cube: AnyCube = match pages.expect("at least page 0") {
+        Pages::U16(p) => Cube::new(stack(&p, h, w), bin_ns)?.into(),
+        Pages::U32(p) => Cube::new(stack(&p, h, w), bin_ns)?.into(),
+        Pages::F32(p) => Cube::new(stack(&p, h, w), bin_ns)?.into(),
+    };
+    Ok(Recording {
+        path: path.to_path_buf(),
+        format: Format::Tiff,
+        images: vec![Image {
+            block: 0,
+            frame: 0,
+            channel: 0,
+            cube,
+        }],
+        metadata: vec![
+            ("format".into(), "TIFF, one page per time bin".into()),
+            ("pages".into(), page.to_string()),
+        ],
+    })
+}
+
+/// Write a cube as a multi-page TIFF in its own sample type, one page per time bin.
+pub fn write_tiff(path: &Path, cube: &AnyCube) -> Result<()> {
+    let err = |e: ::tiff::TiffError| match e {
+        ::tiff::TiffError::IoError(source) => io_error(path, source),
+        other => format_error(path, format!("writing TIFF: {other}")),
+    };
+    let mut buf = std::io::Cursor::new(Vec::new());
+    let mut enc = TiffEncoder::new(&mut buf).map_err(err)?;
+    let (h, w) = cube.shape();
+    with_cube!(cube, |c| {
+        for j in 0..c.bins() {
+            let page: Vec<_> = c.counts().index_axis(Axis(2), j).iter().copied().collect();
+            write_page(&mut enc, w as u32, h as u32, &page).map_err(err)?;
+        }
+    });
+    std::fs::write(path, buf.into_inner()).map_err(|e| io_error(path, e))
+}
+
+/// One page in the TIFF type of `T`.
+trait PageSample: Sized {
+    fn write<W: std::io::Write + std::io::Seek>(
+        enc: &mut TiffEncoder<W>,
+        w: u32,
+        h: u32,
+        data: &[Self],
+    ) -> ::tiff::TiffResult<()>;
+}
+
+impl PageSample for u16 {
+    fn write<W: std::io::Write + std::io::Seek>(
+        e: &mut TiffEncoder<W>,
+        w: u32,
+        h: u32,
+        d: &[Self],
+    ) -> ::tiff::TiffResult<()> {
+        e.write_image::<colortype::Gray16>(w, h, d)
+    }
+}
+
+impl PageSample for u32 {
+    fn write<W: std::io::Write + std::io::Seek>(
+        e: &mut TiffEncoder<W>,
+        w: u32,
+        h: u32,
+        d: &[Self],
+    ) -> ::tiff::TiffResult<()> {
+        e.write_image::<colortype::Gray32>(w, h, d)
+    }
+}
+
+impl PageSample for f32 {
+    fn write<W: std::io::Write + std::io::Seek>(
+        e: &mut TiffEncoder<W>,
+        w: u32,
+        h: u32,
+        d: &[Self],
+    ) -> ::tiff::TiffResult<()> {
+        e.write_image::<colortype::Gray32Float>(w, h, d)
+    }
+}
+
+fn write_page<T: PageSample, W: std::io::Write + std::io::Seek>(
+    enc: &mut TiffEncoder<W>,
+    w: u32,
+    h: u32,
+    data: &[T],
+) -> ::tiff::TiffResult<()> {
+    T::write(enc, w, h, data)
+}

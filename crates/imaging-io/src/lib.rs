@@ -1,0 +1,22 @@
+//! Image output shared by biogpu's modalities: 32-bit float TIFF maps and greyscale stacks,
+//! colour maps (viridis, inferno, turbo, grey) rendered to PNG with a labelled colour bar,
+//! animated GIF previews, and [`draw`], a small raster canvas with a built-in bitmap font for
+//! colour bars and plots. Writers write exactly the path given (overwriting it); choosing
+//! paths, and refusing to overwrite inputs, is the caller's job.
+
+mod colormap;
+pub mod draw;
+mod error;
+mod gif_writer;
+#[cfg(test)]
+mod test_util;
+mod tiff_writer;
+
+pub use self::colormap::{
+    Colormap, Lut, NAN_COLOUR, Range, RgbImage, render, render_png, render_weighted,
+};
+pub use self::error::{Error, Result};
+pub use self::gif_writer::write_gif;
+pub use self::tiff_writer::{
+    GraySample, TiffStackWriter, write_gray_stack, write_map_tiff, write_stack_tiff,
+};

@@ -1,0 +1,512 @@
+//! The forward models in O(Nt): exact convolution of a piecewise-linear input with an
+//! exponential by recursion, fractional delays by linear interpolation, any time grid.
+//!
+//! For an input `f` linear between samples, `y = conv(k; f)` obeys exactly
+//!
+//! ```text
+//! y[i+1] = E y[i] + dt (a(x) f[i] + b(x) f[i+1]),   x = k dt,  E = exp(-x)
+//! a(x) = (1 - E - x E) / x^2,   b(x) = (x - 1 + E) / x^2
+//! ```
+//!
+//! (series below x = 1/2, where the closed forms cancel). `gpu_kernels::perfusion` runs the
+//! same recursions with the same operations in the same order, so f64 GPU and CPU results
+//! differ only by fused multiply-adds and the device's `exp`.
+
+use crate::model::{CANON, Canonical, MAX_PARAMS};
+use crate::problem::Problem;
+
+/// Below this `x = k dt` the weights come from their Taylor series (exactly representable
+/// threshold, so CPU and GPU take the same branch).
+pub(crate) const SERIES_BELOW: f64 = 0.5;
+/// Series terms: the next term is below 1e-19 at x = 1/2.
+pub(crate) const SERIES_TERMS: u32 = 17;
+
+/// Weights of one interval for one decay rate, with their derivatives in k.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Weights {
+    pub e: f64,
+    pub wa: f64,
+    pub wb: f64,
+    pub de: f64,
+    pub dwa: f64,
+    pub dwb: f64,
+}
+
+/// `(E, dt a, dt b)` for decay `k` (1/s) over `dt` (s).
+#[inline]
+pub(crate) fn weights(k: f64, dt: f64) -> Weights {
+    let x = k * dt;
+    let e = (-x).exp();
+    let (a, b) = if x < SERIES_BELOW {
+        // a = sum_{m>=2} (m-1) (-x)^(m-2) / m!,  b = sum_{m>=2} (-x)^(m-2) / m!
+        let mut p = 0.5;
+        let mut a = 0.0;
+        let mut b = 0.0;
+        for m in 2..2 + SERIES_TERMS {
+            a += p * f64::from(m - 1);
+            b += p;
+            p = p * -x / f64::from(m + 1);
+        }
+        (a, b)
+    } else {
+        let xx = x * x;
+        let em = 1.0 - e;
+        ((em - x * e) / xx, (x - em) / xx)
+    };
+    Weights {
+        e,
+        wa: dt * a,
+        wb: dt * b,
+        ..Weights::default()
+    }
+}
+
+/// [`weights`] plus d/dk of `E`, `dt a`, `dt b` (for the analytic Jacobian).
+#[inline]
+pub(crate) fn weights_d(k: f64, dt: f64) -> Weights {
+    let mut w = weights(k, dt);
+    let x = k * dt;
+    let (da, db) = if x < SERIES_BELOW {
+        // a' = -sum_{m>=3} (m-1)(m-2) (-x)^(m-3) / m!,  b' = -sum_{m>=3} (m-2) (-x)^(m-3) / m!
+        let mut q = 1.0 / 6.0;
+        let mut da = 0.0;
+        let mut db = 0.0;
+        for m in 3..3 + SERIES_TERMS {
+            da -= q * f64::from((m - 1) * (m - 2));
+            db -= q * f64::from(m - 2);
+            q = q * -x / f64::from(m + 1);
+        }
+        (da, db)
+    } else {
+        let e = w.e;
+        let em = 1.0 - e;
+        let xxx = x * x * x;
+        (
+            (x * x * e - 2.0 * (em - x * e)) / xxx,
+            (x * em - 2.0 * (x - em)) / xxx,
+        )
+    };
+    w.de = -dt * w.e;
+    w.dwa = dt * dt * da;
+    w.dwb = dt * dt * db;
+    w
+}
+
+/// Linear interpolation of an input at increasing abscissae. On a uniform grid the interval
+/// is `floor((x - t0) / dt)`; otherwise a pointer moves forward (O(Nt) per curve). Before
+/// the first sample the first value holds, after the last the last one.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Sampler {
+    j: usize,
+}
+
+impl Sampler {
+    /// (value, slope) at `x`; `inv_dt` is 1 / interval of a uniform grid, else 0.
+    #[inline(always)]
+    pub fn at(&mut self, t: &[f64], u: &[f64], s: &[f64], inv_dt: f64, x: f64) -> (f64, f64) {
+        let n = t.len();
+        if inv_dt > 0.0 {
+            let q = (x - t[0]) * inv_dt;
+            self.j = if q >= (n - 1) as f64 {
+                n - 1
+            } else if q > 0.0 {
+                q as usize
+            } else {
+                0
+            };
+        } else {
+            while self.j + 1 < n && t[self.j + 1] <= x {
+                self.j += 1;
+            }
+        }
+        if x <= t[0] {
+            (u[0], 0.0)
+        } else if self.j + 1 >= n {
+            (u[n - 1], 0.0)
+        } else {
+            (u[self.j] + (x - t[self.j]) * s[self.j], s[self.j])
+        }
+    }
+}
+
+/// Evaluate the model curve, handing `(i, C(t_i))` to `sink`. `TI`: second input, `TE`:
+/// second exponential, `VA`: vascular term (see [`crate::model`]).
+#[inline(always)]
+pub(crate) fn evaluate<const TI: bool, const TE: bool, const VA: bool>(
+    p: &Problem,
+    c: &Canonical,
+    mut sink: impl FnMut(usize, f64),
+) {
+    let (t, dt) = (&p.t[..], &p.dt[..]);
+    let n = t.len();
+    let (mut s1, mut s2) = (Sampler::default(), Sampler::default());
+    let (u1, _) = s1.at(t, &p.u1, &p.s1, p.inv_dt, t[0] - c.tau1);
+    let mut f1p = c.g1 * u1;
+    if TI {
+        let (u2, _) = s2.at(t, &p.u2, &p.s2, p.inv_dt, t[0] - c.tau2);
+        f1p += c.h1 * u2;
+    }
+    let mut f2p = if TE { c.g2 * u1 } else { 0.0 };
+    let (mut y1, mut y2) = (0.0, 0.0);
+    let mut y = y1;
+    if VA {
+        y += c.v * u1;
+    }
+    sink(0, y);
+    let mut dtp = -1.0;
+    let (mut w1, mut w2) = (Weights::default(), Weights::default());
+    for i in 1..n {
+        let h = dt[i - 1];
+        if h != dtp {
+            w1 = weights(c.k1, h);
+            if TE {
+                w2 = weights(c.k2, h);
+            }
+            dtp = h;
+        }
+        let ti = t[i];
+        let (u1, _) = s1.at(t, &p.u1, &p.s1, p.inv_dt, ti - c.tau1);
+        let mut f1 = c.g1 * u1;
+        if TI {
+            let (u2, _) = s2.at(t, &p.u2, &p.s2, p.inv_dt, ti - c.tau2);
+            f1 += c.h1 * u2;
+        }
+        y1 = w1.e * y1 + w1.wa * f1p + w1.wb * f1;
+        f1p = f1;
+        let mut y = y1;
+        if TE {
+            let f2 = c.g2 * u1;
+            y2 = w2.e * y2 + w2.wa * f2p + w2.wb * f2;
+            f2p = f2;
+            y += y2;
+        }
+        if VA {
+            y += c.v * u1;
+        }
+        sink(i, y);
+    }
+}
+
+/// Sum of squared residuals against `data`.
+#[inline(always)]
+pub(crate) fn sse<const TI: bool, const TE: bool, const VA: bool>(
+    p: &Problem,
+    c: &Canonical,
+    data: &[f64],
+) -> f64 {
+    let mut sse = 0.0;
+    evaluate::<TI, TE, VA>(p, c, |i, y| {
+        let r = y - data[i];
+        sse += r * r;
+    });
+    sse
+}
+
+/// Cost, J^T J (upper triangle used) and J^T r of the residuals `C - data` in the
+/// parameters, through the canonical partials and `chain` = d(canonical)/d(theta).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Normal {
+    pub cost: f64,
+    pub jtj: [[f64; MAX_PARAMS]; MAX_PARAMS],
+    pub jtr: [f64; MAX_PARAMS],
+}
+
+/// The running convolutions the Jacobian needs for one exponential.
+#[derive(Debug, Clone, Copy, Default)]
+struct Branch {
+    /// conv(k; f) and its derivative in k.
+    y: f64,
+    dk: f64,
+    /// conv(k; u1), conv(k; u2), conv(k; du1/dtau), conv(k; du2/dtau).
+    c1: f64,
+    c2: f64,
+    d1: f64,
+    d2: f64,
+}
+
+/// Previous samples of the inputs.
+#[derive(Debug, Clone, Copy, Default)]
+struct Samples {
+    u1: f64,
+    u2: f64,
+    du1: f64,
+    du2: f64,
+}
+
+#[inline(always)]
+fn step_branch<const TI: bool>(
+    b: &mut Branch,
+    w: &Weights,
+    fp: f64,
+    f: f64,
+    sp: &Samples,
+    s: &Samples,
+) {
+    b.dk = w.e * b.dk + w.de * b.y + w.dwa * fp + w.dwb * f;
+    b.y = w.e * b.y + w.wa * fp + w.wb * f;
+    b.c1 = w.e * b.c1 + w.wa * sp.u1 + w.wb * s.u1;
+    b.d1 = w.e * b.d1 + w.wa * sp.du1 + w.wb * s.du1;
+    if TI {
+        b.c2 = w.e * b.c2 + w.wa * sp.u2 + w.wb * s.u2;
+        b.d2 = w.e * b.d2 + w.wa * sp.du2 + w.wb * s.du2;
+    }
+}
+
+#[inline(always)]
+pub(crate) fn normal<const TI: bool, const TE: bool, const VA: bool>(
+    p: &Problem,
+    c: &Canonical,
+    chain: &[[f64; MAX_PARAMS]; CANON],
+    np: usize,
+    data: &[f64],
+) -> Normal {
+    let (t, dt) = (&p.t[..], &p.dt[..]);
+    let n = t.len();
+    let (mut s1, mut s2) = (Sampler::default(), Sampler::default());
+    let sample = |s1: &mut Sampler, s2: &mut Sampler, ti: f64| {
+        let (u1, sl1) = s1.at(t, &p.u1, &p.s1, p.inv_dt, ti - c.tau1);
+        let mut s = Samples {
+            u1,
+            du1: -sl1,
+            ..Samples::default()
+        };
+        if TI {
+            let (u2, sl2) = s2.at(t, &p.u2, &p.s2, p.inv_dt, ti - c.tau2);
+            s.u2 = u2;
+            s.du2 = -sl2;
+        }
+        s
+    };
+    let mut out = Normal::default();
+    let (mut b1, mut b2) = (Branch::default(), Branch::default());
+    let mut sp = sample(&mut s1, &mut s2, t[0]);
+    let mut f1p = c.g1 * sp.u1;
+    if TI {
+        f1p += c.h1 * sp.u2;
+    }
+    let mut f2p = c.g2 * sp.u1;
+    let mut dtp = -1.0;
+    let (mut w1, mut w2) = (Weights::default(), Weights::default());
+    for i in 0..n {
+        let s = if i == 0 {
+            sp
+        } else {
+            let h = dt[i - 1];
+            if h != dtp {
+                w1 = weights_d(c.k1, h);
+                if TE {
+                    w2 = weights_d(c.k2, h);
+                }
+                dtp = h;
+            }
+            let s = sample(&mut s1, &mut s2, t[i]);
+            let mut f1 = c.g1 * s.u1;
+            if TI {
+                f1 += c.h1 * s.u2;
+            }
+            step_branch::<TI>(&mut b1, &w1, f1p, f1, &sp, &s);
+            f1p = f1;
+            if TE {
+                let f2 = c.g2 * s.u1;
+                step_branch::<false>(&mut b2, &w2, f2p, f2, &sp, &s);
+                f2p = f2;
+            }
+            sp = s;
+            s
+        };
+        let mut y = b1.y;
+        if TE {
+            y += b2.y;
+        }
+        if VA {
+            y += c.v * s.u1;
+        }
+        let r = y - data[i];
+        // Canonical partials, in canonical order; absent terms are skipped on both paths.
+        let mut pt = c.g1 * b1.d1;
+        if TE {
+            pt += c.g2 * b2.d1;
+        }
+        if VA {
+            pt += c.v * s.du1;
+        }
+        let mut jac = [0.0; MAX_PARAMS];
+        for (q, jq) in jac.iter_mut().enumerate().take(np) {
+            let mut v = b1.dk * chain[0][q] + b1.c1 * chain[1][q];
+            if TI {
+                v += b1.c2 * chain[2][q];
+            }
+            if TE {
+                v += b2.dk * chain[3][q] + b2.c1 * chain[4][q];
+            }
+            if VA {
+                v += s.u1 * chain[5][q];
+            }
+            v += pt * chain[6][q];
+            if TI {
+                v += c.h1 * b1.d2 * chain[7][q];
+            }
+            *jq = v;
+        }
+        out.cost += r * r;
+        for q in 0..np {
+            out.jtr[q] += jac[q] * r;
+            for w in q..np {
+                out.jtj[q][w] += jac[q] * jac[w];
+            }
+        }
+    }
+    out
+}
+
+/// Dispatch on the model's flags.
+macro_rules! by_flags {
+    ($model:expr, $f:ident, ($($arg:expr),*)) => {
+        match $model.flags() {
+            (true, _, _) => $f::<true, false, false>($($arg),*),
+            (false, true, _) => $f::<false, true, false>($($arg),*),
+            (false, false, true) => $f::<false, false, true>($($arg),*),
+            (false, false, false) => $f::<false, false, false>($($arg),*),
+        }
+    };
+}
+pub(crate) use by_flags;
+
+/// The model curve of `theta` (user units) on the problem's grid.
+///
+/// ```
+/// use perfusion_core::{Model, Problem, predict};
+/// let t: Vec<f64> = (0..60).map(|i| i as f64).collect();
+/// let aif: Vec<f64> = t.iter().map(|&s| if s >= 5.0 { 5.0 * (-(s - 5.0) / 20.0).exp() } else { 0.0 }).collect();
+/// let p = Problem::new(&t, &aif, None).unwrap();
+/// let c = predict(&p, Model::Tofts, &[0.3, 0.4, 0.0]).unwrap();
+/// assert_eq!(c.len(), 60);
+/// assert!(c[0] == 0.0 && c[30] > 0.0);
+/// ```
+pub fn predict(problem: &Problem, model: crate::Model, theta: &[f64]) -> crate::Result<Vec<f64>> {
+    problem.check_model(model)?;
+    let th = crate::fit::full_vector(model, theta, "theta")?;
+    let c = crate::model::canonical(model, &th);
+    let mut out = vec![0.0; problem.len()];
+    let sink = |i: usize, y: f64| out[i] = y;
+    match model.flags() {
+        (true, _, _) => evaluate::<true, false, false>(problem, &c, sink),
+        (false, true, _) => evaluate::<false, true, false>(problem, &c, sink),
+        (false, false, true) => evaluate::<false, false, true>(problem, &c, sink),
+        (false, false, false) => evaluate::<false, false, false>(problem, &c, sink),
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Model, canonical, chain};
+
+    #[test]
+    fn series_and_closed_forms_agree_at_the_switch() {
+        let k = SERIES_BELOW;
+        let below = weights_d(f64::from_bits(k.to_bits() - 1), 1.0);
+        let above = weights_d(k, 1.0);
+        // The closed forms cancel near the switch: ~1e-15 for the weights, ~1e-13 for their
+        // derivatives (Jacobian only).
+        for (x, y, tol) in [
+            (below.wa, above.wa, 1e-14),
+            (below.wb, above.wb, 1e-14),
+            (below.dwa, above.dwa, 1e-12),
+            (below.dwb, above.dwb, 1e-12),
+        ] {
+            assert!((x - y).abs() <= tol * y.abs(), "{x} vs {y}");
+        }
+        let w = weights(0.0, 2.0);
+        assert_eq!(
+            (w.e, w.wa, w.wb),
+            (1.0, 1.0, 1.0),
+            "k = 0 is the trapezoid rule"
+        );
+    }
+
+    #[test]
+    fn weight_derivatives_match_finite_differences() {
+        for &(k, dt) in &[(0.01, 1.0), (0.2, 2.0), (3.0, 1.5), (0.05, 0.5)] {
+            let w = weights_d(k, dt);
+            let h = 1e-6 * k;
+            let (u, d) = (weights(k + h, dt), weights(k - h, dt));
+            for (an, fd) in [
+                (w.de, (u.e - d.e) / (2.0 * h)),
+                (w.dwa, (u.wa - d.wa) / (2.0 * h)),
+                (w.dwb, (u.wb - d.wb) / (2.0 * h)),
+            ] {
+                assert!(
+                    (an - fd).abs() <= 1e-6 * an.abs() + 1e-12,
+                    "k {k} dt {dt}: {an} vs {fd}"
+                );
+            }
+        }
+    }
+
+    fn problem(dual: bool, uniform: bool) -> Problem {
+        let t: Vec<f64> = (0..40)
+            .map(|i| {
+                let i = i as f64;
+                if uniform {
+                    1.5 * i
+                } else {
+                    1.5 * i + 0.4 * (i * 0.7).sin()
+                }
+            })
+            .collect();
+        let gamma = |s: f64, t0: f64| {
+            if s > t0 {
+                (s - t0).powi(2) * (-(s - t0) / 4.0).exp()
+            } else {
+                0.0
+            }
+        };
+        let a: Vec<f64> = t.iter().map(|&s| gamma(s, 6.0) + 0.2).collect();
+        let v: Vec<f64> = t.iter().map(|&s| 0.6 * gamma(s, 11.0)).collect();
+        Problem::new(&t, &a, dual.then_some(&v[..])).unwrap()
+    }
+
+    #[test]
+    fn jacobian_matches_finite_differences_of_the_cost_for_every_model() {
+        let points: [(Model, &[f64]); 5] = [
+            (Model::DualInput, &[20.0, 100.0, 400.0, 1.3, 2.2]),
+            (Model::Tofts, &[0.25, 0.35, 3.3]),
+            (Model::ExtendedTofts, &[0.25, 0.35, 0.06, 3.3]),
+            (Model::Patlak, &[0.02, 0.08, 1.7]),
+            (Model::TwoCompartmentExchange, &[0.6, 0.12, 0.3, 0.07, 2.1]),
+        ];
+        for uniform in [true, false] {
+            for (model, v) in points {
+                let p = problem(model.dual_input(), uniform);
+                let mut th = [0.0; MAX_PARAMS];
+                th[..v.len()].copy_from_slice(v);
+                let data: Vec<f64> = (0..p.len()).map(|i| 0.3 + 0.01 * i as f64).collect();
+                let np = model.n_params();
+                let nrm = by_flags!(
+                    model,
+                    normal,
+                    (&p, &canonical(model, &th), &chain(model, &th), np, &data)
+                );
+                let cost = |th: &[f64; MAX_PARAMS]| {
+                    by_flags!(model, sse, (&p, &canonical(model, th), &data))
+                };
+                assert!((nrm.cost - cost(&th)).abs() <= 1e-12 * nrm.cost);
+                for q in 0..np {
+                    let h = 1e-6 * th[q].abs().max(1e-2);
+                    let (mut up, mut dn) = (th, th);
+                    up[q] += h;
+                    dn[q] -= h;
+                    let fd = (cost(&up) - cost(&dn)) / (2.0 * h);
+                    let an = 2.0 * nrm.jtr[q];
+                    assert!(
+                        (an - fd).abs() <= 1e-5 * an.abs().max(fd.abs()) + 1e-9,
+                        "{model} uniform {uniform} d cost / d {}: analytic {an} vs numeric {fd}",
+                        model.params()[q].name
+                    );
+                }
+            }
+        }
+    }
+}

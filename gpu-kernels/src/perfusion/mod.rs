@@ -1,0 +1,1345 @@
+//! DCE perfusion fits, one unit per voxel, generic over the float type: f64 on CUDA (the
+//! paper's precision), f32 on wgpu (WGSL has no f64).
+//!
+//! Both kernels port perfusion-core's CPU fits operation by operation (`fit/nelder_mead.rs`,
+//! `fit/lm.rs`, `conv.rs`), so that f64 results follow the same path. They are written as
+//! state machines with a single cost evaluation per loop turn: units of a warp that are in
+//! different Nelder-Mead steps (reflect, expand, contract, shrink) still evaluate their
+//! model curves together instead of one branch after another.
+//!
+//! Data layout: voxel curves as f32 (measured data; NIfTI float32), time-major
+//! (`data[t * voxels + v]`, coalesced across a warp); the shared grid as `F` in six blocks
+//! of `nt` values: times, intervals, arterial input, its slopes, portal input, its slopes.
+
+// CubeCL evaluates `if comptime!(..)` at expansion time; merging it with a runtime
+// condition would turn it into a runtime branch.
+#![allow(clippy::collapsible_if, clippy::collapsible_else_if)]
+// `!(x > 0.0)` is meant: it is also true for NaN. Ranges as CubeCL 0.10 parses them.
+#![allow(
+    clippy::neg_cmp_op_on_partial_ord,
+    clippy::range_plus_one,
+    clippy::if_not_else
+)]
+
+pub(crate) mod model;
+
+use crate::catalog::{CatalogEntry, array, entry, settings_1d};
+use cubecl::prelude::*;
+use gpu_runtime::{Error, Gpu, GpuArray, Result};
+use model::{Ctx, UNIFORM_GRID, canonical, chain, n_params, normal, sse};
+
+/// Model ids (perfusion-core's `Model::id`).
+pub const MODEL_DUAL_INPUT: u32 = 0;
+pub const MODEL_TOFTS: u32 = 1;
+pub const MODEL_EXTENDED_TOFTS: u32 = 2;
+pub const MODEL_PATLAK: u32 = 3;
+pub const MODEL_2CXM: u32 = 4;
+
+/// Per-voxel statuses (perfusion-core's `FitStatus`).
+pub const STATUS_CONVERGED: u32 = 0;
+pub const STATUS_MAX_ITERATIONS: u32 = 1;
+pub const STATUS_AT_BOUND: u32 = 2;
+pub const STATUS_INVALID: u32 = 3;
+pub const STATUS_FAILED: u32 = 4;
+
+/// Default units per cube: a register-heavy kernel, so fewer units than `CUBE_1D`.
+pub const CUBE_FIT: u32 = 128;
+
+/// Setup array layout: start (fixed values for fixed parameters), lower, upper bounds, 5 each.
+pub const SETUP_LEN: usize = 15;
+/// Grid array blocks (times, intervals, arterial, slopes, portal, slopes).
+pub const GRID_BLOCKS: usize = 6;
+
+/// Floats the kernels run in, with the host conversion of f64 settings.
+pub trait KernelFloat: Float + CubeElement {
+    const NAME: &'static str;
+    fn from_f64(v: f64) -> Self;
+    fn to_f64(self) -> f64;
+}
+
+impl KernelFloat for f64 {
+    const NAME: &'static str = "f64";
+    fn from_f64(v: f64) -> Self {
+        v
+    }
+    fn to_f64(self) -> f64 {
+        self
+    }
+}
+
+impl KernelFloat for f32 {
+    const NAME: &'static str = "f32";
+    fn from_f64(v: f64) -> Self {
+        v as f32
+    }
+    fn to_f64(self) -> f64 {
+        f64::from(self)
+    }
+}
+
+/// Settings every fit kernel takes, in the units perfusion-core resolved.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FitParams {
+    pub voxels: u32,
+    pub nt: u32,
+    /// `MODEL_*`.
+    pub model: u32,
+    /// Bit p set: parameter p is free.
+    pub free_mask: u32,
+    /// User rate unit to 1/s.
+    pub rate_scale: f64,
+    pub max_iterations: u32,
+    /// Nelder-Mead stopping rule (vertex cost spread, vertex spread) and 10 eps of `F`.
+    pub tol_fun: f64,
+    pub tol_x: f64,
+    pub ten_eps: f64,
+    /// LM: relative step/cost tolerance, gradient cosine, stall cosine, rounding floor
+    /// relative to the data, longest delay step (s), which parameters are delays (bits).
+    pub tol: f64,
+    pub tol_grad: f64,
+    pub stall: f64,
+    pub floor_rel: f64,
+    pub max_delay_step: f64,
+    pub delay_mask: u32,
+    /// LM damping schedule (start, floor, ceiling, diagonal floor).
+    pub lambda: [f64; 4],
+    /// Delay grid (start s, step s, count) and the parameters it sets (`u32::MAX`: none).
+    pub grid: Option<(f64, f64, u32)>,
+    pub delays: [u32; 2],
+    /// Whether the grid is uniform, and 1 / its interval.
+    pub uniform: bool,
+    pub inv_dt: f64,
+    /// Units per cube.
+    pub cube: u32,
+}
+
+impl FitParams {
+    fn n_free(&self) -> u32 {
+        (self.free_mask & ((1 << n_params(self.model)) - 1)).count_ones()
+    }
+
+    /// The comptime model word: id plus the uniform-grid flag.
+    fn model_word(&self) -> u32 {
+        self.model | if self.uniform { UNIFORM_GRID } else { 0 }
+    }
+}
+
+/// Per-voxel constants shared by both fit kernels.
+#[derive(CubeType, Clone, Copy)]
+struct Voxel<F: Float> {
+    valid: bool,
+    sst: F,
+    sumsq: F,
+}
+
+/// Validity, SST about the mean and sum of squares of the voxel's data (perfusion-core's
+/// `curve_stats`). `big` is f32::MAX: |d| <= big is false for NaN and infinities.
+#[cube]
+fn curve_stats<F: Float>(data: &Array<f32>, ctx: Ctx<F>, big: F) -> Voxel<F> {
+    let mut sum = F::new(0.0);
+    let mut sumsq = F::new(0.0);
+    let mut valid = true;
+    for i in 0..ctx.nt {
+        let d = F::cast_from(data[(i * ctx.nvox + ctx.voxel) as usize]);
+        if !(F::abs(d) <= big) {
+            valid = false;
+        }
+        sum += d;
+        sumsq += d * d;
+    }
+    let mean = sum / F::cast_from(ctx.nt);
+    let mut sst = F::new(0.0);
+    for i in 0..ctx.nt {
+        let r = F::cast_from(data[(i * ctx.nvox + ctx.voxel) as usize]) - mean;
+        sst += r * r;
+    }
+    Voxel::<F> {
+        valid: valid && sst > F::new(0.0),
+        sst,
+        sumsq,
+    }
+}
+
+#[cube]
+fn is_free(mask: u32, p: u32) -> bool {
+    ((mask >> p) & 1u32) == 1u32
+}
+
+/// Clamp free parameters into the box, set fixed ones (perfusion-core's `Bounds::project`).
+#[cube]
+fn project<F: Float>(x: &mut Array<F>, setup: &Array<F>, mask: u32, #[comptime] np: u32) {
+    #[unroll]
+    for p in 0..np {
+        if is_free(mask, p) {
+            let lo = setup[(5 + p) as usize];
+            let hi = setup[(10 + p) as usize];
+            if x[p as usize] < lo {
+                x[p as usize] = lo;
+            } else if x[p as usize] > hi {
+                x[p as usize] = hi;
+            }
+        } else {
+            x[p as usize] = setup[p as usize];
+        }
+    }
+}
+
+/// Set fixed parameters (perfusion-core's `Bounds::hold_fixed`).
+#[cube]
+fn hold_fixed<F: Float>(x: &mut Array<F>, setup: &Array<F>, mask: u32, #[comptime] np: u32) {
+    #[unroll]
+    for p in 0..np {
+        if !is_free(mask, p) {
+            x[p as usize] = setup[p as usize];
+        }
+    }
+}
+
+/// Whether a free parameter lies within 1e-4 of its range from a bound
+/// (perfusion-core's `Bounds::at_bound`); `margin_rel` is 1e-4.
+#[cube]
+fn at_bound<F: Float>(
+    x: &Array<F>,
+    setup: &Array<F>,
+    mask: u32,
+    margin_rel: F,
+    #[comptime] np: u32,
+) -> bool {
+    let mut at = false;
+    #[unroll]
+    for p in 0..np {
+        let lo = setup[(5 + p) as usize];
+        let hi = setup[(10 + p) as usize];
+        let margin = margin_rel * (hi - lo);
+        if is_free(mask, p) && (x[p as usize] <= lo + margin || x[p as usize] >= hi - margin) {
+            at = true;
+        }
+    }
+    at
+}
+
+/// Nelder-Mead cost: +inf outside the box (barrier) and for non-finite costs.
+#[cube]
+fn nm_cost<F: Float>(
+    data: &Array<f32>,
+    grid: &Array<F>,
+    setup: &Array<F>,
+    ctx: Ctx<F>,
+    x: &Array<F>,
+    mask: u32,
+    inf: F,
+    #[comptime] model: u32,
+) -> F {
+    let np = comptime!(n_params(model));
+    let mut inside = true;
+    #[unroll]
+    for p in 0..np {
+        if is_free(mask, p) {
+            let v = x[p as usize];
+            if !(v >= setup[(5 + p) as usize] && v <= setup[(10 + p) as usize]) {
+                inside = false;
+            }
+        }
+    }
+    let mut f = inf;
+    if inside {
+        let c = canonical::<F>(x, ctx.rate_scale, model);
+        let s = sse::<F>(data, grid, ctx, c, model);
+        if s < inf {
+            f = s;
+        }
+    }
+    f
+}
+
+/// Delay-grid settings as the kernels take them.
+#[derive(CubeType, Clone, Copy)]
+struct DelaySearch<F: Float> {
+    start: F,
+    step: F,
+    count: u32,
+    d1: u32,
+    d2: u32,
+}
+
+/// Grid point `g` (0 = the start itself) into `x`: `x0` with the delays of combination g - 1
+/// (first delay outer), projected (perfusion-core's `delay_grid_start`).
+#[cube]
+fn grid_point<F: Float>(
+    x: &mut Array<F>,
+    x0: &Array<F>,
+    setup: &Array<F>,
+    mask: u32,
+    ds: DelaySearch<F>,
+    g: u32,
+    #[comptime] np: u32,
+) {
+    #[unroll]
+    for p in 0..np {
+        x[p as usize] = x0[p as usize];
+    }
+    if g > 0 {
+        let mut inner = 1u32;
+        if ds.d2 < 5 {
+            inner = ds.count;
+        }
+        let a = (g - 1) / inner;
+        let c = (g - 1) % inner;
+        #[unroll]
+        for p in 0..np {
+            if p == ds.d1 {
+                x[p as usize] = ds.start + ds.step * F::cast_from(a);
+            }
+            if p == ds.d2 {
+                x[p as usize] = ds.start + ds.step * F::cast_from(c);
+            }
+        }
+        project::<F>(x, setup, mask, np);
+    }
+}
+
+/// Number of grid evaluations after the start (0 without a grid).
+#[cube]
+fn grid_total<F: Float>(ds: DelaySearch<F>) -> u32 {
+    let mut total = 0u32;
+    if ds.d1 < 5 && ds.count > 0 {
+        total = ds.count;
+        if ds.d2 < 5 {
+            total = ds.count * ds.count;
+        }
+    }
+    total
+}
+
+/// Copy `n` parameters.
+#[cube]
+fn copy<F: Float>(dst: &mut Array<F>, src: &Array<F>, #[comptime] np: u32) {
+    #[unroll]
+    for p in 0..np {
+        dst[p as usize] = src[p as usize];
+    }
+}
+
+/// Vertex `j` of the simplex into `dst` (select chain: indices stay constant).
+#[cube]
+fn read_vertex<F: Float>(
+    dst: &mut Array<F>,
+    vtx: &Array<F>,
+    j: u32,
+    #[comptime] nv: u32,
+    #[comptime] np: u32,
+) {
+    #[unroll]
+    for k in 0..nv {
+        if k == j {
+            #[unroll]
+            for p in 0..np {
+                dst[p as usize] = vtx[(k * 5 + p) as usize];
+            }
+        }
+    }
+}
+
+/// `x` and cost `f` into vertex `j`.
+#[cube]
+fn write_vertex<F: Float>(
+    vtx: &mut Array<F>,
+    fv: &mut Array<F>,
+    x: &Array<F>,
+    f: F,
+    j: u32,
+    #[comptime] nv: u32,
+    #[comptime] np: u32,
+) {
+    #[unroll]
+    for k in 0..nv {
+        if k == j {
+            #[unroll]
+            for p in 0..np {
+                vtx[(k * 5 + p) as usize] = x[p as usize];
+            }
+            fv[k as usize] = f;
+        }
+    }
+}
+
+const S_GRID: u32 = 0;
+const S_INIT: u32 = 1;
+const S_REFLECT: u32 = 2;
+const S_EXPAND: u32 = 3;
+const S_OUTSIDE: u32 = 4;
+const S_INSIDE: u32 = 5;
+const S_SHRINK: u32 = 6;
+
+/// One Nelder-Mead fit per unit (perfusion-core's `nelder_mead`, with the delay grid first).
+/// `out` receives `np + 2` planes of `voxels` values (parameters, SSE, R^2); `status` the
+/// status in its low byte and the iterations above it. `inf`, `nan` and `big` (f32::MAX)
+/// are passed in because CUDA C++ cannot reinterpret literals.
+#[cube(launch_unchecked)]
+pub fn nelder_mead_kernel<F: Float + CubeElement>(
+    data: &Array<f32>,
+    grid: &Array<F>,
+    setup: &Array<F>,
+    out: &mut Array<F>,
+    status: &mut Array<u32>,
+    nvox: u32,
+    nt: u32,
+    mask: u32,
+    rate_scale: F,
+    inv_dt: F,
+    max_iter: u32,
+    tol_fun: F,
+    tol_x: F,
+    ten_eps: F,
+    grid_start: F,
+    grid_step: F,
+    grid_count: u32,
+    delay1: u32,
+    delay2: u32,
+    inf: F,
+    nan: F,
+    big: F,
+    #[comptime] model: u32,
+    #[comptime] n_free: u32,
+) {
+    let voxel = ABSOLUTE_POS_X + ABSOLUTE_POS_Y * CUBE_COUNT_X * CUBE_DIM_X;
+    if voxel < nvox {
+        let np = comptime!(n_params(model));
+        let nv = comptime!(n_free + 1);
+        let ctx = Ctx::<F> {
+            voxel,
+            nvox,
+            nt,
+            rate_scale,
+            inv_dt,
+        };
+        let stats = curve_stats::<F>(data, ctx, big);
+        let mut x = Array::<F>::new(5usize);
+        let mut best_f = nan;
+        let mut result = u32::new(STATUS_INVALID as i64);
+        let mut it = 0u32;
+        if stats.valid {
+            let ds = DelaySearch::<F> {
+                start: grid_start,
+                step: grid_step,
+                count: grid_count,
+                d1: delay1,
+                d2: delay2,
+            };
+            let total = grid_total::<F>(ds);
+            let mut x0 = Array::<F>::new(5usize);
+            #[unroll]
+            for p in 0..np {
+                x0[p as usize] = setup[p as usize];
+            }
+            project::<F>(&mut x0, setup, mask, np);
+            let mut vtx = Array::<F>::new(30usize);
+            let mut fv = Array::<F>::new(6usize);
+            let mut pt = Array::<F>::new(5usize);
+            let mut xr = Array::<F>::new(5usize);
+            let mut xbar = Array::<F>::new(5usize);
+            let mut worst = Array::<F>::new(5usize);
+            copy::<F>(&mut pt, &x0, np);
+            copy::<F>(&mut xr, &x0, np);
+            copy::<F>(&mut xbar, &x0, np);
+            copy::<F>(&mut worst, &x0, np);
+            #[unroll]
+            for k in 0..30u32 {
+                vtx[k as usize] = F::new(0.0);
+            }
+            #[unroll]
+            for k in 0..6u32 {
+                fv[k as usize] = inf;
+            }
+            let mut state = u32::new(S_INIT as i64);
+            if total > 0 {
+                state = S_GRID;
+            }
+            let mut j = 0u32;
+            let mut fr = inf;
+            let mut grid_best = inf;
+            let mut converged = false;
+            let mut done = false;
+            let usual = F::new(21.0) / F::new(20.0);
+            let zero_term = F::new(1.0) / F::new(4000.0);
+            let half = F::new(0.5);
+            while !done {
+                let f = nm_cost::<F>(data, grid, setup, ctx, &pt, mask, inf, model);
+                let mut step_done = false;
+                if state == S_GRID {
+                    // j counts grid evaluations; pt is grid point j; x holds the best so far.
+                    if j == 0 || f < grid_best {
+                        grid_best = f;
+                        copy::<F>(&mut x, &pt, np);
+                    }
+                    j += 1;
+                    if j <= total {
+                        grid_point::<F>(&mut pt, &x0, setup, mask, ds, j, np);
+                    } else {
+                        copy::<F>(&mut x0, &x, np);
+                        copy::<F>(&mut pt, &x0, np);
+                        j = 0;
+                        state = S_INIT;
+                    }
+                } else if state == S_INIT {
+                    write_vertex::<F>(&mut vtx, &mut fv, &pt, f, j, nv, np);
+                    j += 1;
+                    if j < nv {
+                        // Perturb the (j-1)-th free parameter of x0, as fminsearch.
+                        copy::<F>(&mut pt, &x0, np);
+                        let mut rank = 0u32;
+                        #[unroll]
+                        for p in 0..np {
+                            if is_free(mask, p) {
+                                if rank + 1 == j {
+                                    if pt[p as usize] != F::new(0.0) {
+                                        pt[p as usize] = usual * pt[p as usize];
+                                    } else {
+                                        pt[p as usize] = zero_term;
+                                    }
+                                }
+                                rank += 1;
+                            }
+                        }
+                    } else {
+                        step_done = true;
+                    }
+                } else if state == S_REFLECT {
+                    fr = f;
+                    copy::<F>(&mut xr, &pt, np);
+                    if fr < fv[0] {
+                        #[unroll]
+                        for p in 0..np {
+                            pt[p as usize] =
+                                F::new(3.0) * xbar[p as usize] - F::new(2.0) * worst[p as usize];
+                        }
+                        hold_fixed::<F>(&mut pt, setup, mask, np);
+                        state = S_EXPAND;
+                    } else if fr < fv[(nv - 2) as usize] {
+                        write_vertex::<F>(&mut vtx, &mut fv, &xr, fr, nv - 1, nv, np);
+                        step_done = true;
+                    } else if fr < fv[(nv - 1) as usize] {
+                        #[unroll]
+                        for p in 0..np {
+                            pt[p as usize] =
+                                F::new(1.5) * xbar[p as usize] - half * worst[p as usize];
+                        }
+                        hold_fixed::<F>(&mut pt, setup, mask, np);
+                        state = S_OUTSIDE;
+                    } else {
+                        #[unroll]
+                        for p in 0..np {
+                            pt[p as usize] = half * xbar[p as usize] + half * worst[p as usize];
+                        }
+                        hold_fixed::<F>(&mut pt, setup, mask, np);
+                        state = S_INSIDE;
+                    }
+                } else if state == S_EXPAND {
+                    if f < fr {
+                        write_vertex::<F>(&mut vtx, &mut fv, &pt, f, nv - 1, nv, np);
+                    } else {
+                        write_vertex::<F>(&mut vtx, &mut fv, &xr, fr, nv - 1, nv, np);
+                    }
+                    step_done = true;
+                } else if state == S_SHRINK {
+                    write_vertex::<F>(&mut vtx, &mut fv, &pt, f, j, nv, np);
+                    j += 1;
+                    if j >= nv {
+                        step_done = true;
+                    }
+                } else {
+                    // Outside (accept if f <= fr) or inside contraction (accept if f < worst).
+                    let mut accept = f < fv[(nv - 1) as usize];
+                    if state == S_OUTSIDE {
+                        accept = f <= fr;
+                    }
+                    if accept {
+                        write_vertex::<F>(&mut vtx, &mut fv, &pt, f, nv - 1, nv, np);
+                        step_done = true;
+                    } else {
+                        j = 1;
+                        state = S_SHRINK;
+                    }
+                }
+                if state == S_SHRINK && !step_done {
+                    // Next shrunk vertex: v0 + 1/2 (vj - v0).
+                    read_vertex::<F>(&mut pt, &vtx, j, nv, np);
+                    #[unroll]
+                    for p in 0..np {
+                        pt[p as usize] =
+                            vtx[p as usize] + half * (pt[p as usize] - vtx[p as usize]);
+                    }
+                    hold_fixed::<F>(&mut pt, setup, mask, np);
+                }
+                if step_done {
+                    // Stable sort of the vertices by cost (fixed network, as the CPU).
+                    #[unroll]
+                    for i in 1..nv {
+                        #[unroll]
+                        for jj in 0..i {
+                            let a = i - jj;
+                            if fv[a as usize] < fv[(a - 1) as usize] {
+                                let t = fv[a as usize];
+                                fv[a as usize] = fv[(a - 1) as usize];
+                                fv[(a - 1) as usize] = t;
+                                #[unroll]
+                                for p in 0..np {
+                                    let tv = vtx[(a * 5 + p) as usize];
+                                    vtx[(a * 5 + p) as usize] = vtx[((a - 1) * 5 + p) as usize];
+                                    vtx[((a - 1) * 5 + p) as usize] = tv;
+                                }
+                            }
+                        }
+                    }
+                    // Stopping rule (NaN spreads never pass).
+                    let mut spread_f = F::new(0.0);
+                    let mut spread_x = F::new(0.0);
+                    let mut top_x = F::new(0.0);
+                    #[unroll]
+                    for k in 1..nv {
+                        let d = F::abs(fv[k as usize] - fv[0]);
+                        if !(d <= spread_f) {
+                            spread_f = d;
+                        }
+                    }
+                    #[unroll]
+                    for p in 0..np {
+                        if is_free(mask, p) {
+                            let a = F::abs(vtx[p as usize]);
+                            if a > top_x {
+                                top_x = a;
+                            }
+                            #[unroll]
+                            for k in 1..nv {
+                                let d = F::abs(vtx[(k * 5 + p) as usize] - vtx[p as usize]);
+                                if !(d <= spread_x) {
+                                    spread_x = d;
+                                }
+                            }
+                        }
+                    }
+                    let floor_f = ten_eps * F::abs(fv[0]);
+                    let mut tol_f = tol_fun;
+                    if floor_f > tol_fun {
+                        tol_f = floor_f;
+                    }
+                    let floor_x = ten_eps * top_x;
+                    let mut tol_xx = tol_x;
+                    if floor_x > tol_x {
+                        tol_xx = floor_x;
+                    }
+                    if spread_f <= tol_f && spread_x <= tol_xx {
+                        converged = true;
+                        done = true;
+                    } else if it >= max_iter {
+                        done = true;
+                    } else {
+                        it += 1;
+                        // Centroid of the best n vertices; reflect the worst through it.
+                        #[unroll]
+                        for p in 0..np {
+                            xbar[p as usize] = vtx[p as usize];
+                            if is_free(mask, p) {
+                                let mut sum = F::new(0.0);
+                                #[unroll]
+                                for k in 0..n_free {
+                                    sum += vtx[(k * 5 + p) as usize];
+                                }
+                                xbar[p as usize] = sum / F::cast_from(n_free);
+                            }
+                            worst[p as usize] = vtx[((nv - 1) * 5 + p) as usize];
+                            pt[p as usize] =
+                                F::new(2.0) * xbar[p as usize] - F::new(1.0) * worst[p as usize];
+                        }
+                        hold_fixed::<F>(&mut pt, setup, mask, np);
+                        state = S_REFLECT;
+                    }
+                }
+            }
+            copy::<F>(&mut x, &vtx, np);
+            best_f = fv[0];
+            result = STATUS_MAX_ITERATIONS;
+            if !(best_f < inf) {
+                result = STATUS_FAILED;
+            } else if converged {
+                result = STATUS_CONVERGED;
+                if at_bound::<F>(&x, setup, mask, F::new(1.0) / F::new(10000.0), np) {
+                    result = STATUS_AT_BOUND;
+                }
+            }
+        }
+        write_result::<F>(
+            out, status, &x, best_f, stats, result, it, voxel, nvox, nan, np,
+        );
+    }
+}
+
+/// Parameters, SSE, R^2 and status of one voxel (NaN parameters for invalid input).
+#[cube]
+fn write_result<F: Float>(
+    out: &mut Array<F>,
+    status: &mut Array<u32>,
+    x: &Array<F>,
+    cost: F,
+    stats: Voxel<F>,
+    result: u32,
+    iterations: u32,
+    voxel: u32,
+    nvox: u32,
+    nan: F,
+    #[comptime] np: u32,
+) {
+    #[unroll]
+    for p in 0..np {
+        let mut v = nan;
+        if stats.valid {
+            v = x[p as usize];
+        }
+        out[(p * nvox + voxel) as usize] = v;
+    }
+    let mut sse_v = nan;
+    let mut r2 = nan;
+    if stats.valid {
+        sse_v = cost;
+        r2 = F::new(1.0) - cost / stats.sst;
+    }
+    out[(np * nvox + voxel) as usize] = sse_v;
+    out[((np + 1) * nvox + voxel) as usize] = r2;
+    status[voxel as usize] = result | (iterations << 8);
+}
+
+/// Whether parameter `u` is held this LM step: fixed, or on a bound with the gradient
+/// pointing out of the box (perfusion-core's `lm::blocked`).
+#[cube]
+fn blocked<F: Float>(x: &Array<F>, g: &Array<F>, setup: &Array<F>, mask: u32, u: u32) -> bool {
+    let lo = setup[(5 + u) as usize];
+    let hi = setup[(10 + u) as usize];
+    let gu = g[u as usize];
+    let xu = x[u as usize];
+    !is_free(mask, u) || (xu <= lo && gu > F::new(0.0)) || (xu >= hi && gu < F::new(0.0))
+}
+
+/// Largest |cosine| between residuals and a free, unblocked Jacobian column.
+#[cube]
+fn gradient_cosine<F: Float>(
+    x: &Array<F>,
+    jtj: &Array<F>,
+    jtr: &Array<F>,
+    setup: &Array<F>,
+    mask: u32,
+    cost: F,
+    #[comptime] np: u32,
+) -> F {
+    let mut worst = F::new(0.0);
+    if cost > F::new(0.0) {
+        #[unroll]
+        for u in 0..np {
+            let d = jtj[(u * 5 + u) as usize];
+            if !blocked::<F>(x, jtr, setup, mask, u) && d > F::new(0.0) {
+                let c = F::abs(jtr[u as usize]) / F::sqrt(d * cost);
+                if c > worst {
+                    worst = c;
+                }
+            }
+        }
+    }
+    worst
+}
+
+/// Solve `m x = b` (upper triangle of row-major 5x5 `m`, size `np`) by Cholesky; false when
+/// `m` is not positive definite (perfusion-core's `lm::cholesky_solve`).
+#[cube]
+fn cholesky_solve<F: Float>(
+    m: &Array<F>,
+    b: &Array<F>,
+    x: &mut Array<F>,
+    #[comptime] np: u32,
+) -> bool {
+    let mut l = Array::<F>::new(25usize);
+    let mut y = Array::<F>::new(5usize);
+    let mut ok = true;
+    #[unroll]
+    for i in 0..np {
+        #[unroll]
+        for j in 0..i + 1 {
+            let mut s = m[(j * 5 + i) as usize];
+            #[unroll]
+            for q in 0..j {
+                s -= l[(i * 5 + q) as usize] * l[(j * 5 + q) as usize];
+            }
+            if comptime!(i == j) {
+                if !(s > F::new(0.0)) {
+                    ok = false;
+                    s = F::new(1.0);
+                }
+                l[(i * 5 + i) as usize] = F::sqrt(s);
+            } else {
+                l[(i * 5 + j) as usize] = s / l[(j * 5 + j) as usize];
+            }
+        }
+    }
+    #[unroll]
+    for i in 0..np {
+        let mut s = b[i as usize];
+        #[unroll]
+        for q in 0..i {
+            s -= l[(i * 5 + q) as usize] * y[q as usize];
+        }
+        y[i as usize] = s / l[(i * 5 + i) as usize];
+    }
+    #[unroll]
+    for ii in 0..np {
+        let i = np - 1 - ii;
+        let mut s = y[i as usize];
+        #[unroll]
+        for q in i + 1..np {
+            s -= l[(q * 5 + i) as usize] * x[q as usize];
+        }
+        x[i as usize] = s / l[(i * 5 + i) as usize];
+    }
+    ok
+}
+
+/// LM damping schedule and stopping settings.
+#[derive(CubeType, Clone, Copy)]
+struct LmConfig<F: Float> {
+    max_iter: u32,
+    tol: F,
+    tol_grad: F,
+    stall: F,
+    floor_rel: F,
+    max_delay_step: F,
+    delay_mask: u32,
+    lambda_start: F,
+    lambda_min: F,
+    lambda_max: F,
+    damp_floor: F,
+}
+
+/// One bounded Levenberg-Marquardt fit per unit (perfusion-core's `levenberg_marquardt`,
+/// with the delay grid first). Outputs as [`nelder_mead_kernel`].
+#[cube(launch_unchecked)]
+pub fn levenberg_marquardt_kernel<F: Float + CubeElement>(
+    data: &Array<f32>,
+    grid: &Array<F>,
+    setup: &Array<F>,
+    out: &mut Array<F>,
+    status: &mut Array<u32>,
+    nvox: u32,
+    nt: u32,
+    mask: u32,
+    rate_scale: F,
+    inv_dt: F,
+    max_iter: u32,
+    tol: F,
+    tol_grad: F,
+    stall: F,
+    floor_rel: F,
+    max_delay_step: F,
+    delay_mask: u32,
+    lambda_start: F,
+    lambda_min: F,
+    lambda_max: F,
+    damp_floor: F,
+    grid_start: F,
+    grid_step: F,
+    grid_count: u32,
+    delay1: u32,
+    delay2: u32,
+    inf: F,
+    nan: F,
+    big: F,
+    #[comptime] model: u32,
+) {
+    let cfg = LmConfig::<F> {
+        max_iter,
+        tol,
+        tol_grad,
+        stall,
+        floor_rel,
+        max_delay_step,
+        delay_mask,
+        lambda_start,
+        lambda_min,
+        lambda_max,
+        damp_floor,
+    };
+    let ds = DelaySearch::<F> {
+        start: grid_start,
+        step: grid_step,
+        count: grid_count,
+        d1: delay1,
+        d2: delay2,
+    };
+    let voxel = ABSOLUTE_POS_X + ABSOLUTE_POS_Y * CUBE_COUNT_X * CUBE_DIM_X;
+    if voxel < nvox {
+        let np = comptime!(n_params(model));
+        let ctx = Ctx::<F> {
+            voxel,
+            nvox,
+            nt,
+            rate_scale,
+            inv_dt,
+        };
+        let stats = curve_stats::<F>(data, ctx, big);
+        let mut x = Array::<F>::new(5usize);
+        let mut cost = nan;
+        let mut result = u32::new(STATUS_INVALID as i64);
+        let mut it = 0u32;
+        if stats.valid {
+            #[unroll]
+            for p in 0..np {
+                x[p as usize] = setup[p as usize];
+            }
+            project::<F>(&mut x, setup, mask, np);
+            // Coarse delay grid: the start, then every combination; strictly better wins.
+            let total = grid_total::<F>(ds);
+            if total > 0 {
+                let mut x0 = Array::<F>::new(5usize);
+                let mut pt = Array::<F>::new(5usize);
+                copy::<F>(&mut x0, &x, np);
+                let mut best = nm_cost::<F>(data, grid, setup, ctx, &x0, mask, inf, model);
+                for g in 1..total + 1 {
+                    grid_point::<F>(&mut pt, &x0, setup, mask, ds, g, np);
+                    let f = nm_cost::<F>(data, grid, setup, ctx, &pt, mask, inf, model);
+                    if f < best {
+                        best = f;
+                        copy::<F>(&mut x, &pt, np);
+                    }
+                }
+            }
+            let mut d = Array::<F>::new(40usize);
+            let mut jtj = Array::<F>::new(25usize);
+            let mut jtr = Array::<F>::new(5usize);
+            let mut jtj2 = Array::<F>::new(25usize);
+            let mut jtr2 = Array::<F>::new(5usize);
+            let mut jac = Array::<F>::new(5usize);
+            let mut m = Array::<F>::new(25usize);
+            let mut rhs = Array::<F>::new(5usize);
+            let mut delta = Array::<F>::new(5usize);
+            let mut trial = Array::<F>::new(5usize);
+            chain::<F>(&x, rate_scale, &mut d, model);
+            let c = canonical::<F>(&x, rate_scale, model);
+            cost = normal::<F>(data, grid, ctx, c, &d, &mut jtj, &mut jtr, &mut jac, model);
+            let floor = cfg.floor_rel * cfg.floor_rel * stats.sumsq;
+            let ten = F::new(10.0);
+            let mut lambda = cfg.lambda_start;
+            result = STATUS_MAX_ITERATIONS;
+            let mut running = true;
+            while running && it < cfg.max_iter {
+                it += 1;
+                if !(cost < inf) {
+                    result = STATUS_FAILED;
+                    running = false;
+                } else {
+                    let cosine = gradient_cosine::<F>(&x, &jtj, &jtr, setup, mask, cost, np);
+                    if cost <= floor || cosine <= cfg.tol_grad {
+                        result = STATUS_CONVERGED;
+                        running = false;
+                    } else {
+                        #[unroll]
+                        for k in 0..25u32 {
+                            m[k as usize] = jtj[k as usize];
+                        }
+                        #[unroll]
+                        for u in 0..np {
+                            if blocked::<F>(&x, &jtr, setup, mask, u) {
+                                #[unroll]
+                                for w in 0..np {
+                                    m[(u * 5 + w) as usize] = F::new(0.0);
+                                    m[(w * 5 + u) as usize] = F::new(0.0);
+                                }
+                                m[(u * 5 + u) as usize] = F::new(1.0);
+                                rhs[u as usize] = F::new(0.0);
+                            } else {
+                                let dd = jtj[(u * 5 + u) as usize];
+                                let mut sc = cfg.damp_floor;
+                                if dd > cfg.damp_floor {
+                                    sc = dd;
+                                }
+                                m[(u * 5 + u) as usize] = dd + lambda * sc;
+                                rhs[u as usize] = -jtr[u as usize];
+                            }
+                        }
+                        #[unroll]
+                        for u in 0..5u32 {
+                            delta[u as usize] = F::new(0.0);
+                        }
+                        if !cholesky_solve::<F>(&m, &rhs, &mut delta, np) {
+                            lambda *= ten;
+                            if lambda > cfg.lambda_max {
+                                result = STATUS_FAILED;
+                                running = false;
+                            }
+                        } else {
+                            // Delay steps longer than one sampling interval are shortened.
+                            let mut scale = F::new(1.0);
+                            #[unroll]
+                            for u in 0..np {
+                                let a = F::abs(delta[u as usize]);
+                                if is_free(cfg.delay_mask, u) && a > cfg.max_delay_step {
+                                    let f = cfg.max_delay_step / a;
+                                    if f < scale {
+                                        scale = f;
+                                    }
+                                }
+                            }
+                            if scale < F::new(1.0) {
+                                #[unroll]
+                                for u in 0..np {
+                                    delta[u as usize] *= scale;
+                                }
+                            }
+                            #[unroll]
+                            for u in 0..np {
+                                trial[u as usize] = x[u as usize] + delta[u as usize];
+                            }
+                            project::<F>(&mut trial, setup, mask, np);
+                            chain::<F>(&trial, rate_scale, &mut d, model);
+                            let ct = canonical::<F>(&trial, rate_scale, model);
+                            let ft = normal::<F>(
+                                data, grid, ctx, ct, &d, &mut jtj2, &mut jtr2, &mut jac, model,
+                            );
+                            if ft < cost {
+                                let mut step_small = true;
+                                #[unroll]
+                                for u in 0..np {
+                                    let xu = x[u as usize];
+                                    if F::abs(trial[u as usize] - xu)
+                                        > cfg.tol * (F::abs(xu) + cfg.tol)
+                                    {
+                                        step_small = false;
+                                    }
+                                }
+                                let cost_small = cost - ft <= cfg.tol * ft;
+                                copy::<F>(&mut x, &trial, np);
+                                cost = ft;
+                                #[unroll]
+                                for k in 0..25u32 {
+                                    jtj[k as usize] = jtj2[k as usize];
+                                }
+                                copy::<F>(&mut jtr, &jtr2, np);
+                                lambda /= ten;
+                                if lambda < cfg.lambda_min {
+                                    lambda = cfg.lambda_min;
+                                }
+                                if step_small || cost_small {
+                                    result = STATUS_CONVERGED;
+                                    running = false;
+                                }
+                            } else {
+                                lambda *= ten;
+                                if lambda > cfg.lambda_max {
+                                    // No descent left: a minimum only if the gradient is about zero.
+                                    result = STATUS_FAILED;
+                                    if cost <= floor || cosine <= cfg.stall {
+                                        result = STATUS_CONVERGED;
+                                    }
+                                    running = false;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            if !(cost < inf) {
+                result = STATUS_FAILED;
+            } else if result == STATUS_CONVERGED
+                && at_bound::<F>(&x, setup, mask, F::new(1.0) / F::new(10000.0), np)
+            {
+                result = STATUS_AT_BOUND;
+            }
+        }
+        write_result::<F>(
+            out, status, &x, cost, stats, result, it, voxel, nvox, nan, np,
+        );
+    }
+}
+
+fn invalid(kernel: &str, why: String) -> Error {
+    Error::InvalidLaunch {
+        kernel: kernel.into(),
+        why,
+    }
+}
+
+/// Check the buffers of a fit launch against `p`.
+fn check<F: KernelFloat>(
+    name: &str,
+    p: &FitParams,
+    data: &GpuArray<f32>,
+    grid: &GpuArray<F>,
+    setup: &GpuArray<F>,
+    out: &GpuArray<F>,
+    status: &GpuArray<u32>,
+) -> Result<()> {
+    let (v, nt) = (p.voxels as usize, p.nt as usize);
+    let np = n_params(p.model) as usize;
+    if p.model > MODEL_2CXM {
+        return Err(invalid(name, format!("unknown model id {}", p.model)));
+    }
+    if nt < 2 {
+        return Err(invalid(name, format!("{nt} time points")));
+    }
+    if p.n_free() == 0 {
+        return Err(invalid(name, "no free parameter".into()));
+    }
+    if data.len() < v * nt
+        || grid.len() < GRID_BLOCKS * nt
+        || setup.len() < SETUP_LEN
+        || out.len() < (np + 2) * v
+        || status.len() < v
+    {
+        return Err(invalid(
+            name,
+            format!("buffers too short for {v} voxels x {nt} time points"),
+        ));
+    }
+    if ![32, 64, 128, 256, 512].contains(&p.cube) {
+        return Err(invalid(
+            name,
+            format!("cube of {} units; use 32 to 512, a power of two", p.cube),
+        ));
+    }
+    Ok(())
+}
+
+/// Launch [`nelder_mead_kernel`]: `data` holds `nt * voxels` f32 values (time-major),
+/// `grid` the shared grid, `setup` start/lower/upper; `out` receives `(np + 2) * voxels`
+/// values, `status` one word per voxel (status | iterations << 8).
+pub fn nelder_mead<R: Runtime, F: KernelFloat>(
+    gpu: &Gpu<R>,
+    data: &GpuArray<f32>,
+    grid: &GpuArray<F>,
+    setup: &GpuArray<F>,
+    p: &FitParams,
+    out: &GpuArray<F>,
+    status: &GpuArray<u32>,
+) -> Result<()> {
+    let name = "perfusion_nelder_mead";
+    check(name, p, data, grid, setup, out, status)?;
+    if p.voxels == 0 {
+        return Ok(());
+    }
+    let (gs, gstep, gcount) = p.grid.unwrap_or((0.0, 1.0, 0));
+    let count = gpu.cube_count_1d(name, p.voxels as usize, p.cube)?;
+    let f = F::from_f64;
+    gpu.launch(name, count, |count| {
+        // SAFETY: lengths checked above; unit v < voxels reads data[t * voxels + v] for
+        // t < nt, grid[..6 nt], setup[..15], and writes out[q * voxels + v] for q < np + 2
+        // and status[v].
+        unsafe {
+            nelder_mead_kernel::launch_unchecked::<F, R>(
+                gpu.client(),
+                count,
+                CubeDim::new_1d(p.cube),
+                data.arg(),
+                grid.arg(),
+                setup.arg(),
+                out.arg(),
+                status.arg(),
+                p.voxels,
+                p.nt,
+                p.free_mask,
+                f(p.rate_scale),
+                f(p.inv_dt),
+                p.max_iterations,
+                f(p.tol_fun),
+                f(p.tol_x),
+                f(p.ten_eps),
+                f(gs),
+                f(gstep),
+                gcount,
+                p.delays[0],
+                p.delays[1],
+                f(f64::INFINITY),
+                f(f64::NAN),
+                f(f64::from(f32::MAX)),
+                p.model_word(),
+                p.n_free(),
+            );
+        };
+    })
+}
+
+/// Launch [`levenberg_marquardt_kernel`]; buffers as [`nelder_mead`].
+pub fn levenberg_marquardt<R: Runtime, F: KernelFloat>(
+    gpu: &Gpu<R>,
+    data: &GpuArray<f32>,
+    grid: &GpuArray<F>,
+    setup: &GpuArray<F>,
+    p: &FitParams,
+    out: &GpuArray<F>,
+    status: &GpuArray<u32>,
+) -> Result<()> {
+    let name = "perfusion_levenberg_marquardt";
+    check(name, p, data, grid, setup, out, status)?;
+    if p.voxels == 0 {
+        return Ok(());
+    }
+    let (gs, gstep, gcount) = p.grid.unwrap_or((0.0, 1.0, 0));
+    let count = gpu.cube_count_1d(name, p.voxels as usize, p.cube)?;
+    let f = F::from_f64;
+    gpu.launch(name, count, |count| {
+        // SAFETY: as in `nelder_mead`.
+        unsafe {
+            levenberg_marquardt_kernel::launch_unchecked::<F, R>(
+                gpu.client(),
+                count,
+                CubeDim::new_1d(p.cube),
+                data.arg(),
+                grid.arg(),
+                setup.arg(),
+                out.arg(),
+                status.arg(),
+                p.voxels,
+                p.nt,
+                p.free_mask,
+                f(p.rate_scale),
+                f(p.inv_dt),
+                p.max_iterations,
+                f(p.tol),
+                f(p.tol_grad),
+                f(p.stall),
+                f(p.floor_rel),
+                f(p.max_delay_step),
+                p.delay_mask,
+                f(p.lambda[0]),
+                f(p.lambda[1]),
+                f(p.lambda[2]),
+                f(p.lambda[3]),
+                f(gs),
+                f(gstep),
+                gcount,
+                p.delays[0],
+                p.delays[1],
+                f(f64::INFINITY),
+                f(f64::NAN),
+                f(f64::from(f32::MAX)),
+                p.model_word(),
+            );
+        };
+    })
+}
+
+/// This module's kernels as the wrappers configure them: both methods for every model in
+/// f64 (CUDA), and the dual-input model in f32 (wgpu), all parameters free.
+pub(crate) fn catalog<R: Runtime>(client: &ComputeClient<R>) -> Vec<CatalogEntry> {
+    let mut entries = Vec::new();
+    let names = ["dual_input", "tofts", "extended_tofts", "patlak", "2cxm"];
+    for model in 0..5u32 {
+        let n = n_params(model);
+        entries.push(nm_entry::<R, f64>(
+            client,
+            model,
+            n,
+            names[model as usize],
+            "f64",
+        ));
+        entries.push(lm_entry::<R, f64>(
+            client,
+            model,
+            names[model as usize],
+            "f64",
+        ));
+    }
+    entries.push(nm_entry::<R, f32>(
+        client,
+        MODEL_DUAL_INPUT,
+        5,
+        "dual_input",
+        "f32",
+    ));
+    entries.push(lm_entry::<R, f32>(
+        client,
+        MODEL_DUAL_INPUT,
+        "dual_input",
+        "f32",
+    ));
+    entries
+}
+
+fn leak(s: String) -> &'static str {
+    Box::leak(s.into_boxed_str())
+}
+
+fn nm_entry<R: Runtime, F: KernelFloat>(
+    client: &ComputeClient<R>,
+    model: u32,
+    n_free: u32,
+    name: &str,
+    ty: &str,
+) -> CatalogEntry {
+    let k = nelder_mead_kernel::NelderMeadKernel::<F, R>::new(
+        settings_1d(CUBE_FIT),
+        client.clone(),
+        array(),
+        array(),
+        array(),
+        array(),
+        array(),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        model | UNIFORM_GRID,
+        n_free,
+    );
+    entry("perfusion", leak(format!("nm_{name}_{ty}")), k)
+}
+
+fn lm_entry<R: Runtime, F: KernelFloat>(
+    client: &ComputeClient<R>,
+    model: u32,
+    name: &str,
+    ty: &str,
+) -> CatalogEntry {
+    let k = levenberg_marquardt_kernel::LevenbergMarquardtKernel::<F, R>::new(
+        settings_1d(CUBE_FIT),
+        client.clone(),
+        array(),
+        array(),
+        array(),
+        array(),
+        array(),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        model | UNIFORM_GRID,
+    );
+    entry("perfusion", leak(format!("lm_{name}_{ty}")), k)
+}
