@@ -107,14 +107,14 @@ pub struct Outputs {
     /// `tets.csv` and `exitance.csv` (and `faces.csv`, `gates.csv` when tallied).
     #[serde(default = "yes")]
     pub csv: bool,
-    /// Planes of mesh faces with a fluence tally (CPU path).
+    /// Planes of mesh faces with a fluence tally.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub planes: Vec<Plane>,
     /// Single faces with a fluence tally: `[tet, face]` (tet 1-based, face 0..=3 opposite
     /// node `face`); the current's sign follows that face's outward normal.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub faces: Vec<[u32; 2]>,
-    /// Time-of-flight gates (CPU path).
+    /// Time-of-flight gates.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gates: Option<Gates>,
 }

@@ -418,6 +418,189 @@ fn mc_gpu_face_fluence_at_a_refractive_interface_matches_cpu() {
     );
 }
 
+/// One material everywhere (both regions, and n = 1 inside and out: no Fresnel), no
+/// scattering: every packet goes straight on and drops its whole weight at its first
+/// interaction, at a depth drawn from exp(-mua z).
+fn absorber(mua: f64) -> Optics {
+    let m = Material {
+        mua,
+        mus: 0.0,
+        g: 0.0,
+        n: 1.0,
+    };
+    Optics {
+        materials: vec![m.clone(), m],
+        n_outside: 1.0,
+    }
+}
+
+fn gpu_run(sim: &Simulation, gpu: &Device) -> McResult {
+    run_on(
+        sim,
+        std::slice::from_ref(gpu),
+        &GpuOptions::default(),
+        None,
+        |_, _| {},
+    )
+    .unwrap()
+}
+
+/// Analytic check of the gates and the face tally (Beer-Lambert): a pencil along +z in a
+/// non-scattering absorber (mua 0.2/mm, n 1) is absorbed in gate k (0.01 ns = c x 0.01 ns
+/// = 2.998 mm of depth each) with probability exp(-mua z_k) - exp(-mua z_k+1), and crosses
+/// the plane z = 6 with probability exp(-1.2) (face fluence x area = current x area = that,
+/// every crossing at cos 1); escapes through z = 12 with probability exp(-2.4). Each is a
+/// binomial fraction of N photons: within 5 standard errors sqrt(p (1 - p) / N).
+#[test]
+fn mc_gpu_gates_and_face_fluence_match_beer_lambert() {
+    let Some(gpu) = gpu_under_test("mc_gpu_gates_and_face_fluence_match_beer_lambert") else {
+        return;
+    };
+    let (mua, n) = (0.2, 100_000u64);
+    let src = [Source::Pencil {
+        pos: [6.1, 6.2, 0.0],
+        dir: [0.0, 0.0, 1.0],
+        power: 1.0,
+    }];
+    let mut sim = Simulation::new(cube_mesh(5), absorber(mua), &src, n, Params::default()).unwrap();
+    let width_ns = 0.01;
+    sim.set_outputs(Outputs {
+        planes: vec![Plane {
+            point: [0.0, 0.0, 6.0],
+            normal: [0.0, 0.0, 1.0],
+        }],
+        gates: Some(Gates { width_ns, count: 4 }),
+        ..Outputs::default()
+    })
+    .unwrap();
+    let g = gpu_run(&sim, &gpu);
+    let se = |p: f64| (p * (1.0 - p) / n as f64).sqrt();
+    let check = |what: &str, got: f64, p: f64| {
+        eprintln!("{what}: GPU {got:.5}, analytic {p:.5} (+- {:.5})", se(p));
+        assert!(
+            (got - p).abs() < 5.0 * se(p),
+            "{what}: GPU {got}, analytic {p}"
+        );
+    };
+    let depth = 299.792_458 * width_ns;
+    for k in 0..4 {
+        let (z0, z1) = (k as f64 * depth, (k + 1) as f64 * depth);
+        let p = (-mua * z0).exp() - (-mua * z1).exp();
+        check(
+            &format!("gate {k} ({z0:.2}..{z1:.2} mm)"),
+            g.gated_absorbed(k).iter().sum(),
+            p,
+        );
+    }
+    let through = (-mua * 6.0).exp();
+    let over_plane =
+        |v: Vec<f64>| -> f64 { v.iter().zip(&sim.faces.areas).map(|(x, a)| x * a).sum() };
+    check(
+        "face fluence x area, z = 6",
+        over_plane(g.face_fluence(&sim.faces)),
+        through,
+    );
+    check(
+        "current x area, z = 6",
+        over_plane(g.face_current(&sim.faces)),
+        through,
+    );
+    check("escaped", g.summary.escaped, (-mua * 12.0).exp());
+}
+
+/// Analytic check of the volume and surface sources' sampling: with mua = 1000/mm and no
+/// scattering, a packet is absorbed within ~0.001 mm of where it starts, so the absorbed
+/// weight per tetrahedron is the share the source gives it: volume / region volume for a
+/// volume source in region 2, the area of its bottom triangle / bottom area for a Lambertian
+/// surface source on z = 0. Per tetrahedron within 5 standard errors of the binomial
+/// fraction, and the sum of squared standardised deviations within 5 sigma of its chi-square
+/// mean (catches a bias in the element choice that no single tetrahedron shows).
+#[test]
+fn mc_gpu_volume_and_surface_sources_sample_uniformly() {
+    let Some(gpu) = gpu_under_test("mc_gpu_volume_and_surface_sources_sample_uniformly") else {
+        return;
+    };
+    let n = 100_000u64;
+    let mesh = cube_mesh(5);
+    let bottom: Vec<u32> = (0..mesh.boundary.len() as u32)
+        .filter(|&i| {
+            let (t, f) = mesh.boundary[i as usize];
+            mesh.faces[t as usize][f as usize][2] < -0.5
+        })
+        .collect();
+    let mut volume_share = vec![0.0; mesh.len() + 1];
+    let region2: f64 = (1..=mesh.len())
+        .filter(|&t| mesh.regions[t] == 2)
+        .map(|t| mesh.volumes[t])
+        .sum();
+    for t in 1..=mesh.len() {
+        if mesh.regions[t] == 2 {
+            volume_share[t] = mesh.volumes[t] / region2;
+        }
+    }
+    let mut area_share = vec![0.0; mesh.len() + 1];
+    let bottom_area: f64 = bottom.iter().map(|&i| mesh.boundary_area[i as usize]).sum();
+    for &i in &bottom {
+        area_share[mesh.boundary[i as usize].0 as usize] +=
+            mesh.boundary_area[i as usize] / bottom_area;
+    }
+    let cases = [
+        (
+            "volume source, region 2",
+            Source::Volume {
+                region: Some(2),
+                tet: None,
+                power: 1.0,
+            },
+            volume_share,
+        ),
+        (
+            "Lambertian surface source, z = 0",
+            Source::Surface {
+                triangles: Some(bottom.clone()),
+                region: None,
+                dir: None,
+                power: 1.0,
+            },
+            area_share,
+        ),
+    ];
+    for (label, src, share) in cases {
+        let sim =
+            Simulation::new(mesh.clone(), absorber(1000.0), &[src], n, Params::default()).unwrap();
+        let g = gpu_run(&sim, &gpu);
+        let absorbed = g.absorbed();
+        let (mut chi2, mut dof, mut worst) = (0.0, 0usize, 0.0f64);
+        for (t, &p) in share.iter().enumerate().skip(1) {
+            let got = absorbed[t - 1];
+            if p == 0.0 {
+                continue;
+            }
+            let z = (got - p) / (p * (1.0 - p) / n as f64).sqrt();
+            chi2 += z * z;
+            dof += 1;
+            worst = worst.max(z.abs());
+        }
+        let inside: f64 = share
+            .iter()
+            .skip(1)
+            .zip(&absorbed)
+            .filter(|(p, _)| **p > 0.0)
+            .map(|(_, a)| a)
+            .sum();
+        let limit = dof as f64 + 5.0 * (2.0 * dof as f64).sqrt();
+        eprintln!(
+            "{label}: {dof} tets, worst {worst:.2} sigma, chi2 {chi2:.0} (limit {limit:.0}), absorbed in them {inside:.4}"
+        );
+        assert!(worst < 5.0, "{label}: a tet {worst} sigma off");
+        assert!(chi2 < limit, "{label}: chi2 {chi2} > {limit}");
+        assert!(
+            inside > 0.99,
+            "{label}: only {inside} absorbed where emitted"
+        );
+    }
+}
+
 /// Exact tallies do not depend on the launch size, on the split between devices (the same
 /// device named twice or three times here) or on batching: bit-identical results.
 #[test]
