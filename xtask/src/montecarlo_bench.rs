@@ -302,7 +302,7 @@ fn outputs_cost(
             })?,
         ),
         (
-            "pencil + tallied plane z = 30 (900 faces)",
+            "pencil + tallied plane z = 30",
             with(Outputs {
                 planes: vec![plane.clone()],
                 ..Outputs::default()
@@ -342,6 +342,12 @@ fn outputs_cost(
     ];
     let mut base_rate = 0.0;
     for (label, mut sim) in configs {
+        let faces = sim.faces.len();
+        let label = if faces > 0 {
+            format!("{label} ({faces} faces)")
+        } else {
+            label.to_string()
+        };
         let _ = run_gpu(&mut sim, devices, opts, 200_000.min(n), 11)?;
         let (r, transport_rate) = run_gpu(&mut sim, devices, opts, n, 1)?;
         if base_rate == 0.0 {
@@ -355,7 +361,7 @@ fn outputs_cost(
             "photons/ms",
             timing(&r),
             format!(
-                "kernel variant {}; {transport_rate:.0} photons/ms in the transport alone = {:.2} x the plain pencil's; absorbed {:.4}, escaped {:.4}, balance error {:.1e}",
+                "kernel variant {}; {transport_rate:.0} photons/ms in the transport alone = {:.2} x the plain pencil's (sources other than the pencil also change how long packets live); absorbed {:.4}, escaped {:.4}, balance error {:.1e}",
                 opts.variant,
                 transport_rate / base_rate,
                 s.absorbed,

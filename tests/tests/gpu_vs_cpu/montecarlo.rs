@@ -429,7 +429,7 @@ fn absorber(mua: f64) -> Optics {
         n: 1.0,
     };
     Optics {
-        materials: vec![m.clone(), m],
+        materials: vec![m, m],
         n_outside: 1.0,
     }
 }
