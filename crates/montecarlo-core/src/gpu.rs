@@ -298,7 +298,7 @@ fn pack(sim: &Simulation, reorder: bool) -> Result<Packed> {
     for s in &sim.sources {
         if !GPU_KINDS.contains(&s.kind) {
             return Err(Error::Gpu(format!(
-                "source kind {} runs on the CPU only for now (use --device cpu)",
+                "source kind {} is unknown to the GPU kernel (use --device cpu)",
                 s.kind
             )));
         }

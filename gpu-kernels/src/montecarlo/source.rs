@@ -8,9 +8,12 @@
 //! `v = d x u`. `param` is the cone's cos(half angle), the disk's radius, the Gaussian's
 //! 1/e^2 waist or the line's length (`d` is then the unit vector along the line). Disk and
 //! Gaussian positions are the centre moved a hair along `d` (the host computes it in f64,
-//! as the CPU does). Kinds that need a table (a volume or surface source: cumulative
-//! weights and geometry per element) find it in `src_aux[offset .. offset + count]`; the
-//! kernel signature already carries that array so new kinds need no new binding.
+//! as the CPU does). Volume and surface sources keep their elements in
+//! `src_aux[offset .. offset + count]`, [`super::AUX_VECS`] float4 each: `[alias
+//! probability, alias index (bits), tet (bits), 0]`, the element's nodes (four for a tet,
+//! three for a triangle), then for a triangle the inward normal and the basis vector `u`.
+//! The element is drawn by Walker's alias method (index from one 32-bit draw, then one
+//! uniform against the alias probability): the CPU's element probabilities, O(1).
 
 use super::kernel::{Photon, exit_face, pick, set_material};
 use super::rng::{Rng, next_u32, uniform};
