@@ -465,7 +465,7 @@ pub fn run(device: &Device, opts: &Options, _earlier: &[Measurement]) -> Result<
                 "photons/ms",
                 timing(&r),
                 format!(
-                    "kernel variant {}; {transport_rate:.0} photons/ms in the transport alone; absorbed {:.4} (CPU {:.4}); L1 fluence GPU-CPU {l1_gpu:.4} vs CPU-CPU {l1_cpu:.4} at {m} photons each; CPU {:.0} photons/ms on {} threads",
+                    "kernel variant {}; {transport_rate:.0} photons/ms in the transport alone; absorbed {:.4} (CPU {:.4}); L1 fluence GPU-CPU {l1_gpu:.4} vs CPU-CPU {l1_cpu:.4} at {m} photons each; CPU {:.0} photons/ms on {}",
                     gpu_opts.variant, s.absorbed, a.summary.absorbed, a.summary.photons_per_ms, a.summary.device
                 ),
             ));
