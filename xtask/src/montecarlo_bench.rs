@@ -3,25 +3,53 @@
 //! GPU: MCX's cube60 (n 1.37 inside and out) and cube60b (n 1.37 inside, 1 outside,
 //! Fresnel) on a 60 mm cube meshed on a 2 mm grid with 5 tetrahedra per cell (135,000
 //! tets), mua 0.005/mm, mus 1/mm, g 0.01, pencil at (30.1, 30.2, 0) along +z, photons ended
-//! at 5 ns like MCX: photons/ms and the absorbed fraction against MCX's 17.7% / 27.2%.
-//! Up to 1e8 photons; fewer when the measured rate would take longer than ~30 s (the photons
-//! actually run are in the name). TIM-OS cube_5med and FourLayer (data folder from
-//! `BIOGPU_MC_DATA`, holding `cube_5med/` and `fourlayer/`): photons/ms and the paper's L1
-//! norm of fluence between GPU and CPU next to the CPU-CPU one (both at the same count).
+//! at 5 ns like MCX. Order of the group (about a minute on an H100):
+//! 1. kernel variant sweep: every entry of [`SWEEP`] and three launch sizes on cube60 at 2e7
+//!    photons each (`BIOGPU_MC_SWEEP_PHOTONS`), plus the several-device path with the device
+//!    named twice; tallies compared bit for bit with the default's; a table at the end;
+//! 2. headline cube60 / cube60b photons/ms with the sweep's fastest variant (by transport
+//!    rate; `BIOGPU_MC_VARIANT` overrides), about 3 s each (at most 1e8 photons), and the
+//!    absorbed fraction against MCX's 17.7% / 27.2%;
+//! 3. the cost of the other outputs and sources on cube60 with that variant: time gates,
+//!    a tallied plane of faces, both, a volume source and a Lambertian surface source, each
+//!    next to the plain run at the same photon count;
+//! 4. TIM-OS cube_5med and FourLayer when `BIOGPU_MC_DATA` names a folder holding
+//!    `cube_5med/cube_5med.{mesh,opt,source}` and `fourlayer/FourLayer.{mesh,opt,source}`:
+//!    photons/ms and the paper's L1 norm of fluence between GPU and CPU next to the CPU-CPU
+//!    one (both at the same count).
+//!
 //! CPU: cube60 photons/ms per core.
 
 use crate::report::Measurement;
 use crate::suite::{Options, measurement};
 use anyhow::{Context, Result};
 use gpu_runtime::{Device, Timing};
+use montecarlo_core::gpu::{GpuOptions, McVariant, VARIANT_ENV, default_cubes, run_fixed};
+use montecarlo_core::sim::{Outputs, Plane};
+use montecarlo_core::tally::Gates;
 use montecarlo_core::transport::Params;
 use montecarlo_core::{Material, McResult, Optics, Simulation, Source, generate, l1_norm, timos};
 use std::path::PathBuf;
 
 /// Environment variable naming the folder with the TIM-OS models.
 pub const DATA_ENV: &str = "BIOGPU_MC_DATA";
+/// Environment variable overriding the photons per configuration of the cube60 sweep
+/// (default 2e7).
+pub const SWEEP_ENV: &str = "BIOGPU_MC_SWEEP_PHOTONS";
 
 fn cube60(n_out: f64) -> Result<Simulation> {
+    cube60_with(
+        n_out,
+        Source::Pencil {
+            pos: [30.1, 30.2, 0.0],
+            dir: [0.0, 0.0, 1.0],
+            power: 1.0,
+        },
+    )
+}
+
+/// cube60's mesh and optics with another source.
+fn cube60_with(n_out: f64, src: Source) -> Result<Simulation> {
     let mesh = generate::box_mesh([0.0; 3], [60.0; 3], 2.0, 5)?;
     let optics = Optics {
         materials: vec![Material {
@@ -32,16 +60,11 @@ fn cube60(n_out: f64) -> Result<Simulation> {
         }],
         n_outside: n_out,
     };
-    let src = [Source::Pencil {
-        pos: [30.1, 30.2, 0.0],
-        dir: [0.0, 0.0, 1.0],
-        power: 1.0,
-    }];
     let params = Params {
         time_limit_ns: Some(5.0),
         ..Params::default()
     };
-    Ok(Simulation::new(mesh, optics, &src, 1, params)?)
+    Ok(Simulation::new(mesh, optics, &[src], 1, params)?)
 }
 
 fn timos_model(name: &str) -> Result<Option<Simulation>> {
@@ -71,34 +94,328 @@ fn run_n(sim: &mut Simulation, device: &Device, photons: u64, seed: u64) -> Resu
     Ok(sim.run(device, None, |_, _| {})?)
 }
 
+/// A GPU run with explicit options (variant, launch size) on `devices`, and the photons per
+/// ms of the transport alone (without packing, uploads and read-back).
+fn run_gpu(
+    sim: &mut Simulation,
+    devices: &[Device],
+    opts: &GpuOptions,
+    photons: u64,
+    seed: u64,
+) -> Result<(McResult, f64)> {
+    sim.photons = photons;
+    sim.params.seed = seed;
+    let start = std::time::Instant::now();
+    let (fixed, total) = run_fixed(sim, devices, opts, None, |_, _| {})?;
+    let names: Vec<_> = devices.iter().map(|d| d.info().id.clone()).collect();
+    let transport_rate = fixed.photons as f64 / (fixed.transport_seconds * 1e3).max(1e-12);
+    let r = McResult::new(
+        fixed.to_tally(sim),
+        start.elapsed().as_secs_f64(),
+        names.join("+"),
+        fixed.photons < total,
+    );
+    Ok((r, transport_rate))
+}
+
 fn timing(r: &McResult) -> Timing {
     Timing::from_durations(&[std::time::Duration::from_secs_f64(r.summary.seconds)])
 }
 
-/// Photons for a run of about `seconds` at `rate` photons/ms, at most `max`, at least 1e5.
+/// Photons for a run of about `seconds` at `rate` photons/ms, at most `max`, at least 1e5
+/// (or `max`).
 fn budget(rate: f64, seconds: f64, max: u64) -> u64 {
-    ((rate * seconds * 1e3) as u64).clamp(100_000, max)
+    ((rate * seconds * 1e3) as u64).clamp(100_000.min(max), max)
+}
+
+/// Kernel variants the sweep measures on cube60 (see `McVariant` for the syntax).
+pub const SWEEP: [&str; 15] = [
+    "default",
+    "keep",
+    "keep+prefetch",
+    "keep+k2",
+    "prefetch",
+    "k2",
+    "k3",
+    "k4",
+    "prefetch+k2",
+    "nocache",
+    "ieee",
+    "static",
+    "nested",
+    "u64",
+    "u256",
+];
+
+/// One row of the sweep table printed at the end.
+struct SweepRow {
+    label: String,
+    rate: f64,
+    transport_rate: f64,
+    absorbed: f64,
+    same: bool,
+}
+
+/// Variant and launch-size sweep on cube60 at `n` photons: each configuration is warmed up
+/// (kernel build) and run once; tallies are compared bit for bit with the default's (the
+/// variants share the physics and the random numbers, so only f32 rounding of a different
+/// instruction order can make them differ). Returns the rows and the variant of [`SWEEP`]
+/// with the highest transport rate.
+fn sweep(
+    device: &Device,
+    n: u64,
+    out: &mut Vec<Measurement>,
+) -> Result<(Vec<SweepRow>, McVariant)> {
+    let mut sim = cube60(1.37)?;
+    let devices = std::slice::from_ref(device);
+    let mut rows = Vec::new();
+    let mut reference: Option<Vec<f64>> = None;
+    let mut best = (McVariant::DEFAULT, 0.0f64);
+    let mut configs: Vec<(String, GpuOptions, bool)> = Vec::new();
+    for name in SWEEP {
+        let v: McVariant = name.parse().map_err(anyhow::Error::msg)?;
+        configs.push((
+            name.to_string(),
+            GpuOptions::default().with_variant(v),
+            true,
+        ));
+    }
+    // Launch sizes of the default: cubes per multiprocessor (default 2048 threads per SM).
+    let default_cubes = default_cubes(device, &McVariant::DEFAULT);
+    for factor in [4u32, 2] {
+        let c = (default_cubes / factor).max(1);
+        configs.push((
+            format!("default, {c} cubes"),
+            GpuOptions::default().with_cubes(c),
+            false,
+        ));
+    }
+    configs.push((
+        format!("default, {} cubes", default_cubes * 4),
+        GpuOptions::default().with_cubes(default_cubes * 4),
+        false,
+    ));
+    for (label, opts, is_variant) in &configs {
+        let _ = run_gpu(&mut sim, devices, opts, 1_000_000.min(n / 2).max(1), 11)?;
+        let (r, transport_rate) = run_gpu(&mut sim, devices, opts, n, 5)?;
+        if *is_variant && transport_rate > best.1 {
+            best = (opts.variant, transport_rate);
+        }
+        let s = &r.summary;
+        let same = match &reference {
+            None => {
+                reference = Some(r.tally.absorbed.clone());
+                true
+            }
+            Some(a) => *a == r.tally.absorbed,
+        };
+        eprintln!(
+            "  cube60 [{label}]: {:.0} photons/ms ({transport_rate:.0} in transport), absorbed {:.5}{}",
+            s.photons_per_ms,
+            s.absorbed,
+            if same {
+                ""
+            } else {
+                " (tallies differ from default)"
+            }
+        );
+        out.push(measurement(
+            "montecarlo",
+            &format!("cube60 sweep [{label}], {n} photons"),
+            s.photons_per_ms,
+            "photons/ms",
+            timing(&r),
+            format!(
+                "kernel variant sweep; {transport_rate:.0} photons/ms in the transport alone; absorbed {:.5}; tallies {} the default's; balance error {:.1e}",
+                s.absorbed,
+                if same { "identical to" } else { "differ from" },
+                s.balance_error
+            ),
+        ));
+        rows.push(SweepRow {
+            label: label.clone(),
+            rate: s.photons_per_ms,
+            transport_rate,
+            absorbed: s.absorbed,
+            same,
+        });
+    }
+    // The several-device path with the device named twice: bit-identical to one device.
+    let two = [device.clone(), device.clone()];
+    let (r, transport_rate) = run_gpu(&mut sim, &two, &GpuOptions::default(), n, 5)?;
+    let same = reference.as_ref().is_some_and(|a| *a == r.tally.absorbed);
+    eprintln!(
+        "  cube60 [2 workers on one device]: {:.0} photons/ms, tallies {}",
+        r.summary.photons_per_ms,
+        if same { "identical" } else { "DIFFER" }
+    );
+    out.push(measurement(
+        "montecarlo",
+        &format!("cube60 sweep [default, split over 2 workers on one device], {n} photons"),
+        r.summary.photons_per_ms,
+        "photons/ms",
+        timing(&r),
+        format!(
+            "run_on(&[dev, dev]): the multi-GPU path; tallies {} one device's",
+            if same { "identical to" } else { "DIFFER from" }
+        ),
+    ));
+    rows.push(SweepRow {
+        label: "default, 2 workers on one device".into(),
+        rate: r.summary.photons_per_ms,
+        transport_rate,
+        absorbed: r.summary.absorbed,
+        same,
+    });
+    Ok((rows, best.0))
+}
+
+/// The cost of the outputs and sources besides a pencil's absorption on cube60, with
+/// `opts`: each configuration warmed up, then run at `n` photons next to the plain run.
+fn outputs_cost(
+    device: &Device,
+    opts: &GpuOptions,
+    n: u64,
+    out: &mut Vec<Measurement>,
+) -> Result<()> {
+    let devices = std::slice::from_ref(device);
+    let gates = Gates {
+        width_ns: 0.1,
+        count: 50,
+    };
+    let plane = Plane {
+        point: [0.0, 0.0, 30.0],
+        normal: [0.0, 0.0, 1.0],
+    };
+    let with = |outputs: Outputs| -> Result<Simulation> {
+        let mut sim = cube60(1.37)?;
+        sim.set_outputs(outputs)?;
+        Ok(sim)
+    };
+    let configs: Vec<(&str, Simulation)> = vec![
+        ("pencil, absorbed only", cube60(1.37)?),
+        (
+            "pencil + 50 time gates of 0.1 ns",
+            with(Outputs {
+                gates: Some(gates),
+                ..Outputs::default()
+            })?,
+        ),
+        (
+            "pencil + tallied plane z = 30",
+            with(Outputs {
+                planes: vec![plane.clone()],
+                ..Outputs::default()
+            })?,
+        ),
+        (
+            "pencil + gates + plane",
+            with(Outputs {
+                planes: vec![plane],
+                gates: Some(gates),
+                ..Outputs::default()
+            })?,
+        ),
+        (
+            "volume source (whole cube)",
+            cube60_with(
+                1.37,
+                Source::Volume {
+                    region: Some(1),
+                    tet: None,
+                    power: 1.0,
+                },
+            )?,
+        ),
+        (
+            "Lambertian surface source (whole boundary)",
+            cube60_with(
+                1.37,
+                Source::Surface {
+                    triangles: None,
+                    region: Some(1),
+                    dir: None,
+                    power: 1.0,
+                },
+            )?,
+        ),
+    ];
+    let mut base_rate = 0.0;
+    for (label, mut sim) in configs {
+        let faces = sim.faces.len();
+        let label = if faces > 0 {
+            format!("{label} ({faces} faces)")
+        } else {
+            label.to_string()
+        };
+        let _ = run_gpu(&mut sim, devices, opts, 200_000.min(n), 11)?;
+        let (r, transport_rate) = run_gpu(&mut sim, devices, opts, n, 1)?;
+        if base_rate == 0.0 {
+            base_rate = transport_rate;
+        }
+        let s = &r.summary;
+        out.push(measurement(
+            "montecarlo",
+            &format!("cube60 outputs [{label}], {n} photons"),
+            s.photons_per_ms,
+            "photons/ms",
+            timing(&r),
+            format!(
+                "kernel variant {}; {transport_rate:.0} photons/ms in the transport alone = {:.2} x the plain pencil's (sources other than the pencil also change how long packets live); absorbed {:.4}, escaped {:.4}, balance error {:.1e}",
+                opts.variant,
+                transport_rate / base_rate,
+                s.absorbed,
+                s.escaped,
+                s.balance_error
+            ),
+        ));
+    }
+    Ok(())
 }
 
 pub fn run(device: &Device, opts: &Options, _earlier: &[Measurement]) -> Result<Vec<Measurement>> {
     let mut out = Vec::new();
     if device.is_gpu() {
-        let (max, secs) = if opts.quick {
-            (2_000_000, 3.0)
+        // A software adapter (lavapipe) only smoke-tests the code path.
+        let software = device.info().software;
+        let (max, secs) = if software {
+            (20_000, 1.0)
+        } else if opts.quick {
+            (2_000_000, 1.0)
         } else {
-            (100_000_000, 15.0)
+            (100_000_000, 3.0)
+        };
+        let devices = std::slice::from_ref(device);
+        let sweep_n = std::env::var(SWEEP_ENV)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(if software {
+                20_000
+            } else if opts.quick {
+                1_000_000
+            } else {
+                20_000_000
+            });
+        let (rows, fastest) = sweep(device, sweep_n, &mut out)?;
+        // The sweep's fastest variant unless one is named.
+        let chosen = std::env::var_os(VARIANT_ENV).is_some();
+        let gpu_opts = if chosen {
+            GpuOptions::from_env()?
+        } else {
+            GpuOptions::default().with_variant(fastest)
+        };
+        let how = if chosen {
+            format!("from {VARIANT_ENV}")
+        } else {
+            "the sweep's fastest".to_string()
         };
         for (name, n_out, mcx) in [("cube60", 1.37, 0.177), ("cube60b", 1.0, 0.272)] {
             let mut sim = cube60(n_out)?;
             // Warm-up (kernel build) and a rate estimate.
-            let warm = run_n(&mut sim, device, 2_000_000.min(max), 11)?;
+            let (warm, _) = run_gpu(&mut sim, devices, &gpu_opts, 2_000_000.min(max), 11)?;
             let n = budget(warm.summary.photons_per_ms, secs, max);
-            let r = run_n(&mut sim, device, n, 1)?;
+            let (r, transport_rate) = run_gpu(&mut sim, devices, &gpu_opts, n, 1)?;
             let s = &r.summary;
-            eprintln!(
-                "  {name}: {} photons, {:.0} photons/ms, absorbed {:.4}",
-                s.photons, s.photons_per_ms, s.absorbed
-            );
             out.push(measurement(
                 "montecarlo",
                 &format!("{name} 135k tets, {n} photons, 5 ns"),
@@ -106,42 +423,31 @@ pub fn run(device: &Device, opts: &Options, _earlier: &[Measurement]) -> Result<
                 "photons/ms",
                 timing(&r),
                 format!(
-                    "absorbed {:.4} (MCX voxel {mcx}), escaped {:.4}, time-limited {:.4}, balance error {:.1e}; target >= 150,000 photons/ms (cube60); MCX 274k/152k photons/ms on an H200",
-                    s.absorbed, s.escaped, s.expired, s.balance_error
+                    "kernel variant {} ({how}); {transport_rate:.0} photons/ms in the transport alone (end to end incl. packing, upload, read-back: the value); absorbed {:.4} (MCX voxel {mcx}), escaped {:.4}, time-limited {:.4}, balance error {:.1e}; target >= 150,000 photons/ms (cube60); MCX 274k/152k photons/ms on an H200",
+                    gpu_opts.variant, s.absorbed, s.escaped, s.expired, s.balance_error
                 ),
             ));
         }
-        // Launch-size sweep on cube60 (persistent threads: cubes of 128 threads).
-        let mut sim = cube60(1.37)?;
-        let sweep_n = if opts.quick { 1_000_000 } else { 20_000_000 };
-        for cubes in [1024u32, 2048, 4096, 8192, 16384] {
-            sim.params.gpu_cubes = Some(cubes);
-            let r = run_n(&mut sim, device, sweep_n, 5)?;
-            eprintln!(
-                "  cube60 {cubes} cubes: {:.0} photons/ms",
-                r.summary.photons_per_ms
-            );
-            out.push(measurement(
-                "montecarlo",
-                &format!("cube60 launch of {cubes}x128 threads, {sweep_n} photons"),
-                r.summary.photons_per_ms,
-                "photons/ms",
-                timing(&r),
-                "launch-size sweep (default 16384 cubes)".into(),
-            ));
-        }
+        outputs_cost(device, &gpu_opts, sweep_n, &mut out)?;
         for name in ["cube_5med", "fourlayer"] {
             let Some(mut sim) = timos_model(name).with_context(|| format!("loading {name}"))?
             else {
                 eprintln!("  {name}: {DATA_ENV} not set: skipped");
                 continue;
             };
-            let warm = run_n(&mut sim, device, 1_000_000.min(max), 11)?;
+            let (warm, _) = run_gpu(&mut sim, devices, &gpu_opts, 1_000_000.min(max), 11)?;
             let n = budget(warm.summary.photons_per_ms, secs, max);
-            let r = run_n(&mut sim, device, n, 1)?;
-            // L1 at a count the CPU runs in seconds on the GPU machine's cores.
-            let m = if opts.quick { 100_000 } else { 1_000_000 };
-            let g = run_n(&mut sim, device, m, 3)?;
+            let (r, transport_rate) = run_gpu(&mut sim, devices, &gpu_opts, n, 1)?;
+            // L1 at a count the CPU runs in a few seconds on the GPU machine's 16 cores (76
+            // and 189 photons/ms on cube_5med and FourLayer).
+            let m = if software {
+                20_000
+            } else if opts.quick {
+                50_000
+            } else {
+                200_000
+            };
+            let (g, _) = run_gpu(&mut sim, devices, &gpu_opts, m, 3)?;
             let cpu = Device::cpu();
             let a = run_n(&mut sim, &cpu, m, 1)?;
             let b = run_n(&mut sim, &cpu, m, 2)?;
@@ -149,7 +455,7 @@ pub fn run(device: &Device, opts: &Options, _earlier: &[Measurement]) -> Result<
             let (l1_gpu, l1_cpu) = (l1_norm(&fl(&a), &fl(&g)), l1_norm(&fl(&a), &fl(&b)));
             let s = &r.summary;
             eprintln!(
-                "  {name}: {} photons, {:.0} photons/ms, L1 GPU-CPU {l1_gpu:.4}, CPU-CPU {l1_cpu:.4}",
+                "  {name}: {} photons, {:.0} photons/ms ({transport_rate:.0} in transport), L1 GPU-CPU {l1_gpu:.4}, CPU-CPU {l1_cpu:.4}",
                 s.photons, s.photons_per_ms
             );
             out.push(measurement(
@@ -159,10 +465,25 @@ pub fn run(device: &Device, opts: &Options, _earlier: &[Measurement]) -> Result<
                 "photons/ms",
                 timing(&r),
                 format!(
-                    "absorbed {:.4} (CPU {:.4}); L1 fluence GPU-CPU {l1_gpu:.4} vs CPU-CPU {l1_cpu:.4} at {m} photons each; CPU {:.0} photons/ms on {} threads",
-                    s.absorbed, a.summary.absorbed, a.summary.photons_per_ms, a.summary.device
+                    "kernel variant {}; {transport_rate:.0} photons/ms in the transport alone; absorbed {:.4} (CPU {:.4}); L1 fluence GPU-CPU {l1_gpu:.4} vs CPU-CPU {l1_cpu:.4} at {m} photons each; CPU {:.0} photons/ms on {}",
+                    gpu_opts.variant, s.absorbed, a.summary.absorbed, a.summary.photons_per_ms, a.summary.device
                 ),
             ));
+        }
+        eprintln!("\n  montecarlo sweep on cube60 ({sweep_n} photons each), {device}:");
+        eprintln!(
+            "  | configuration | photons/ms end to end | photons/ms transport | absorbed | tallies = default |"
+        );
+        eprintln!("  |---|---|---|---|---|");
+        for r in &rows {
+            eprintln!(
+                "  | {} | {:.0} | {:.0} | {:.5} | {} |",
+                r.label,
+                r.rate,
+                r.transport_rate,
+                r.absorbed,
+                if r.same { "yes" } else { "no" }
+            );
         }
     } else {
         let mut sim = cube60(1.37)?;

@@ -295,7 +295,10 @@ impl<R: KnownRuntime> Gpu<R> {
     }
 
     /// Run a raw driver call with the device's primary context current on this thread.
-    fn with_context(&self, f: impl FnOnce() -> std::result::Result<bool, String>) -> Result<bool> {
+    pub(crate) fn with_context(
+        &self,
+        f: impl FnOnce() -> std::result::Result<bool, String>,
+    ) -> Result<bool> {
         crate::device::make_current(self.info())?;
         f().map_err(|message| Error::Backend {
             device: self.info().id.clone(),

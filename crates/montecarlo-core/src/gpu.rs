@@ -1,17 +1,105 @@
-//! The GPU path: packs the mesh (f32 SoA), materials and sources, runs
-//! `gpu_kernels::montecarlo` in batches (progress and Ctrl-C between batches), and adds each
-//! batch's exact fixed-point tallies (64-bit integers of 2^-24 weight units) into f64.
+//! The GPU path: packs the mesh (f32 planes, encoded neighbours), materials and sources,
+//! runs `gpu_kernels::montecarlo` in batches on one or several devices (progress and
+//! Ctrl-C between batches), and sums the exact fixed-point tallies (64-bit integers of
+//! 2^-24 weight units) before converting them to f64 once.
+//!
+//! Every photon's random stream is seeded by its global index and every tally is an
+//! integer sum, so the result is bit-identical whatever the batching, the launch size, the
+//! kernel variant's loop structure or the split of the photons between devices.
+//!
+//! ```no_run
+//! use montecarlo_core::gpu::{GpuOptions, run_on};
+//! # fn demo(sim: &montecarlo_core::Simulation) -> montecarlo_core::Result<()> {
+//! // Two GPUs of one host share the photons; the kernel variant comes from
+//! // BIOGPU_MC_VARIANT (or the default).
+//! let devices = [
+//!     gpu_runtime::Device::select("cuda:0".parse().unwrap(), false).unwrap().device,
+//!     gpu_runtime::Device::select("cuda:1".parse().unwrap(), false).unwrap().device,
+//! ];
+//! let r = run_on(sim, &devices, &GpuOptions::from_env()?, None, |done, total| {
+//!     eprintln!("{done}/{total}");
+//! })?;
+//! println!("{} photons/ms", r.summary.photons_per_ms);
+//! # Ok(()) }
+//! ```
 
 use crate::error::{Error, Result};
 use crate::sim::Simulation;
-use crate::source::{self, KIND_CONE, KIND_ISOTROPIC, KIND_PENCIL};
+use crate::source::{self, KIND_DISK, KIND_GAUSSIAN};
 use crate::tally::{McResult, Tally};
 use crate::transport::{C_MM_PER_NS, MAX_EVENTS};
-use gpu_kernels::base::fill;
-use gpu_kernels::montecarlo::{self as k, McBatch, McScene};
-use gpu_runtime::{Device, Gpu, with_gpu};
+use gpu_kernels::montecarlo::{
+    self as k, GPU_KINDS, McBatch, McScene, McTallies, NEIGH_INTERFACE, TOTALS,
+};
+use gpu_runtime::{Backend, Device, Gpu, with_gpu};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
 use std::time::Instant;
+
+/// The kernel variants (re-exported so users need not depend on gpu-kernels).
+pub use gpu_kernels::montecarlo::McVariant;
+
+/// Environment variable selecting the kernel variant (see [`McVariant`]'s syntax, e.g.
+/// `prefetch+k2`); unset or `default` gives the default.
+pub const VARIANT_ENV: &str = "BIOGPU_MC_VARIANT";
+
+/// How the GPU path runs: kernel variant, launch size, batch length.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GpuOptions {
+    pub variant: McVariant,
+    /// Cubes of `variant.units` threads per launch; None = the simulation's
+    /// `params.gpu_cubes`, else the device's default (enough threads to fill every
+    /// multiprocessor; 64 cubes on a software adapter).
+    pub cubes: Option<u32>,
+    /// Wall time aimed at per batch after the first (progress and Ctrl-C are checked
+    /// between batches; each batch ends with a tail where few packets are left).
+    pub batch_seconds: f64,
+    /// Pack the tetrahedra in the mesh's Morton order (as the CPU path does), so that
+    /// neighbours are close in memory; results are mapped back and bit-identical either way.
+    pub reorder: bool,
+}
+
+impl Default for GpuOptions {
+    fn default() -> Self {
+        GpuOptions {
+            variant: McVariant::DEFAULT,
+            cubes: None,
+            batch_seconds: 0.25,
+            reorder: true,
+        }
+    }
+}
+
+impl GpuOptions {
+    /// The defaults with the variant named by `BIOGPU_MC_VARIANT`, if set.
+    pub fn from_env() -> Result<GpuOptions> {
+        let mut o = GpuOptions::default();
+        if let Ok(text) = std::env::var(VARIANT_ENV) {
+            o.variant = text
+                .parse()
+                .map_err(|e: String| Error::Invalid(format!("{VARIANT_ENV}: {e}")))?;
+        }
+        Ok(o)
+    }
+
+    /// Builder: use `variant`.
+    pub fn with_variant(mut self, variant: McVariant) -> Self {
+        self.variant = variant;
+        self
+    }
+
+    /// Builder: launch `cubes` cubes.
+    pub fn with_cubes(mut self, cubes: u32) -> Self {
+        self.cubes = Some(cubes);
+        self
+    }
+
+    /// Builder: pack tetrahedra in Morton order (`true`, the default) or in mesh order.
+    pub fn with_reorder(mut self, reorder: bool) -> Self {
+        self.reorder = reorder;
+        self
+    }
+}
 
 /// Host-side arrays in the kernel's layout.
 struct Packed {
@@ -21,88 +109,238 @@ struct Packed {
     mats: Vec<f32>,
     srcs: Vec<f32>,
     src_tet: Vec<u32>,
+    src_aux: Vec<f32>,
+    face_slot: Vec<u32>,
+    face_normal: Vec<f32>,
+    /// Packed tetrahedron -> mesh tetrahedron (index 0: outside).
+    orig: Vec<u32>,
 }
 
-fn pack(sim: &Simulation) -> Result<Packed> {
+/// Optical constants of every region (0 = outside) as the kernel reads them.
+fn pack_materials(sim: &Simulation) -> Vec<f32> {
+    let regions = sim.mesh.max_region().max(sim.optics.materials.len() as u32);
+    let mut mats = Vec::with_capacity((regions as usize + 1) * k::MAT_FLOATS);
+    for r in 0..=regions {
+        let m = sim.optics.get(r);
+        let mu_t = m.mua + m.mus;
+        let (inv, absorb) = if mu_t > 0.0 {
+            (1.0 / mu_t, m.mua / mu_t)
+        } else {
+            (f64::INFINITY, 0.0)
+        };
+        mats.extend([inv, m.g, m.n, absorb, mu_t, m.n / C_MM_PER_NS, 0.0, 0.0].map(|v| v as f32));
+    }
+    mats
+}
+
+/// Walker's alias table of `weights` (Vose's construction): keep index `i` with
+/// probability `prob[i]`, else take `alias[i]`; with `i` uniform this picks index `j` with
+/// probability `weights[j] / sum`, the distribution of the CPU's cumulative table.
+fn alias_table(weights: &[f64]) -> (Vec<f32>, Vec<u32>) {
+    let n = weights.len();
+    let total: f64 = weights.iter().sum();
+    let mut p: Vec<f64> = weights.iter().map(|w| w * n as f64 / total).collect();
+    let mut prob = vec![1.0f32; n];
+    let mut alias: Vec<u32> = (0..n as u32).collect();
+    let (mut small, mut large): (Vec<usize>, Vec<usize>) = (0..n).partition(|&i| p[i] < 1.0);
+    while let (Some(s), Some(&l)) = (small.pop(), large.last()) {
+        prob[s] = p[s] as f32;
+        alias[s] = l as u32;
+        p[l] -= 1.0 - p[s];
+        if p[l] < 1.0 {
+            large.pop();
+            small.push(l);
+        }
+    }
+    (prob, alias)
+}
+
+/// The element tables of volume and surface sources ([`k::AUX_VECS`] float4 per element,
+/// see `gpu_kernels::montecarlo::source`), tetrahedra in packed numbering.
+fn pack_source_elements(sim: &Simulation, packed_of: &[u32]) -> Vec<f32> {
+    let m = &sim.mesh;
+    let per = 4 * k::AUX_VECS as usize;
+    let mut aux = vec![0.0f32; per * sim.source_elements.len().max(1)];
+    for s in &sim.sources {
+        if s.count == 0 {
+            continue;
+        }
+        let els = &sim.source_elements[s.first as usize..(s.first + s.count) as usize];
+        let weights: Vec<f64> = els
+            .iter()
+            .scan(0.0, |prev, e| {
+                let w = (e.cdf - *prev).max(0.0);
+                *prev = e.cdf;
+                Some(w)
+            })
+            .collect();
+        let (prob, alias) = alias_table(&weights);
+        for (i, e) in els.iter().enumerate() {
+            let r = &mut aux[(s.first as usize + i) * per..][..per];
+            r[0] = prob[i];
+            r[1] = f32::from_bits(alias[i]);
+            r[2] = f32::from_bits(packed_of[e.tet as usize]);
+            let t = m.tets[e.tet as usize];
+            let nodes: Vec<usize> = if e.face >= 4 {
+                t.iter().map(|&v| v as usize).collect()
+            } else {
+                crate::mesh::FACE_NODES[e.face as usize]
+                    .iter()
+                    .map(|&k| t[k] as usize)
+                    .collect()
+            };
+            for (j, &v) in nodes.iter().enumerate() {
+                for c in 0..3 {
+                    r[4 * (1 + j) + c] = m.nodes[v][c] as f32;
+                }
+            }
+            if e.face < 4 {
+                let f = m.faces[e.tet as usize][e.face as usize];
+                let inward = [-f[0], -f[1], -f[2]];
+                let (u, _) = source::basis(inward);
+                for c in 0..3 {
+                    r[16 + c] = inward[c] as f32;
+                    r[20 + c] = u[c] as f32;
+                }
+            }
+        }
+    }
+    aux
+}
+
+fn pack(sim: &Simulation, reorder: bool) -> Result<Packed> {
     let m = &sim.mesh;
     let n = m.len() + 1;
-    if m.boundary.len() >= i32::MAX as usize || n >= i32::MAX as usize {
-        return Err(Error::Gpu("mesh too large for 32-bit indices".into()));
+    if n > k::MAX_TET || m.boundary.len() >= k::MAX_TET {
+        return Err(Error::Gpu(format!(
+            "mesh too large for the GPU path: {} tetrahedra, {} boundary triangles (at most {} each)",
+            m.len(),
+            m.boundary.len(),
+            k::MAX_TET - 1
+        )));
+    }
+    if let Some(g) = sim.gates
+        && (g.count as usize) * n >= 1 << 31
+    {
+        return Err(Error::Gpu(format!(
+            "{} time gates x {} tetrahedra exceed the GPU's gated tally (2^31 entries)",
+            g.count,
+            m.len()
+        )));
+    }
+    // Morton order of the centroids (the CPU path's packing): neighbours close in memory.
+    let mut orig = Vec::with_capacity(n);
+    orig.push(0u32);
+    if !reorder {
+        orig.extend(1..n as u32);
+    } else if m.order.len() == m.len() {
+        orig.extend_from_slice(&m.order);
+    } else {
+        orig.extend(m.morton_order());
+    }
+    let mut packed_of = vec![0u32; n];
+    for (p, &o) in orig.iter().enumerate() {
+        packed_of[o as usize] = p as u32;
+    }
+    let mats = pack_materials(sim);
+    let material = |t: usize| {
+        let r = m.regions[t] as usize * k::MAT_FLOATS;
+        &mats[r..r + k::MAT_FLOATS]
+    };
+    // Tallied faces: both sides of each carry its slot.
+    let tallied = sim.faces.len();
+    let mut face_slot = vec![k::NO_SLOT; if tallied > 0 { 4 * n } else { 1 }];
+    let mut face_normal = vec![0.0f32; 4 * tallied.max(1)];
+    for (i, &(t, f)) in sim.faces.faces.iter().enumerate() {
+        face_slot[4 * packed_of[t as usize] as usize + f as usize] = i as u32;
+        let nb = m.neighbours[t as usize][f as usize];
+        if nb > 0
+            && let Some(back) = m.neighbours[nb as usize].iter().position(|&x| x == t)
+        {
+            face_slot[4 * packed_of[nb as usize] as usize + back] = i as u32;
+        }
+        for c in 0..3 {
+            face_normal[4 * i + c] = sim.faces.normals[i][c] as f32;
+        }
     }
     let mut faces = Vec::with_capacity(n * k::FACE_FLOATS);
-    for f in &m.faces {
-        for p in f {
-            // Offsets relative to nothing: f32 keeps ~7 digits, enough for meshes whose
-            // coordinates span < 1e4 of their smallest feature.
-            faces.extend(p.iter().map(|&v| v as f32));
+    let mut neigh = Vec::with_capacity(n * k::NEIGH_INTS);
+    let mut region = Vec::with_capacity(n);
+    for (p, &o) in orig.iter().enumerate() {
+        let o = o as usize;
+        for plane in &m.faces[o] {
+            // f32 keeps ~7 digits: enough for meshes whose coordinates span < 1e4 of their
+            // smallest feature.
+            faces.extend(plane.iter().map(|&v| v as f32));
         }
-    }
-    let mut neigh = Vec::with_capacity(n * 4);
-    for t in 0..n {
         for f in 0..4 {
-            let nb = m.neighbours[t][f];
-            neigh.push(if nb > 0 {
-                nb as i32
-            } else if t == 0 {
+            let nb = m.neighbours[o][f] as usize;
+            neigh.push(if o == 0 {
                 0
+            } else if nb == 0 {
+                -(m.boundary_index[o][f] as i32)
             } else {
-                -(m.boundary_index[t][f] as i32)
+                let mut v = packed_of[nb] as i32;
+                if material(nb) != material(o) {
+                    v |= NEIGH_INTERFACE;
+                }
+                if tallied > 0 && face_slot[4 * p + f] != k::NO_SLOT {
+                    v |= k::NEIGH_TALLIED;
+                }
+                v
             });
         }
+        region.push(m.regions[o]);
     }
-    let regions = sim.optics.materials.len();
-    let mut mats = Vec::with_capacity((regions + 1) * k::MAT_FLOATS);
-    for r in 0..=regions as u32 {
-        let mat = sim.optics.get(r);
-        let mu_t = mat.mua + mat.mus;
-        let inv = if mu_t > 0.0 {
-            1.0 / mu_t
-        } else {
-            f64::INFINITY
-        };
-        let absorb = if mu_t > 0.0 { mat.mua / mu_t } else { 0.0 };
-        mats.extend([mat.mua, mat.mus, inv, mat.g, mat.n, absorb, mu_t, 0.0].map(|v| v as f32));
-    }
-    let mut srcs = Vec::new();
-    let mut src_tet = Vec::new();
+    let e = 1e-7 * m.scale();
+    let mut srcs = Vec::with_capacity(sim.sources.len() * k::SRC_FLOATS);
+    let mut src_tet = Vec::with_capacity(sim.sources.len());
     for s in &sim.sources {
-        if ![KIND_PENCIL, KIND_ISOTROPIC, KIND_CONE].contains(&s.kind) {
-            return Err(Error::Gpu(
-                "disk, Gaussian and line sources run on the CPU only for now (use --device cpu)"
-                    .into(),
-            ));
+        if !GPU_KINDS.contains(&s.kind) {
+            return Err(Error::Gpu(format!(
+                "source kind {} is unknown to the GPU kernel (use --device cpu)",
+                s.kind
+            )));
         }
+        // Disk and Gaussian samples walk from the centre moved a hair into the mesh.
+        let pos = if s.kind == KIND_DISK || s.kind == KIND_GAUSSIAN {
+            [0, 1, 2].map(|i| s.pos[i] + e * s.dir[i])
+        } else {
+            s.pos
+        };
         let (u, _) = source::basis(s.dir);
-        srcs.extend(
-            [
-                s.kind as f64,
-                s.cumulative,
-                s.param,
-                0.0,
-                s.pos[0],
-                s.pos[1],
-                s.pos[2],
-                0.0,
-                s.dir[0],
-                s.dir[1],
-                s.dir[2],
-                0.0,
-                u[0],
-                u[1],
-                u[2],
-                0.0,
-            ]
-            .map(|v| v as f32),
-        );
-        src_tet.push(s.tet);
+        let f = |v: f64| v as f32;
+        srcs.extend([
+            f(f64::from(s.kind)),
+            f(s.cumulative),
+            f(s.param),
+            f32::from_bits(s.first),
+            f(pos[0]),
+            f(pos[1]),
+            f(pos[2]),
+            f32::from_bits(s.count),
+            f(s.dir[0]),
+            f(s.dir[1]),
+            f(s.dir[2]),
+            0.0,
+            f(u[0]),
+            f(u[1]),
+            f(u[2]),
+            0.0,
+        ]);
+        src_tet.push(packed_of[s.tet as usize]);
     }
     Ok(Packed {
         faces,
         neigh,
-        region: m.regions.clone(),
+        region,
         mats,
         srcs,
         src_tet,
+        src_aux: pack_source_elements(sim, &packed_of),
+        face_slot,
+        face_normal,
+        orig,
     })
 }
 
@@ -118,6 +356,11 @@ fn upload_scene<R: cubecl_rt::Runtime>(
         mats: gpu.upload(&p.mats)?,
         srcs: gpu.upload(&p.srcs)?,
         src_tet: gpu.upload(&p.src_tet)?,
+        src_aux: gpu.upload(&p.src_aux)?,
+        face_slot: gpu.upload(&p.face_slot)?,
+        face_normal: gpu.upload(&p.face_normal)?,
+        tallied_faces: sim.faces.len(),
+        gates: sim.gates.map_or(0, |g| g.count),
         tets: sim.mesh.len() + 1,
         boundary: sim.mesh.boundary.len(),
         sources: sim.sources.len() as u32,
@@ -126,85 +369,454 @@ fn upload_scene<R: cubecl_rt::Runtime>(
 
 use gpu_runtime::cubecl::prelude as cubecl_rt;
 
-/// Run `sim` on the GPU `device`.
-pub fn run(
+/// Exact tallies of a photon range: 64-bit integers of 2^-24 weight units.
+#[derive(Debug, Clone)]
+pub struct FixedTally {
+    /// Per tetrahedron (index 0 unused).
+    pub absorbed: Vec<u64>,
+    /// Per boundary triangle.
+    pub escaped: Vec<u64>,
+    /// Killed by roulette, given to roulette survivors, time-limited, lost.
+    pub totals: [u64; TOTALS],
+    /// Absorbed per gate and tetrahedron, `gate x (len + 1) + tet` (empty without gates).
+    pub gated: Vec<u64>,
+    /// Per tallied face: sum of w / |cos| (see `tally::face_crossing`).
+    pub face_fluence: Vec<u64>,
+    /// Per tallied face: net current, sum of w sign(cos).
+    pub face_current: Vec<i64>,
+    /// Photons run.
+    pub photons: u64,
+    /// Wall time of the transport itself (launches and their synchronisation, after the
+    /// scene is on the device, before the tallies are read back); the slowest device's.
+    pub transport_seconds: f64,
+}
+
+impl FixedTally {
+    fn zero(sim: &Simulation) -> Self {
+        FixedTally {
+            absorbed: vec![0; sim.mesh.len() + 1],
+            escaped: vec![0; sim.mesh.boundary.len()],
+            totals: [0; TOTALS],
+            gated: vec![0; sim.gates.map_or(0, |g| g.count as usize) * (sim.mesh.len() + 1)],
+            face_fluence: vec![0; sim.faces.len()],
+            face_current: vec![0; sim.faces.len()],
+            photons: 0,
+            transport_seconds: 0.0,
+        }
+    }
+
+    /// Whether the tallies and photon counts are equal bit for bit (timing aside).
+    pub fn same_tallies(&self, other: &FixedTally) -> bool {
+        self.absorbed == other.absorbed
+            && self.escaped == other.escaped
+            && self.totals == other.totals
+            && self.gated == other.gated
+            && self.face_fluence == other.face_fluence
+            && self.face_current == other.face_current
+            && self.photons == other.photons
+    }
+
+    /// Add `other` (exact integer sums).
+    fn add(&mut self, other: &FixedTally) {
+        for (a, b) in self.absorbed.iter_mut().zip(&other.absorbed) {
+            *a += b;
+        }
+        for (a, b) in self.escaped.iter_mut().zip(&other.escaped) {
+            *a += b;
+        }
+        for (a, b) in self.totals.iter_mut().zip(&other.totals) {
+            *a += b;
+        }
+        for (a, b) in self.gated.iter_mut().zip(&other.gated) {
+            *a += b;
+        }
+        for (a, b) in self.face_fluence.iter_mut().zip(&other.face_fluence) {
+            *a += b;
+        }
+        for (a, b) in self.face_current.iter_mut().zip(&other.face_current) {
+            *a = a.wrapping_add(*b);
+        }
+        self.photons += other.photons;
+        self.transport_seconds = self.transport_seconds.max(other.transport_seconds);
+    }
+
+    /// The f64 tally (weights in packet units).
+    pub fn to_tally(&self, sim: &Simulation) -> Tally {
+        let w = |v: u64| v as f64 / k::FIXED_SCALE;
+        let gates = self.gated.len() / (sim.mesh.len() + 1);
+        let mut t = Tally::with_outputs(&sim.mesh, self.face_fluence.len(), gates);
+        for (dst, &v) in t.gated.iter_mut().zip(&self.gated) {
+            *dst = w(v);
+        }
+        for (dst, &v) in t.face_fluence.iter_mut().zip(&self.face_fluence) {
+            *dst = w(v);
+        }
+        for (dst, &v) in t.face_current.iter_mut().zip(&self.face_current) {
+            *dst = v as f64 / k::FIXED_SCALE;
+        }
+        for (dst, &v) in t.absorbed.iter_mut().zip(&self.absorbed) {
+            *dst = w(v);
+        }
+        for (dst, &v) in t.escaped.iter_mut().zip(&self.escaped) {
+            *dst = w(v);
+        }
+        t.roulette = w(self.totals[0]) - w(self.totals[1]);
+        t.expired = w(self.totals[2]);
+        t.lost = w(self.totals[3]);
+        t.photons = self.photons;
+        t
+    }
+}
+
+fn words_to_u64(words: &[u32]) -> Vec<u64> {
+    words
+        .chunks_exact(2)
+        .map(|w| (u64::from(w[1]) << 32) | u64::from(w[0]))
+        .collect()
+}
+
+/// Cubes per launch when nobody chose: about 2,048 threads per multiprocessor for the
+/// flat loop (the photon counter hands out work, so extra cubes only wait and exit); the
+/// nested variant's measured best (16,384 cubes of 128 on an H100); 64 on lavapipe.
+pub fn default_cubes(device: &Device, variant: &McVariant) -> u32 {
+    let info = device.info();
+    if info.software {
+        return 64;
+    }
+    if variant.flags & k::F_NESTED != 0 {
+        return 16_384;
+    }
+    match (device.backend(), info.compute_units) {
+        (Backend::Cuda, Some(sms)) => (sms * (2048 / variant.units)).max(1),
+        _ => 1024,
+    }
+}
+
+/// Event-loop iterations per lane and launch on software adapters. lavapipe (llvmpipe)
+/// ends every loop of a shader invocation once the invocation has run 65,535 loop
+/// iterations in all (inner loops included: the source pick and the start-point walk run
+/// at every launch), silently dropping the photons a lane holds. Past this budget the
+/// kernel takes no new photon and the launch is repeated: 2,048 event iterations leave
+/// room for ~30 inner-loop iterations per event.
+const LAVAPIPE_BUDGET: u32 = 2_048;
+
+/// A message from a device worker.
+enum Report {
+    /// Photons finished on device `i` so far.
+    Progress(usize, u64),
+}
+
+/// Run photons `first..first + count` on `device` in batches, adding nothing to the host
+/// until the end (tallies accumulate on the device); stops between batches when `stop` is
+/// set. Returns the exact tallies of the photons finished.
+#[allow(clippy::too_many_arguments)]
+fn run_range(
     sim: &Simulation,
+    packed: &Packed,
     device: &Device,
+    opts: &GpuOptions,
+    first: u64,
+    count: u64,
     stop: Option<&AtomicBool>,
-    mut progress: impl FnMut(u64, u64),
-) -> Result<McResult> {
-    let packed = pack(sim)?;
+    mut report: impl FnMut(u64),
+) -> Result<FixedTally> {
     let gerr = |e: gpu_runtime::Error| Error::Gpu(e.to_string());
-    let start = Instant::now();
-    let mut tally = Tally::new(&sim.mesh);
-    let mut interrupted = false;
-    let name = device.info().id.clone();
-    let software = matches!(device.backend(), gpu_runtime::Backend::Wgpu);
+    let variant = opts.variant;
+    let cubes = opts
+        .cubes
+        .or(sim.params.gpu_cubes)
+        .unwrap_or_else(|| default_cubes(device, &variant))
+        .max(1);
+    let threads = u64::from(cubes) * u64::from(variant.units);
+    let software = device.info().software;
+    // Software adapters end long shader loops (see `LAVAPIPE_BUDGET`): the static and
+    // nested variants keep to 8 photons per thread per launch there.
+    let max_batch = if software {
+        threads * 8
+    } else {
+        (1u64 << 31) - threads.min(1 << 30)
+    };
     with_gpu!(device, |gpu| {
-        let scene = upload_scene(gpu, &packed, sim)?;
-        let zeros_a = vec![0u32; 2 * scene.tets];
-        let zeros_e = vec![0u32; 2 * scene.boundary.max(1)];
-        let totals = gpu.empty::<f32>(3)?;
-        // Persistent threads: about 2048 per SM on CUDA; fewer on wgpu (lavapipe is a CPU).
-        // 16384 cubes was fastest of 1024..16384 on an H100 (docs/montecarlo.md).
-        let cubes: u32 = sim
-            .params
-            .gpu_cubes
-            .unwrap_or(if software { 64 } else { 16384 })
-            .max(1);
-        let threads = u64::from(cubes * k::UNITS);
-        // Batches of ~1/20 of the run (progress, Ctrl-C), at least 16 photons per thread,
-        // at most 2^31 (u32 photon offsets inside a batch).
-        let batch = (sim.photons / 20).clamp(threads * 16, 1 << 31);
+        let scene = upload_scene(gpu, packed, sim)?;
+        let tallies = McTallies::zeroed(gpu, &scene)?;
         let mut done = 0u64;
-        while done < sim.photons {
+        // The first batch measures the rate; later ones aim at `batch_seconds` each.
+        let mut batch = (threads * 8).min(max_batch);
+        let started = Instant::now();
+        while done < count {
             if stop.is_some_and(|s| s.load(Ordering::Relaxed)) {
-                interrupted = true;
                 break;
             }
-            let n = batch.min(sim.photons - done);
-            let absorbed = gpu.upload(&zeros_a)?;
-            let escaped = gpu.upload(&zeros_e)?;
-            fill(gpu, &totals, 0.0)?;
+            let n = batch.min(count - done);
             let b = McBatch {
-                first: done,
+                first: first + done,
                 photons: n as u32,
                 seed: sim.params.seed,
                 wmin: sim.params.wmin as f32,
                 prwin: sim.params.prwin as f32,
                 tmax_ns: sim.params.time_limit_ns.map_or(f32::MAX, |t| t as f32),
-                inv_c: (1.0 / C_MM_PER_NS) as f32,
+                n_out: sim.optics.n_outside as f32,
+                gate_width_ns: sim.gates.map_or(1.0, |g| g.width_ns as f32),
                 max_events: MAX_EVENTS,
-                cubes: cubes.min(n.div_ceil(u64::from(k::UNITS)).max(1) as u32),
+                budget: if software { LAVAPIPE_BUDGET } else { u32::MAX },
+                cubes: cubes.min(n.div_ceil(u64::from(variant.units)).max(1) as u32),
+                variant,
             };
-            k::transport(gpu, &scene, &b, &absorbed, &escaped, &totals)?;
-            let a = gpu.download(&absorbed)?;
-            let e = gpu.download(&escaped)?;
-            let t = gpu.download(&totals)?;
-            let fixed = |w: &[u32]| {
-                ((u64::from(w[1]) << 32) | u64::from(w[0])) as f64 / f64::from(k::FIXED_SCALE)
-            };
-            for (dst, v) in tally.absorbed.iter_mut().zip(a.chunks_exact(2)) {
-                *dst += fixed(v);
-            }
-            for (dst, v) in tally.escaped.iter_mut().zip(e.chunks_exact(2)) {
-                *dst += fixed(v);
-            }
-            tally.roulette += f64::from(t[0]);
-            tally.expired += f64::from(t[1]);
-            tally.lost += f64::from(t[2]);
-            tally.photons += n;
+            k::transport(gpu, &scene, &b, &tallies)?;
+            gpu.sync()?;
             done += n;
-            progress(done, sim.photons);
+            report(done);
+            let rate = done as f64 / started.elapsed().as_secs_f64().max(1e-9);
+            batch = ((rate * opts.batch_seconds) as u64).clamp(threads * 8, max_batch);
         }
-        Ok(())
+        let transport_seconds = started.elapsed().as_secs_f64();
+        let mut out = FixedTally::zero(sim);
+        out.transport_seconds = transport_seconds;
+        // Per-tet tallies back from the packed numbering to the mesh's.
+        let stride = packed.orig.len();
+        let absorbed = words_to_u64(&gpu.download(&tallies.absorbed)?);
+        for (p, &o) in packed.orig.iter().enumerate() {
+            out.absorbed[o as usize] = absorbed[p];
+        }
+        if !out.gated.is_empty() {
+            let gated = words_to_u64(&gpu.download(&tallies.gated)?);
+            for (g, chunk) in gated.chunks_exact(stride).enumerate() {
+                for (p, &o) in packed.orig.iter().enumerate() {
+                    out.gated[g * stride + o as usize] = chunk[p];
+                }
+            }
+        }
+        if !out.face_fluence.is_empty() {
+            let faces = words_to_u64(&gpu.download(&tallies.face_tally)?);
+            for (i, pair) in faces
+                .chunks_exact(2)
+                .take(out.face_fluence.len())
+                .enumerate()
+            {
+                out.face_fluence[i] = pair[0];
+                out.face_current[i] = pair[1] as i64;
+            }
+        }
+        out.escaped = words_to_u64(&gpu.download(&tallies.escaped)?);
+        out.escaped.truncate(sim.mesh.boundary.len());
+        let totals = words_to_u64(&gpu.download(&tallies.totals)?);
+        out.totals.copy_from_slice(&totals);
+        out.photons = done;
+        Ok(out)
     })
-    .map_err(gerr)?;
-    interrupted |= tally.photons < sim.photons;
+    .map_err(gerr)
+}
+
+/// Run `sim` on `devices`, which split the photons into equal contiguous index ranges
+/// (one thread per device); `progress(done, total)` is called between batches. Naming a
+/// device twice runs two workers on it (results are the same as with one). When `stop` is
+/// set, every device stops after its current batch and the result covers the photons
+/// finished, marked interrupted.
+pub fn run_on(
+    sim: &Simulation,
+    devices: &[Device],
+    opts: &GpuOptions,
+    stop: Option<&AtomicBool>,
+    mut progress: impl FnMut(u64, u64),
+) -> Result<McResult> {
+    let start = Instant::now();
+    if devices.is_empty() {
+        return Err(Error::Invalid("no GPU devices given".into()));
+    }
+    if let Some(d) = devices.iter().find(|d| !d.is_gpu()) {
+        return Err(Error::Gpu(format!("{} is not a GPU", d.info().id)));
+    }
+    opts.variant
+        .check()
+        .map_err(|e| Error::Invalid(format!("kernel variant: {e}")))?;
+    let (fixed, total) = run_fixed(sim, devices, opts, stop, &mut progress)?;
+    let names: Vec<_> = devices.iter().map(|d| d.info().id.clone()).collect();
+    let interrupted = fixed.photons < total;
     Ok(McResult::new(
-        tally,
+        fixed.to_tally(sim),
         start.elapsed().as_secs_f64(),
-        name,
+        names.join("+"),
         interrupted,
     ))
+}
+
+/// [`run_on`]'s exact tallies, before normalisation, and the photons asked for.
+pub fn run_fixed(
+    sim: &Simulation,
+    devices: &[Device],
+    opts: &GpuOptions,
+    stop: Option<&AtomicBool>,
+    mut progress: impl FnMut(u64, u64),
+) -> Result<(FixedTally, u64)> {
+    let packed = pack(sim, opts.reorder)?;
+    let total = sim.photons;
+    let parts = devices.len() as u64;
+    let range = |i: u64| (total * i / parts, total * (i + 1) / parts);
+    let (tx, rx) = mpsc::channel::<Report>();
+    let results: Vec<Result<FixedTally>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = devices
+            .iter()
+            .enumerate()
+            .map(|(i, device)| {
+                let tx = tx.clone();
+                let packed = &packed;
+                let (lo, hi) = range(i as u64);
+                scope.spawn(move || {
+                    run_range(sim, packed, device, opts, lo, hi - lo, stop, |done| {
+                        // The receiver outlives the workers; a send cannot fail.
+                        let _ = tx.send(Report::Progress(i, done));
+                    })
+                })
+            })
+            .collect();
+        drop(tx);
+        let mut done = vec![0u64; devices.len()];
+        for Report::Progress(i, d) in rx {
+            done[i] = d;
+            progress(done.iter().sum(), total);
+        }
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(Error::Gpu("a device worker panicked".into())))
+            })
+            .collect()
+    });
+    let mut sum = FixedTally::zero(sim);
+    for r in results {
+        sum.add(&r?);
+    }
+    Ok((sum, total))
+}
+
+/// Run `sim` on the GPU `device` with the options of [`GpuOptions::from_env`].
+pub fn run(
+    sim: &Simulation,
+    device: &Device,
+    stop: Option<&AtomicBool>,
+    progress: impl FnMut(u64, u64),
+) -> Result<McResult> {
+    run_on(
+        sim,
+        std::slice::from_ref(device),
+        &GpuOptions::from_env()?,
+        stop,
+        progress,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transport::Params;
+    use crate::{Material, Optics, Source, generate};
+
+    fn sim(same_material: bool) -> Simulation {
+        let mesh = generate::grid_mesh(
+            &generate::planes(0.0, 4.0, 2),
+            &generate::planes(0.0, 4.0, 2),
+            &generate::planes(0.0, 4.0, 2),
+            6,
+            |c| if c[2] > 2.0 { 2 } else { 1 },
+        )
+        .unwrap();
+        let m = Material {
+            mua: 0.1,
+            mus: 1.0,
+            g: 0.5,
+            n: 1.4,
+        };
+        let m2 = if same_material {
+            m
+        } else {
+            Material { mua: 0.2, ..m }
+        };
+        let optics = Optics {
+            materials: vec![m, m2],
+            n_outside: 1.0,
+        };
+        let src = [Source::Disk {
+            pos: [2.0, 2.0, 0.0],
+            dir: [0.0, 0.0, 1.0],
+            radius: 1.0,
+            power: 1.0,
+        }];
+        Simulation::new(mesh, optics, &src, 10, Params::default()).unwrap()
+    }
+
+    /// Neighbour entries: boundary faces are `-b` with the right triangle, interior faces
+    /// carry the interface bit exactly where the two regions' materials differ.
+    #[test]
+    fn packed_neighbours_flag_material_changes_and_name_boundary_triangles() {
+        for same in [true, false] {
+            let s = sim(same);
+            let p = pack(&s, false).unwrap();
+            let m = &s.mesh;
+            let mut flagged = 0;
+            for t in 1..=m.len() {
+                for f in 0..4 {
+                    let v = p.neigh[t * 4 + f];
+                    let nb = m.neighbours[t][f];
+                    if nb == 0 {
+                        assert_eq!(v, -(m.boundary_index[t][f] as i32));
+                    } else {
+                        let differ = m.regions[t] != m.regions[nb as usize] && !same;
+                        assert_eq!(v & NEIGH_INTERFACE != 0, differ, "tet {t} face {f}");
+                        assert_eq!((v & !NEIGH_INTERFACE) as u32, nb);
+                        flagged += usize::from(differ);
+                    }
+                }
+            }
+            assert_eq!(flagged > 0, !same);
+            // Planes: 16 floats per tet, the f64 ones rounded.
+            assert_eq!(p.faces.len(), (m.len() + 1) * k::FACE_FLOATS);
+            assert_eq!(p.faces[k::FACE_FLOATS + 3], m.faces[1][0][3] as f32);
+            // The disk's start is its centre moved a hair along the beam.
+            let z = p.srcs[6];
+            assert!(z > 0.0 && z < 1e-5, "{z}");
+            assert_eq!(p.srcs[0], KIND_DISK as f32);
+        }
+    }
+
+    #[test]
+    fn fixed_tallies_convert_exactly_and_compare_without_timing() {
+        let s = sim(true);
+        let mut a = FixedTally::zero(&s);
+        a.absorbed[1] = 3 << 24;
+        a.escaped[0] = 1 << 23;
+        a.totals = [5 << 24, 1 << 24, 1 << 22, 0];
+        a.photons = 10;
+        let mut b = a.clone();
+        b.transport_seconds = 1.0;
+        assert!(a.same_tallies(&b));
+        let t = a.to_tally(&s);
+        assert_eq!(t.absorbed[1], 3.0);
+        assert_eq!(t.escaped[0], 0.5);
+        assert_eq!(t.roulette, 4.0);
+        assert_eq!(t.expired, 0.25);
+        a.add(&b);
+        assert_eq!(a.absorbed[1], 6 << 24);
+        assert_eq!(a.photons, 20);
+        assert!(!a.same_tallies(&b));
+    }
+
+    #[test]
+    fn bad_variant_and_device_lists_are_errors() {
+        assert!("k9".parse::<McVariant>().is_err());
+        assert!("nested+k2".parse::<McVariant>().is_err());
+        assert!("u48".parse::<McVariant>().is_err());
+        let s = sim(true);
+        let e = run_on(&s, &[], &GpuOptions::default(), None, |_, _| {}).unwrap_err();
+        assert!(e.to_string().contains("no GPU devices"), "{e}");
+        let e = run_on(
+            &s,
+            &[Device::cpu()],
+            &GpuOptions::default(),
+            None,
+            |_, _| {},
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("not a GPU"), "{e}");
+    }
 }

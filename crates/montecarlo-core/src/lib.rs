@@ -19,7 +19,7 @@
 pub mod error;
 pub mod generate;
 pub mod gmsh;
-mod gpu;
+pub mod gpu;
 pub mod mesh;
 pub mod mmc;
 pub mod mmc_json;

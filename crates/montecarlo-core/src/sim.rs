@@ -107,14 +107,14 @@ pub struct Outputs {
     /// `tets.csv` and `exitance.csv` (and `faces.csv`, `gates.csv` when tallied).
     #[serde(default = "yes")]
     pub csv: bool,
-    /// Planes of mesh faces with a fluence tally (CPU path).
+    /// Planes of mesh faces with a fluence tally.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub planes: Vec<Plane>,
     /// Single faces with a fluence tally: `[tet, face]` (tet 1-based, face 0..=3 opposite
     /// node `face`); the current's sign follows that face's outward normal.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub faces: Vec<[u32; 2]>,
-    /// Time-of-flight gates (CPU path).
+    /// Time-of-flight gates.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gates: Option<Gates>,
 }
@@ -435,22 +435,6 @@ impl Simulation {
         mut progress: impl FnMut(u64, u64),
     ) -> Result<McResult> {
         if device.is_gpu() {
-            if !self.faces.is_empty() || self.gates.is_some() {
-                return Err(Error::Gpu(
-                    "face fluence and time gates run on the CPU only for now (use --device cpu)"
-                        .into(),
-                ));
-            }
-            if self
-                .sources
-                .iter()
-                .any(|s| s.kind == source::KIND_VOLUME || s.kind == source::KIND_SURFACE)
-            {
-                return Err(Error::Gpu(
-                    "volume and surface sources run on the CPU only for now (use --device cpu)"
-                        .into(),
-                ));
-            }
             return crate::gpu::run(self, device, stop, progress);
         }
         let start = Instant::now();

@@ -23,37 +23,9 @@ use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 
-/// Batches in flight: one uploading, one computing, one downloading.
-/// (`BIOGPU_STREAM_WORKERS` overrides it, for benchmarking only.)
-fn workers() -> usize {
-    std::env::var("BIOGPU_STREAM_WORKERS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(3usize)
-        .clamp(1, 16)
-}
-
-/// Time spent per phase of a batch, summed over workers (benchmark diagnostics): copy
-/// into pinned memory, upload, kernel + K download, other downloads, dropping the frames,
-/// waiting for the next batch. Nanoseconds.
-#[doc(hidden)]
-pub static PHASE_NANOS: [std::sync::atomic::AtomicU64; 6] = [
-    std::sync::atomic::AtomicU64::new(0),
-    std::sync::atomic::AtomicU64::new(0),
-    std::sync::atomic::AtomicU64::new(0),
-    std::sync::atomic::AtomicU64::new(0),
-    std::sync::atomic::AtomicU64::new(0),
-    std::sync::atomic::AtomicU64::new(0),
-];
-
-fn add_phase(i: usize, since: &mut std::time::Instant) {
-    let now = std::time::Instant::now();
-    PHASE_NANOS[i].fetch_add(
-        (now - *since).as_nanos() as u64,
-        std::sync::atomic::Ordering::Relaxed,
-    );
-    *since = now;
-}
+/// Batches in flight: one uploading, one computing, one downloading. (More workers do
+/// not raise the rate: the host link is the limit.)
+const WORKERS: usize = 3;
 
 /// Geometry and settings of one stream, fixed by its first frame.
 #[derive(Clone, Copy)]
@@ -309,7 +281,7 @@ fn run<R: KnownRuntime, T: StreamPixel>(
     sink: &mut dyn FnMut(FrameMaps<'_>) -> Result<()>,
 ) -> Result<usize> {
     let in_place = gpu.can_write_in_place();
-    let n_workers = workers();
+    let n_workers = WORKERS;
     std::thread::scope(|scope| {
         let mut workers: Vec<(SyncSender<Job>, Receiver<Result<Slot>>)> =
             Vec::with_capacity(n_workers);
@@ -392,9 +364,7 @@ fn worker<R: KnownRuntime, T: StreamPixel>(
     done: &SyncSender<Result<Slot>>,
 ) {
     let mut buffers = None;
-    let mut clock = std::time::Instant::now();
     for (frames, mut slot) in jobs {
-        add_phase(5, &mut clock);
         let result = (|| -> gpu_runtime::Result<()> {
             let dev = match &buffers {
                 Some(b) => b,
@@ -402,9 +372,7 @@ fn worker<R: KnownRuntime, T: StreamPixel>(
             };
             process_batch::<R, T>(gpu, shape, params, in_place, dev, &frames, &mut slot)
         })();
-        clock = std::time::Instant::now();
         drop(frames);
-        add_phase(4, &mut clock);
         let reply = result.map(|()| slot).map_err(|e| Error::Gpu(e.to_string()));
         if done.send(reply).is_err() {
             break;
@@ -423,9 +391,7 @@ fn process_batch<R: KnownRuntime, T: StreamPixel>(
 ) -> gpu_runtime::Result<()> {
     let n = frames.len();
     let bytes = n * shape.frame_bytes;
-    let mut clock = std::time::Instant::now();
-    let skip_copy = std::env::var("BIOGPU_STREAM_SKIP_COPY").is_ok_and(|v| v == "1");
-    slot.input.as_bytes_mut()[..if skip_copy { 0 } else { bytes }]
+    slot.input.as_bytes_mut()[..bytes]
         .par_chunks_mut(shape.frame_bytes)
         .zip(frames.par_iter())
         .for_each(|(dst, f)| {
@@ -436,7 +402,6 @@ fn process_batch<R: KnownRuntime, T: StreamPixel>(
                 px.as_slice().expect("standard layout"),
             ));
         });
-    add_phase(0, &mut clock);
     let used_words = bytes.div_ceil(4);
     slot.input.as_bytes_mut()[bytes..used_words * 4].fill(0);
     let input = if in_place {
@@ -445,11 +410,9 @@ fn process_batch<R: KnownRuntime, T: StreamPixel>(
     } else {
         gpu.upload_staged::<u32>(&slot.input, used_words)?
     };
-    add_phase(1, &mut clock);
     let p = spatial_params::<T>(params, shape.w, shape.h, n as u32, shape.saturation);
     kernels::spatial_contrast(gpu, &input, &p, &dev.k, &dev.sfi, &dev.flags)?;
     gpu.download_staged(&dev.k, &mut slot.k)?;
-    add_phase(2, &mut clock);
     if let Some(sfi) = slot.sfi.as_mut() {
         gpu.download_staged(&dev.sfi, sfi)?;
     }
@@ -462,7 +425,6 @@ fn process_batch<R: KnownRuntime, T: StreamPixel>(
             .zip(words.par_iter())
             .for_each(|(d, &f)| *d = f as u8);
     }
-    add_phase(3, &mut clock);
     Ok(())
 }
 

@@ -14,8 +14,7 @@ pub mod error;
 pub mod flow;
 pub mod gpu;
 mod gpu_flow;
-#[doc(hidden)]
-pub mod gpu_stream;
+mod gpu_stream;
 pub mod io;
 pub mod mesi;
 pub mod output;

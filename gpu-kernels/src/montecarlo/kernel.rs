@@ -1,0 +1,836 @@
+//! The transport kernel: hop-drop-spin with Fresnel, roulette and a time limit (f32), the
+//! CPU reference's physics (montecarlo-core `transport`) event for event.
+//!
+//! **Loop structure.** By default one flat loop of events per thread: when a lane's packet
+//! ends, that lane launches the next photon in the same loop (photon indices handed out by
+//! one atomic counter, each lane holding the next index ahead of need), so a warp never
+//! waits for its longest packet (packet lifetimes are heavy-tailed: on cube60 the median
+//! packet scatters 8 times, 1% scatter over 1,000 times). The nested structure (each lane
+//! runs its photon to the end, photons `i, i + stride, ...`) is kept as a variant.
+//!
+//! **Memory per event.** The four face planes of the current tetrahedron are four 16-byte
+//! loads (one 64-byte record); the material of the current region stays in registers and
+//! is reloaded only at faces flagged as a change of material (bit 30 of the neighbour).
+//! An ordinary interior face costs one 16-byte neighbour load and no other memory access.
+//!
+//! **Tallies** are exact fixed point (2^-24 of a packet weight): every drop is rounded to an
+//! integer before it is added, so sums are independent of the order of atomics, of which
+//! thread ran which photon, of batching and of the number of devices.
+
+// CubeCL 0.10 evaluates both sides of `&&` in kernels, calls included: a condition with
+// side effects must stay a nested `if`, which clippy would collapse.
+#![allow(clippy::collapsible_if)]
+
+use super::rng::{Rng, rng_seed, rng_zero, uniform};
+use super::source::launch;
+use super::{
+    F_FACES, F_GATES, F_IEEE, F_KEEP_PLANES, F_NESTED, F_NO_CACHE, F_PREFETCH, F_STATIC, T_EXPIRED,
+    T_GAINED, T_KILLED, T_LOST,
+};
+use cubecl::prelude::*;
+
+/// A packet in flight, with the optical constants of its current region.
+#[derive(CubeType)]
+pub(crate) struct Photon {
+    pub px: f32,
+    pub py: f32,
+    pub pz: f32,
+    pub dx: f32,
+    pub dy: f32,
+    pub dz: f32,
+    pub w: f32,
+    /// Dimensionless optical depth left to the next interaction.
+    pub s: f32,
+    /// ns of flight.
+    pub time: f32,
+    pub t: u32,
+    pub events: u32,
+    pub inv_mut: f32,
+    pub absorb: f32,
+    pub mu_t: f32,
+    /// ns per length unit of flight (n / c).
+    pub n_over_c: f32,
+    pub n: f32,
+    pub g: f32,
+    /// With `F_KEEP_PLANES`: the face planes of tetrahedron `ft`, kept across events.
+    pub f0: Vector<f32, Const<4>>,
+    pub f1: Vector<f32, Const<4>>,
+    pub f2: Vector<f32, Const<4>>,
+    pub f3: Vector<f32, Const<4>>,
+    pub ft: u32,
+}
+
+#[cube]
+pub(crate) fn photon_zero() -> Photon {
+    Photon {
+        px: 0.0f32,
+        py: 0.0f32,
+        pz: 0.0f32,
+        dx: 0.0f32,
+        dy: 0.0f32,
+        dz: 1.0f32,
+        w: 0.0f32,
+        s: 0.0f32,
+        time: 0.0f32,
+        t: 0u32,
+        events: 0u32,
+        inv_mut: 0.0f32,
+        absorb: 0.0f32,
+        mu_t: 0.0f32,
+        n_over_c: 0.0f32,
+        n: 1.0f32,
+        g: 0.0f32,
+        f0: Vector::new(0.0f32),
+        f1: Vector::new(0.0f32),
+        f2: Vector::new(0.0f32),
+        f3: Vector::new(0.0f32),
+        ft: 0u32,
+    }
+}
+
+/// Per-lane sums in fixed point: the accumulation cache (last tetrahedron and the weight
+/// dropped there) and the weights that leave the balance other than by absorption or
+/// escape. Each is flushed by atomics before it could overflow 32 bits.
+#[derive(CubeType)]
+pub(crate) struct Acc {
+    pub cache_t: u32,
+    pub cache_q: u32,
+    /// With `F_GATES`: a second cache for the gated tally, keyed by gate x tets + tet.
+    pub gate_key: u32,
+    pub gate_q: u32,
+    pub killed: u32,
+    pub gained: u32,
+    pub expired: u32,
+    pub lost: u32,
+}
+
+/// Weight in fixed point (2^-24 units), rounded to nearest. Weights are at most 1.
+#[cube]
+pub(crate) fn fixed(v: f32) -> u32 {
+    (v * 16_777_216.0f32 + 0.5f32) as u32
+}
+
+/// Add `x` to the 64-bit entry `idx` (two u32 words: low, then the carry into high).
+#[cube]
+pub(crate) fn add_fixed(tally: &mut Array<Atomic<u32>>, idx: u32, x: u32) {
+    let i = (idx * 2u32) as usize;
+    let old = tally[i].fetch_add(x);
+    if old > 0xFFFF_FFFFu32 - x {
+        tally[i + 1].fetch_add(1u32);
+    }
+}
+
+/// Add the signed fixed-point value `x` (of magnitude `q`, negative when `neg`) to the
+/// 64-bit two's-complement entry `idx` (words low, high; sums are exact modulo 2^64).
+#[cube]
+pub(crate) fn add_fixed_signed(tally: &mut Array<Atomic<u32>>, idx: u32, q: u32, neg: bool) {
+    let i = (idx * 2u32) as usize;
+    let lo = select(neg, 0u32 - q, q);
+    let mut hi = select(neg && q != 0u32, 0xFFFF_FFFFu32, 0u32);
+    let old = tally[i].fetch_add(lo);
+    if old > 0xFFFF_FFFFu32 - lo {
+        hi += 1u32;
+    }
+    if hi != 0u32 {
+        tally[i + 1].fetch_add(hi);
+    }
+}
+
+/// `acc + x`, flushed into `totals[k]` once it reaches 2^31 (adds are at most 2^24 + 1).
+#[cube]
+pub(crate) fn bank(acc: u32, x: u32, totals: &mut Array<Atomic<u32>>, #[comptime] k: u32) -> u32 {
+    let mut a = acc + x;
+    if a >= 0x8000_0000u32 {
+        add_fixed(totals, k, a);
+        a = 0u32;
+    }
+    a
+}
+
+/// A copy of `x`. CubeCL 0.10 binds `let a = p.field` to the field's own variable, so `a`
+/// would change with later writes to `p.field`; assigning to a new variable copies.
+#[cube]
+#[allow(unused_assignments)]
+pub(crate) fn copy_of(x: f32) -> f32 {
+    let mut y = 0.0f32;
+    y = x;
+    y
+}
+
+/// Load the optical constants of region `r` (two float4: [1/mu_t, g, n, mua/mu_t],
+/// [mu_t, n/c, 0, 0]).
+#[cube]
+pub(crate) fn set_material(p: &mut Photon, mats: &Array<Vector<f32, Const<4>>>, r: u32) {
+    let m0 = mats[(r * 2u32) as usize];
+    let m1 = mats[(r * 2u32 + 1u32) as usize];
+    p.inv_mut = m0[0];
+    p.g = m0[1];
+    p.n = m0[2];
+    p.absorb = m0[3];
+    p.mu_t = m1[0];
+    p.n_over_c = m1[1];
+}
+
+/// 1/sqrt(x) with the hardware approximation (2 ulp): built outside fast-math, which in
+/// CubeCL 0.10 means the IEEE-rounded `__frsqrt_rn` (slower) rather than `rsqrtf`.
+#[cube(fast_math = FastMath::AllowReciprocal | FastMath::UnsignedZero)]
+pub(crate) fn rsqrt_approx(x: f32) -> f32 {
+    f32::inverse_sqrt(x)
+}
+
+/// sqrt(x) for x >= 0 as x / sqrt(x) (0 at 0), or IEEE sqrt with `ieee`.
+#[cube]
+pub(crate) fn sqrt_any(x: f32, #[comptime] ieee: bool) -> f32 {
+    if comptime!(ieee) {
+        f32::sqrt(x)
+    } else {
+        x * rsqrt_approx(f32::max(x, 1.0e-30f32))
+    }
+}
+
+/// Distance along the direction to the first face the ray leaves through, and that face.
+#[derive(CubeType)]
+pub(crate) struct Exit {
+    pub h: f32,
+    pub f: u32,
+}
+
+/// Exit face of tetrahedron `t` from `p` along unit `d` (faces with n.d <= 0 are never
+/// exits; the first of equal distances wins, as on the CPU; negative distances clamp to 0).
+#[cube]
+pub(crate) fn exit_face(
+    faces: &Array<Vector<f32, Const<4>>>,
+    t: u32,
+    px: f32,
+    py: f32,
+    pz: f32,
+    dx: f32,
+    dy: f32,
+    dz: f32,
+) -> Exit {
+    let b = (t * 4u32) as usize;
+    exit_of(
+        faces[b],
+        faces[b + 1],
+        faces[b + 2],
+        faces[b + 3],
+        px,
+        py,
+        pz,
+        dx,
+        dy,
+        dz,
+    )
+}
+
+/// [`exit_face`] for the planes `a0..a3` of a tetrahedron.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn exit_of(
+    a0: Vector<f32, Const<4>>,
+    a1: Vector<f32, Const<4>>,
+    a2: Vector<f32, Const<4>>,
+    a3: Vector<f32, Const<4>>,
+    px: f32,
+    py: f32,
+    pz: f32,
+    dx: f32,
+    dy: f32,
+    dz: f32,
+) -> Exit {
+    let big = 3.0e38f32;
+    let c0 = a0[0] * dx + a0[1] * dy + a0[2] * dz;
+    let c1 = a1[0] * dx + a1[1] * dy + a1[2] * dz;
+    let c2 = a2[0] * dx + a2[1] * dy + a2[2] * dz;
+    let c3 = a3[0] * dx + a3[1] * dy + a3[2] * dz;
+    let q0 = a0[3] - (a0[0] * px + a0[1] * py + a0[2] * pz);
+    let q1 = a1[3] - (a1[0] * px + a1[1] * py + a1[2] * pz);
+    let q2 = a2[3] - (a2[0] * px + a2[1] * py + a2[2] * pz);
+    let q3 = a3[3] - (a3[0] * px + a3[1] * py + a3[2] * pz);
+    let h0 = select(c0 > 0.0f32, q0 / c0, big);
+    let h1 = select(c1 > 0.0f32, q1 / c1, big);
+    let h2 = select(c2 > 0.0f32, q2 / c2, big);
+    let h3 = select(c3 > 0.0f32, q3 / c3, big);
+    let mut h = h0;
+    let mut f = 0u32;
+    if h1 < h {
+        h = h1;
+        f = 1u32;
+    }
+    if h2 < h {
+        h = h2;
+        f = 2u32;
+    }
+    if h3 < h {
+        h = h3;
+        f = 3u32;
+    }
+    Exit {
+        h: f32::max(h, 0.0f32),
+        f,
+    }
+}
+
+/// Component `f` of a neighbour record.
+#[cube]
+pub(crate) fn pick(v: Vector<i32, Const<4>>, f: u32) -> i32 {
+    let mut r = v[0];
+    r = select(f == 1u32, v[1], r);
+    r = select(f == 2u32, v[2], r);
+    select(f == 3u32, v[3], r)
+}
+
+/// One event without the scattering: move to the interaction point inside the current
+/// tetrahedron (returns 1: [`scatter`] follows) or to its exit face and across it, with
+/// Fresnel where the index changes (returns 0), or end the packet (returns 2: time limit,
+/// escape, event limit).
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn advance(
+    p: &mut Photon,
+    rng: &mut Rng,
+    acc: &mut Acc,
+    faces: &Array<Vector<f32, Const<4>>>,
+    neigh: &Array<Vector<i32, Const<4>>>,
+    region: &Array<u32>,
+    mats: &Array<Vector<f32, Const<4>>>,
+    face_slot: &Array<u32>,
+    face_normal: &Array<Vector<f32, Const<4>>>,
+    escaped: &mut Array<Atomic<u32>>,
+    totals: &mut Array<Atomic<u32>>,
+    face_tally: &mut Array<Atomic<u32>>,
+    tmax: f32,
+    n_out: f32,
+    max_events: u32,
+    #[comptime] flags: u32,
+) -> u32 {
+    let mut code = 0u32;
+    let mut nbv = Vector::<i32, Const<4>>::new(0i32);
+    if comptime!(flags & F_PREFETCH != 0) {
+        nbv = neigh[p.t as usize];
+    }
+    let ex = if comptime!(flags & F_KEEP_PLANES != 0) {
+        // Reload only after a crossing (or at a launch into another tetrahedron).
+        if p.ft != p.t {
+            let b = (p.t * 4u32) as usize;
+            p.f0 = faces[b];
+            p.f1 = faces[b + 1];
+            p.f2 = faces[b + 2];
+            p.f3 = faces[b + 3];
+            p.ft = p.t;
+        }
+        exit_of(p.f0, p.f1, p.f2, p.f3, p.px, p.py, p.pz, p.dx, p.dy, p.dz)
+    } else {
+        exit_face(faces, p.t, p.px, p.py, p.pz, p.dx, p.dy, p.dz)
+    };
+    let h = ex.h;
+    let exit_f = ex.f;
+    let l = p.s * p.inv_mut;
+    let step = f32::min(l, h);
+    p.time += step * p.n_over_c;
+    p.events += 1u32;
+    if p.time > tmax {
+        acc.expired = bank(acc.expired, fixed(p.w), totals, T_EXPIRED);
+        code = 2u32;
+    } else {
+        p.px += step * p.dx;
+        p.py += step * p.dy;
+        p.pz += step * p.dz;
+        if l < h {
+            code = 1u32;
+        } else {
+            // Keep the leftover optical depth for the next region.
+            p.s -= h * p.mu_t;
+            if comptime!(flags & F_PREFETCH == 0) {
+                nbv = neigh[p.t as usize];
+            }
+            let v = pick(nbv, exit_f);
+            if ((v - 1i32) as u32) < 0x1FFF_FFFFu32 {
+                // Same material on both sides, no tally: nothing to do but move on.
+                p.t = v as u32;
+            } else {
+                code = cross_interface(
+                    p,
+                    rng,
+                    v,
+                    exit_f,
+                    faces,
+                    region,
+                    mats,
+                    face_slot,
+                    face_normal,
+                    escaped,
+                    face_tally,
+                    n_out,
+                    flags,
+                );
+            }
+            if code == 0u32 && p.s <= 0.0f32 {
+                p.s = -f32::ln(uniform(rng));
+            }
+        }
+    }
+    if code != 2u32 && p.events >= max_events {
+        acc.lost = bank(acc.lost, fixed(p.w), totals, T_LOST);
+        code = 2u32;
+    }
+    code
+}
+
+/// Crossing a face flagged as a change of material (bit 30), a tallied face (bit 29) or
+/// the boundary (`v <= 0`, boundary triangle `-v`): exact unpolarised Fresnel with total
+/// internal reflection where the indices differ; where the packet goes through, the face
+/// tally (with the direction before refraction, as on the CPU), then escape or the new
+/// tetrahedron and its material.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn cross_interface(
+    p: &mut Photon,
+    rng: &mut Rng,
+    v: i32,
+    f: u32,
+    faces: &Array<Vector<f32, Const<4>>>,
+    region: &Array<u32>,
+    mats: &Array<Vector<f32, Const<4>>>,
+    face_slot: &Array<u32>,
+    face_normal: &Array<Vector<f32, Const<4>>>,
+    escaped: &mut Array<Atomic<u32>>,
+    face_tally: &mut Array<Atomic<u32>>,
+    n_out: f32,
+    #[comptime] flags: u32,
+) -> u32 {
+    let ieee = comptime!(flags & F_IEEE != 0);
+    let mut code = 0u32;
+    let boundary = v <= 0i32;
+    let material_change = (v & 0x4000_0000i32) != 0i32;
+    let nb = (v & 0x1FFF_FFFFi32) as u32;
+    let n1 = p.n;
+    let mut n2 = n1;
+    let mut r2 = 0u32;
+    if boundary {
+        n2 = n_out;
+    } else if material_change {
+        r2 = region[nb as usize];
+        n2 = mats[(r2 * 2u32) as usize][2];
+    }
+    // The direction before refraction, for the face tally (a copy: see [`copy_of`]).
+    let dx0 = copy_of(p.dx);
+    let dy0 = copy_of(p.dy);
+    let dz0 = copy_of(p.dz);
+    let mut reflected = false;
+    if n1 != n2 {
+        let a = faces[(p.t * 4u32 + f) as usize];
+        let nx = a[0];
+        let ny = a[1];
+        let nz = a[2];
+        let ci = f32::min(nx * p.dx + ny * p.dy + nz * p.dz, 1.0f32);
+        let eta = n1 / n2;
+        let sin_t2 = eta * eta * (1.0f32 - ci * ci);
+        let mut r = 1.0f32;
+        let mut ctr = 0.0f32;
+        if sin_t2 < 1.0f32 {
+            ctr = sqrt_any(1.0f32 - sin_t2, ieee);
+            let rs = (n1 * ci - n2 * ctr) / (n1 * ci + n2 * ctr);
+            let rp = (n1 * ctr - n2 * ci) / (n1 * ctr + n2 * ci);
+            r = 0.5f32 * (rs * rs + rp * rp);
+        }
+        if uniform(rng) <= r {
+            reflected = true;
+            p.dx -= 2.0f32 * ci * nx;
+            p.dy -= 2.0f32 * ci * ny;
+            p.dz -= 2.0f32 * ci * nz;
+        } else {
+            let k = ctr - eta * ci;
+            let ex = eta * p.dx + k * nx;
+            let ey = eta * p.dy + k * ny;
+            let ez = eta * p.dz + k * nz;
+            let inv = rsqrt_any(ex * ex + ey * ey + ez * ez, ieee);
+            p.dx = ex * inv;
+            p.dy = ey * inv;
+            p.dz = ez * inv;
+        }
+    }
+    if !reflected {
+        if comptime!(flags & F_FACES != 0) {
+            if boundary || (v & 0x2000_0000i32) != 0i32 {
+                let slot = face_slot[(p.t * 4u32 + f) as usize];
+                if slot != 0xFFFF_FFFFu32 {
+                    let n = face_normal[slot as usize];
+                    let cos = n[0] * dx0 + n[1] * dy0 + n[2] * dz0;
+                    let a = f32::abs(cos);
+                    let fluence = p.w / select(a < 0.1f32, 0.05f32, a);
+                    add_fixed(face_tally, slot * 2u32, fixed(fluence));
+                    add_fixed_signed(face_tally, slot * 2u32 + 1u32, fixed(p.w), cos < 0.0f32);
+                }
+            }
+        }
+        if boundary {
+            add_fixed(escaped, (-v) as u32, fixed(p.w));
+            code = 2u32;
+        } else {
+            p.t = nb;
+            if material_change {
+                set_material(p, mats, r2);
+            }
+        }
+    }
+    code
+}
+
+/// 1/sqrt(x) for x > 0: the hardware approximation, or IEEE sqrt and a division.
+#[cube]
+pub(crate) fn rsqrt_any(x: f32, #[comptime] ieee: bool) -> f32 {
+    if comptime!(ieee) {
+        1.0f32 / f32::sqrt(x)
+    } else {
+        rsqrt_approx(x)
+    }
+}
+
+/// Drop `w mua/mu_t` into the current tetrahedron (through the accumulation cache), spin
+/// by Henyey-Greenstein, play roulette below `wmin`, and draw the next optical depth.
+/// Returns true when roulette ended the packet.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn scatter(
+    p: &mut Photon,
+    rng: &mut Rng,
+    acc: &mut Acc,
+    absorbed: &mut Array<Atomic<u32>>,
+    totals: &mut Array<Atomic<u32>>,
+    gated: &mut Array<Atomic<u32>>,
+    wmin: f32,
+    prwin: f32,
+    n_tets: u32,
+    gate_count: u32,
+    gate_inv_width: f32,
+    #[comptime] flags: u32,
+) -> bool {
+    let ieee = comptime!(flags & F_IEEE != 0);
+    let dw = p.w * p.absorb;
+    let q = fixed(dw);
+    if comptime!(flags & F_NO_CACHE != 0) {
+        add_fixed(absorbed, p.t, q);
+    } else {
+        if p.t != acc.cache_t || acc.cache_q >= 0x8000_0000u32 {
+            if acc.cache_q > 0u32 {
+                add_fixed(absorbed, acc.cache_t, acc.cache_q);
+            }
+            acc.cache_t = p.t;
+            acc.cache_q = 0u32;
+        }
+        acc.cache_q += q;
+    }
+    if comptime!(flags & F_GATES != 0) {
+        // Time-resolved: the same drop in the gate of the time of flight, if any.
+        let gf = p.time * gate_inv_width;
+        if gf < gate_count as f32 {
+            let key = (gf as u32) * n_tets + p.t;
+            if key != acc.gate_key || acc.gate_q >= 0x8000_0000u32 {
+                if acc.gate_q > 0u32 {
+                    add_fixed(gated, acc.gate_key, acc.gate_q);
+                }
+                acc.gate_key = key;
+                acc.gate_q = 0u32;
+            }
+            acc.gate_q += q;
+        }
+    }
+    p.w -= dw;
+    // Henyey-Greenstein deflection cosine.
+    let g = p.g;
+    let u = uniform(rng);
+    let mut ct = 2.0f32 * u - 1.0f32;
+    if f32::abs(g) > 1.0e-6f32 {
+        let tt = (1.0f32 - g * g) / (1.0f32 - g + 2.0f32 * g * u);
+        ct = (1.0f32 + g * g - tt * tt) / (2.0f32 * g);
+        ct = f32::max(f32::min(ct, 1.0f32), -1.0f32);
+    }
+    let st = sqrt_any(f32::max(1.0f32 - ct * ct, 0.0f32), ieee);
+    // Azimuth in [-pi, pi), where the fast sine and cosine are accurate.
+    let phi = 6.283_185_3f32 * uniform(rng) - 3.141_592_7f32;
+    let cp = f32::cos(phi);
+    let sp = f32::sin(phi);
+    let dx = p.dx;
+    let dy = p.dy;
+    let dz = p.dz;
+    if f32::abs(dz) > 0.99999f32 {
+        p.dx = st * cp;
+        p.dy = st * sp;
+        p.dz = select(dz < 0.0f32, -ct, ct);
+    } else {
+        let q2 = 1.0f32 - dz * dz;
+        let rq = rsqrt_any(q2, ieee);
+        let tmp = q2 * rq;
+        let nx = st * (dx * dz * cp - dy * sp) * rq + dx * ct;
+        let ny = st * (dy * dz * cp + dx * sp) * rq + dy * ct;
+        let nz = -st * cp * tmp + dz * ct;
+        let inv = rsqrt_any(nx * nx + ny * ny + nz * nz, ieee);
+        p.dx = nx * inv;
+        p.dy = ny * inv;
+        p.dz = nz * inv;
+    }
+    let mut ended = false;
+    if p.w < wmin {
+        if uniform(rng) * prwin <= 1.0f32 {
+            acc.gained = bank(acc.gained, fixed(p.w * (prwin - 1.0f32)), totals, T_GAINED);
+            p.w *= prwin;
+        } else {
+            acc.killed = bank(acc.killed, fixed(p.w), totals, T_KILLED);
+            ended = true;
+        }
+    }
+    if !ended {
+        p.s = -f32::ln(uniform(rng));
+    }
+    ended
+}
+
+/// Transport photons `first + i` for `i < n_photons` (see the module doc for the loop
+/// structure and the layouts in [`super::McScene`]). `counter[0]` must be 0 at launch
+/// (dynamic hand-out); `stride` is the number of threads of the launch (static hand-out
+/// and the nested variant). `key_lo`/`key_hi` come from [`super::seed_keys`]. `absorbed`,
+/// `escaped` and `totals` ([killed, gained, expired, lost]) are 64-bit fixed-point
+/// entries (two u32 words each) that this launch adds to.
+///
+/// Built with fast math (`__fdividef`, `__logf`, `__sinf`, `__cosf`, and `rsqrtf` for
+/// square roots unless `F_IEEE`): relative errors ~1e-6, far below Monte Carlo noise.
+#[cube(launch_unchecked, fast_math = FastMath::all())]
+#[allow(clippy::too_many_arguments)]
+pub fn mc_transport_kernel(
+    faces: &Array<Vector<f32, Const<4>>>,
+    neigh: &Array<Vector<i32, Const<4>>>,
+    region: &Array<u32>,
+    mats: &Array<Vector<f32, Const<4>>>,
+    srcs: &Array<Vector<f32, Const<4>>>,
+    src_tet: &Array<u32>,
+    src_aux: &Array<Vector<f32, Const<4>>>,
+    face_slot: &Array<u32>,
+    face_normal: &Array<Vector<f32, Const<4>>>,
+    counter: &mut Array<Atomic<u32>>,
+    absorbed: &mut Array<Atomic<u32>>,
+    escaped: &mut Array<Atomic<u32>>,
+    totals: &mut Array<Atomic<u32>>,
+    gated: &mut Array<Atomic<u32>>,
+    face_tally: &mut Array<Atomic<u32>>,
+    n_photons: u32,
+    first_lo: u32,
+    first_hi: u32,
+    key_lo: u32,
+    key_hi: u32,
+    n_sources: u32,
+    stride: u32,
+    max_events: u32,
+    budget: u32,
+    n_tets: u32,
+    gate_count: u32,
+    wmin: f32,
+    prwin: f32,
+    tmax: f32,
+    n_out: f32,
+    gate_inv_width: f32,
+    #[comptime] flags: u32,
+    #[comptime] cross_k: u32,
+) {
+    let mut rng = rng_zero();
+    let mut p = photon_zero();
+    let mut acc = Acc {
+        cache_t: 0u32,
+        cache_q: 0u32,
+        gate_key: 0u32,
+        gate_q: 0u32,
+        killed: 0u32,
+        gained: 0u32,
+        expired: 0u32,
+        lost: 0u32,
+    };
+    let one = 16_777_216u32;
+    if comptime!(flags & F_NESTED != 0) {
+        // Each lane runs its photon to the end; photons i, i + stride, ...
+        let mut idx = ABSOLUTE_POS as u32;
+        while idx < n_photons {
+            let lo = first_lo + idx;
+            let hi = first_hi + select(lo < first_lo, 1u32, 0u32);
+            rng_seed(&mut rng, key_lo, key_hi, lo, hi);
+            if launch(
+                &mut p, &mut rng, srcs, src_tet, src_aux, faces, neigh, region, mats, n_sources,
+                max_events,
+            ) {
+                let mut alive = true;
+                while alive {
+                    let mut code = advance(
+                        &mut p,
+                        &mut rng,
+                        &mut acc,
+                        faces,
+                        neigh,
+                        region,
+                        mats,
+                        face_slot,
+                        face_normal,
+                        escaped,
+                        totals,
+                        face_tally,
+                        tmax,
+                        n_out,
+                        max_events,
+                        flags,
+                    );
+                    // Not `code == 1 && scatter(..)`: CubeCL 0.10 does not short-circuit
+                    // `&&`, it would scatter after every event.
+                    if code == 1u32 {
+                        if scatter(
+                            &mut p,
+                            &mut rng,
+                            &mut acc,
+                            absorbed,
+                            totals,
+                            gated,
+                            wmin,
+                            prwin,
+                            n_tets,
+                            gate_count,
+                            gate_inv_width,
+                            flags,
+                        ) {
+                            code = 2u32;
+                        }
+                    }
+                    alive = code != 2u32;
+                }
+            } else {
+                acc.lost = bank(acc.lost, one, totals, T_LOST);
+            }
+            idx += stride;
+        }
+    } else {
+        // One flat loop of events; a lane whose packet ended launches the next photon.
+        // Dynamic hand-out: each lane holds the next two photon indices (fetched ahead of
+        // need, so the atomic's latency hides behind a packet's lifetime). After `budget`
+        // iterations a lane takes no new index but still runs those it holds, so no index
+        // is lost; the host relaunches until the counter passes `n_photons`.
+        let dynamic = comptime!(flags & F_STATIC == 0);
+        let mut idx = ABSOLUTE_POS as u32;
+        let mut next = 0u32;
+        if dynamic {
+            idx = counter[0].fetch_add(1u32);
+            next = counter[0].fetch_add(1u32);
+        }
+        let mut iters = 0u32;
+        let mut active = true;
+        let mut need = true;
+        while active {
+            if need {
+                if idx >= n_photons {
+                    active = false;
+                } else {
+                    let cur = idx;
+                    if dynamic {
+                        idx = next;
+                        next = n_photons;
+                        if iters < budget {
+                            next = counter[0].fetch_add(1u32);
+                        }
+                    } else {
+                        idx += stride;
+                    }
+                    let lo = first_lo + cur;
+                    let hi = first_hi + select(lo < first_lo, 1u32, 0u32);
+                    rng_seed(&mut rng, key_lo, key_hi, lo, hi);
+                    if launch(
+                        &mut p, &mut rng, srcs, src_tet, src_aux, faces, neigh, region, mats,
+                        n_sources, max_events,
+                    ) {
+                        need = false;
+                    } else {
+                        acc.lost = bank(acc.lost, one, totals, T_LOST);
+                    }
+                }
+            }
+            if active && !need {
+                let mut code = advance(
+                    &mut p,
+                    &mut rng,
+                    &mut acc,
+                    faces,
+                    neigh,
+                    region,
+                    mats,
+                    face_slot,
+                    face_normal,
+                    escaped,
+                    totals,
+                    face_tally,
+                    tmax,
+                    n_out,
+                    max_events,
+                    flags,
+                );
+                if comptime!(cross_k > 1) {
+                    // Cross up to `cross_k` faces before the warp scatters together.
+                    let kmax = cross_k.runtime();
+                    let mut k = 1u32;
+                    while code == 0u32 && k < kmax {
+                        code = advance(
+                            &mut p,
+                            &mut rng,
+                            &mut acc,
+                            faces,
+                            neigh,
+                            region,
+                            mats,
+                            face_slot,
+                            face_normal,
+                            escaped,
+                            totals,
+                            face_tally,
+                            tmax,
+                            n_out,
+                            max_events,
+                            flags,
+                        );
+                        k += 1u32;
+                    }
+                }
+                if code == 1u32 {
+                    if scatter(
+                        &mut p,
+                        &mut rng,
+                        &mut acc,
+                        absorbed,
+                        totals,
+                        gated,
+                        wmin,
+                        prwin,
+                        n_tets,
+                        gate_count,
+                        gate_inv_width,
+                        flags,
+                    ) {
+                        code = 2u32;
+                    }
+                }
+                need = code == 2u32;
+            }
+            iters += 1u32;
+        }
+    }
+    if acc.cache_q > 0u32 {
+        add_fixed(absorbed, acc.cache_t, acc.cache_q);
+    }
+    if acc.gate_q > 0u32 {
+        add_fixed(gated, acc.gate_key, acc.gate_q);
+    }
+    if acc.killed > 0u32 {
+        add_fixed(totals, T_KILLED, acc.killed);
+    }
+    if acc.gained > 0u32 {
+        add_fixed(totals, T_GAINED, acc.gained);
+    }
+    if acc.expired > 0u32 {
+        add_fixed(totals, T_EXPIRED, acc.expired);
+    }
+    if acc.lost > 0u32 {
+        add_fixed(totals, T_LOST, acc.lost);
+    }
+}
