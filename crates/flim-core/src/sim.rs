@@ -84,6 +84,16 @@ impl DecaySim {
         Some(v)
     }
 
+    /// Laser period (ns), when it differs from the window (e.g. a TAC window a little longer
+    /// than the period, as B&H setups often have).
+    pub fn with_period_ns(mut self, period_ns: f64) -> Result<Self> {
+        if !(period_ns.is_finite() && period_ns > 0.0) {
+            return Err(invalid("laser period", period_ns, "must be > 0 ns"));
+        }
+        self.period_ns = period_ns;
+        Ok(self)
+    }
+
     /// Random seed (same seed, same counts).
     pub fn with_seed(mut self, seed: u64) -> Self {
         self.seed = seed;

@@ -295,11 +295,40 @@ fn bad_settings_name_the_field() {
     )
     .unwrap_err();
     assert!(e.to_string().contains("segment labels"), "{e}");
-    // A window longer than the laser period cannot be reconvolved.
+    // A window longer than the laser period cannot be reconvolved with an IRF that has
+    // counts where the periods overlap.
     let long = Cube::new(Array3::<u16>::ones((1, 1, 64)), 0.2)
         .unwrap()
         .with_period_ns(10.0)
         .unwrap();
     let e = fit(&long, &FitOptions::new(m).with_irf(&[1.0; 64])).unwrap_err();
     assert!(e.to_string().contains("laser period"), "{e}");
+}
+
+/// A window 0.4 bins longer than the laser period (the shared B&H recording has 256 bins of
+/// 48.9 ps and a 12.489 ns period) reconvolves exactly when the IRF is clear of the overlap:
+/// the simulator's periodic, IRF-convolved decay gives back its lifetime.
+#[test]
+fn window_slightly_longer_than_the_period_is_fitted_exactly() {
+    let (bins, h) = (256, 0.05);
+    let period = (bins as f64 - 0.4) * h;
+    let sim = DecaySim::new(bins, h, 1e6)
+        .unwrap()
+        .with_period_ns(period)
+        .unwrap()
+        .with_irf(0.1, 1.5);
+    let irf = sim.irf_histogram().unwrap();
+    let decay = sim.expected(&[(1.0, 2.3)]);
+    for est in ESTIMATORS {
+        let opts = FitOptions::new(Model::Mono)
+            .with_estimator(est)
+            .with_offset(Offset::Fixed(0.0))
+            .with_irf(&irf)
+            .with_irf_shift(Shift::Fitted(0.0))
+            .with_tolerance(1e-14)
+            .with_max_iterations(500);
+        let f = fit_decay(&decay, h, period, &opts).unwrap();
+        assert_eq!(f.status, FitStatus::Converged, "{}: {f:?}", name(est));
+        assert!((f.tau[0] / 2.3 - 1.0).abs() < 1e-3, "{}: {f:?}", name(est));
+    }
 }

@@ -939,7 +939,10 @@ fn flim_tri_exponential_fit_matches_the_cpu() {
         .with_estimator(Estimator::LeastSquaresPearson)
         .with_offset(Offset::Fitted)
         .with_irf(&sim.irf_histogram().unwrap())
-        .with_irf_shift(Shift::Fitted(0.0));
+        .with_irf_shift(Shift::Fitted(0.0))
+        // Eight free parameters: the default cap of 100 can stop the f64 CPU fit just short
+        // of convergence where the f32 GPU fit, on another path, arrives (seen on an H100).
+        .with_max_iterations(1000);
     let cube = sim
         .cube(2, 2, |_, _| vec![(0.3, 0.4), (0.4, 1.5), (0.3, 4.0)])
         .unwrap();

@@ -689,10 +689,11 @@ fn mc_gpu_stopped_run_returns_the_normalised_partial_result() {
     )
     .unwrap();
     let s = &r.summary;
-    // The device worker may start its next batch before the flag is seen.
+    // The device worker may start its next batch before the flag is seen, and batches grow
+    // with the measured rate (an H100 finished 229,382 photons): well short of the run.
     assert!(calls >= 1);
     assert!(s.interrupted, "{s:?}");
-    assert!(s.photons >= 1_024 && s.photons < 100_000, "{s:?}");
+    assert!(s.photons >= 1_024 && s.photons < 500_000, "{s:?}");
     assert!(s.balance_error.abs() < 1e-4, "{s:?}");
     assert!(s.absorbed > 0.1 && s.absorbed < 1.0, "{s:?}");
 }

@@ -6,8 +6,9 @@
 //!   paper's figure). Fused multiply-adds and the device's `exp` change the last bits; where
 //!   a Nelder-Mead comparison is that close, the two paths part and stop at different points
 //!   of the final simplex. Those voxels must still be at the same minimum within the fit's
-//!   own tolerances (SSE within `tol_fun`, every parameter within 2 `tol_x`); at most 10% may
-//!   part (H100: 5.5% on the noisy liver set) and at most 1% may end elsewhere. Devices
+//!   own tolerances (SSE within `tol_fun`, and for converged fits every parameter within
+//!   2 `tol_x`); at most 10% may part (H100: 1.6-3% after the near-zero floor) and at most 1%
+//!   may end elsewhere. Devices
 //!   without f64 (wgpu) skip this test, saying so.
 //! - f32 (wgpu, and CUDA when asked): a different arithmetic, so a different path to the
 //!   same minimum. Where both converge the GPU's SSE is at most [`F32_SSE_LM`] (LM) or
@@ -245,17 +246,22 @@ fn f64_fits_match_the_cpu_to_1e_minus_6() {
                     let (g, c) = (gpu.params[[p, v]], cpu.params[[p, v]]);
                     if !F64_PARAMS.accepts(g, c) {
                         same = false;
-                    } else if c != 0.0 {
-                        worst = worst.max((g - c).abs() / c.abs());
+                    } else {
+                        worst =
+                            worst.max((g - c).abs() / c.abs().max(F64_PARAMS.abs / F64_PARAMS.rel));
                     }
                 }
                 if !same {
                     parted.push(v);
+                    // Fits stopped by the iteration cap are not pinned down to tol_x: for
+                    // them the same cost is the check.
+                    let converged = converged(&cpu, v);
                     let same_minimum = gpu.status[v] == cpu.status[v]
                         && (gpu.sse[v] - cpu.sse[v]).abs() <= opts.tol_fun
-                        && (0..model.n_params()).all(|p| {
-                            (gpu.params[[p, v]] - cpu.params[[p, v]]).abs() <= 2.0 * opts.tol_x
-                        });
+                        && (!converged
+                            || (0..model.n_params()).all(|p| {
+                                (gpu.params[[p, v]] - cpu.params[[p, v]]).abs() <= 2.0 * opts.tol_x
+                            }));
                     if !same_minimum {
                         elsewhere.push(v);
                     }
