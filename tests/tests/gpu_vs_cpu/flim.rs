@@ -912,9 +912,13 @@ proptest! {
         }
         let model = if bi { Model::Bi } else { Model::Mono };
         let estimator = [Estimator::LeastSquaresNeyman, Estimator::LeastSquaresPearson, Estimator::MaximumLikelihood][est];
+        // The cap is raised so that both fits end by converging: a bi-exponential with a fitted
+        // IRF shift at 2,000 photons took the f64 CPU fit 125 iterations (H100 run), and a
+        // capped CPU fit against a converged GPU one would compare two different things.
         let mut opts = FitOptions::new(model)
             .with_estimator(estimator)
-            .with_offset(if offset_fitted { Offset::Fitted } else { Offset::Fixed(0.0) });
+            .with_offset(if offset_fitted { Offset::Fitted } else { Offset::Fixed(0.0) })
+            .with_max_iterations(1000);
         if irf > 0 {
             sim = sim.with_irf(0.15, 1.2);
             opts = opts.with_irf(&sim.irf_histogram().unwrap());
