@@ -263,7 +263,8 @@ fn real_file(path: &std::path::Path, device: &Device, reps: usize) -> Result<Vec
     let range = flim_core::preprocess::FitRange::from_peak(cube)?;
     let label = format!(
         "{} ({w}x{h}x{} {})",
-        path.file_name().map_or(path.display(), |n| std::path::Path::new(n).display()),
+        path.file_name()
+            .map_or(path.display(), |n| std::path::Path::new(n).display()),
         cube.bins(),
         cube.dtype()
     );
