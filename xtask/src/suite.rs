@@ -108,7 +108,7 @@ fn runtime_group<R: KnownRuntime>(
             b / t.median_ms / 1e6,
             "GB/s",
             t,
-            "Gpu::upload (CubeCL create_from_slice) + sync".into(),
+            "Gpu::upload (driver copy from pageable memory on CUDA, CubeCL create_from_slice elsewhere) + sync".into(),
         ));
         let d = gpu.upload(part)?;
         let t = bench(3, reps, || gpu.download(&d).map(|_| ()))?;
