@@ -79,6 +79,29 @@ pub fn run(device: &Device, opts: &Options, _earlier: &[Measurement]) -> Result<
         ("IEM+CMM+RLD+phasor", Methods::ALL),
     ];
     let mut out = Vec::new();
+    if gpu && !opts.quick {
+        // The paper's workload on the device alone: what the kernel costs apart from the link.
+        let paper = mono_exponential(
+            &[2.0, 2.5, 3.0, 4.0],
+            512,
+            512,
+            BINS,
+            BIN_NS,
+            PERIOD_NS,
+            1000.0,
+            5,
+        )?;
+        let d = flim_core::gpu::lifetimes_kernel_time(&paper, &analysis(Methods::ALL), device, 5)?;
+        let t = Timing::from_durations(&[d]);
+        out.push(measurement(
+            "flim",
+            "kernel only, IEM+CMM+RLD+phasor 512x512x256 u16",
+            t.median_ms,
+            "ms",
+            t,
+            format!("device time per launch (median of 5 rounds of 4 launches and one sync), counts already on {device}; target <= 0.2 ms"),
+        ));
+    }
     let mut record = |name: &str, cube_name: &str, pixels: usize, t: Timing, note: &str| {
         out.push(measurement(
             "flim",

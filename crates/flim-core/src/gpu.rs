@@ -373,6 +373,66 @@ pub fn analyse_on<T: Count>(
     Ok(maps)
 }
 
+/// Device time of the non-iterative kernel (the methods `opts` selects) over the whole of
+/// `cube` already on the device: the median of `reps` rounds of four launches and one
+/// synchronisation, per launch. For benchmarks: what the kernel costs apart from transfers.
+pub fn lifetimes_kernel_time<T: Count>(
+    cube: &Cube<T>,
+    opts: &Analysis,
+    device: &Device,
+    reps: usize,
+) -> Result<std::time::Duration> {
+    const LAUNCHES: u32 = 4;
+    if !device.is_gpu() {
+        return Err(Error::Gpu(
+            "lifetimes_kernel_time needs a GPU device".into(),
+        ));
+    }
+    let su = opts.setup(cube.bins(), cube.bin_ns(), cube.period_ns())?;
+    let (h, w) = cube.shape();
+    let pixels = h * w;
+    let methods = su.methods.bits();
+    let params = LifetimeParams {
+        pixels: pixels as u32,
+        stride: cube.bins() as u32,
+        first: su.first as u32,
+        m: su.m as u32,
+        h: su.h as f32,
+        omega: su.omega as f32,
+        offset: su.offset as f32,
+        threshold: su.threshold as f32,
+        cal: (su.cal_cos as f32, su.cal_sin as f32),
+        table_sums: (su.sum_simpson as f32, su.sum_cos as f32, su.sum_sin as f32),
+        kind: T::KIND,
+        methods,
+    };
+    let table = tables(&su);
+    let bytes: &[u8] = bytemuck::cast_slice(cube.as_slice());
+    let mut words = vec![0u32; bytes.len().div_ceil(4)];
+    bytemuck::cast_slice_mut::<u32, u8>(&mut words)[..bytes.len()].copy_from_slice(bytes);
+    with_gpu!(device, |gpu| {
+        let words = gpu.upload(&words)?;
+        let tables_dev = gpu.upload(&table)?;
+        let out = gpu.empty::<f32>(planes(methods) * pixels)?;
+        let st = gpu.empty::<u32>(pixels)?;
+        let round = || -> gpu_runtime::Result<std::time::Duration> {
+            let t = std::time::Instant::now();
+            for _ in 0..LAUNCHES {
+                kernels::lifetimes(gpu, &words, &tables_dev, &params, &out, &st)?;
+            }
+            gpu.sync()?;
+            Ok(t.elapsed() / LAUNCHES)
+        };
+        round()?;
+        let mut times = (0..reps.max(1))
+            .map(|_| round())
+            .collect::<gpu_runtime::Result<Vec<_>>>()?;
+        times.sort();
+        Ok(times[times.len() / 2])
+    })
+    .map_err(gpu_error)
+}
+
 /// [`crate::fret::analyse_fret`] on `device` (f32 kernel on a GPU, the CPU otherwise);
 /// tolerances in tests/tests/gpu_vs_cpu/flim.rs.
 pub fn analyse_fret_on<T: Count>(
