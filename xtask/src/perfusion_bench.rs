@@ -10,7 +10,7 @@
 use crate::report::Measurement;
 use crate::suite::{Options, measurement};
 use anyhow::Result;
-use gpu_runtime::{Device, Timing, bench};
+use gpu_runtime::{Backend, Device, Timing, bench};
 use perfusion_core::sim::Simulation;
 use perfusion_core::{
     FitOptions, FitStatus, Fits, Method, Model, Precision, fit_on, kernel_times, mean_evaluations,
@@ -114,7 +114,13 @@ fn gpu(device: &Device, opts: &Options) -> Result<Vec<Measurement>> {
                 ),
             ));
             // The kernel alone, in several cube shapes (curves already on the device).
-            let cubes: &[u32] = if opts.quick { &[128] } else { &[64, 128, 256] };
+            // On CUDA the cube size also caps registers (`__launch_bounds__`): 512 units
+            // leave 128 registers per unit (the kernels use about 220), spilling the rest.
+            let cubes: &[u32] = match (opts.quick, device.backend()) {
+                (true, _) => &[128],
+                (false, Backend::Cuda) => &[64, 128, 256, 512],
+                (false, _) => &[64, 128, 256],
+            };
             for &cube in cubes {
                 let (times, used) = kernel_times(
                     curves,

@@ -2,13 +2,15 @@
 //! pixels through page-locked staging, each chunk's kernel writes f32 planes and a status
 //! word per pixel, and they come back.
 //!
-//! Chunks are pipelined over [`workers`] threads: CubeCL gives each host thread its own CUDA
-//! stream and gpu-runtime's pinned copies run on per-thread streams too, so while one worker
-//! copies chunk c + 1 into pinned memory and uploads it, another runs the kernel on chunk c
-//! and a third downloads chunk c - 1. Chunks are at most [`chunk_bytes`] of counts (16 MiB
-//! by default) and fit the device's memory budget together; results do not depend on the
-//! chunking (tested bit for bit). Pinned buffers are kept between calls: page-locking a
-//! hundred megabytes costs more than analysing them.
+//! Chunks are pipelined: the calling thread copies chunk c + 1 into a pinned slot on all
+//! cores while [`workers`] threads (kept for the life of the process) upload, run and
+//! download earlier chunks. CubeCL gives each host thread its own CUDA stream and
+//! gpu-runtime's pinned copies run on per-thread streams too, so one worker's upload
+//! overlaps another's kernel and a third's download. Transfer-bound methods take chunks of
+//! at most [`chunk_bytes`] (16 MiB by default); fits take at least [`FIT_CHUNK_PIXELS`] so
+//! that each launch fills the GPU. All chunks in flight fit the device's memory budget;
+//! results do not depend on the chunking (tested bit for bit). Pinned buffers are kept
+//! between calls: page-locking a hundred megabytes costs more than analysing them.
 
 use crate::cube::{Count, Cube};
 use crate::error::{Error, Result};
@@ -23,12 +25,15 @@ use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 
+/// Most pipeline workers.
+const MAX_WORKERS: usize = 16;
+
 /// Pipeline workers (chunks in flight); `BIOGPU_FLIM_WORKERS` overrides (1 = sequential).
 pub fn workers() -> usize {
     std::env::var("BIOGPU_FLIM_WORKERS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .filter(|&w| (1..=16).contains(&w))
+        .filter(|&w| (1..=MAX_WORKERS).contains(&w))
         .unwrap_or(3)
 }
 
@@ -41,6 +46,10 @@ pub fn chunk_bytes() -> usize {
         .unwrap_or(16)
         << 20
 }
+
+/// Fewest pixels per fit launch: with two chunks in flight, about 1.5 waves of the fit
+/// kernel on an H100 (132 multiprocessors, 5 blocks of 256 at 47 registers).
+const FIT_CHUNK_PIXELS: usize = 1 << 17;
 
 /// A kernel launch on one chunk of pixels.
 pub(crate) type ChunkLaunch<'a, R> = dyn Fn(
@@ -58,6 +67,11 @@ pub(crate) type ChunkLaunch<'a, R> = dyn Fn(
 pub(crate) struct PixelJob<'a, R: KnownRuntime> {
     /// f32 planes written per pixel.
     pub planes: usize,
+    /// Fewest pixels per chunk (memory permitting). Transfer-bound kernels take
+    /// [`chunk_bytes`] chunks so copies overlap; an iterative fit needs launches big enough
+    /// to fill the GPU (a 16 MiB chunk of 256-bin pixels is 32k threads, a quarter of one
+    /// wave on an H100, which left the fits latency-bound).
+    pub min_chunk_pixels: usize,
     /// Launch on one chunk: (gpu, counts as words, its first pixel, its pixels, out
     /// planes, status).
     pub launch: &'a ChunkLaunch<'a, R>,
@@ -92,22 +106,68 @@ struct DeviceBuffers {
     status: GpuArray<u32>,
 }
 
-/// Run a per-pixel kernel over every pixel of `cube`: planes come back plane-major
-/// (`planes * pixels` values) with one status word per pixel.
-pub(crate) fn run_pixels<R: KnownRuntime, T: Count>(
+/// A chunk's results as they come back: its pixel range, its planes (plane-major,
+/// `planes * range.len()` values) and one status word per pixel.
+pub(crate) type ChunkSink<'a> = dyn FnMut(std::ops::Range<usize>, &[f32], &[u32]) + 'a;
+
+/// [`run_pixels`] into whole-image buffers: planes plane-major (`planes * pixels` values)
+/// and one status word per pixel.
+pub(crate) fn collect_pixels<R: KnownRuntime, T: Count>(
     gpu: &Gpu<R>,
     cube: &Cube<T>,
     job: &PixelJob<'_, R>,
 ) -> gpu_runtime::Result<(Vec<f32>, Vec<u32>)> {
     let (h, w) = cube.shape();
     let pixels = h * w;
+    let mut planes = vec![0f32; job.planes * pixels];
+    let mut status = vec![0u32; pixels];
+    run_pixels(gpu, cube, job, &mut |range, vals, st| {
+        let n = range.len();
+        for q in 0..job.planes {
+            planes[q * pixels + range.start..q * pixels + range.end]
+                .copy_from_slice(&vals[q * n..(q + 1) * n]);
+        }
+        status[range].copy_from_slice(st);
+    })?;
+    Ok((planes, status))
+}
+
+/// Threads the pipeline's workers run on, kept for the life of the process: CubeCL sets up
+/// a stream and its state for each new host thread, which cost 3-5 ms at the first launch
+/// of a fresh thread on the H100, more than a 134 MB cube's kernels.
+fn pipeline_pool() -> &'static rayon::ThreadPool {
+    static POOL: std::sync::OnceLock<rayon::ThreadPool> = std::sync::OnceLock::new();
+    POOL.get_or_init(|| {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(MAX_WORKERS)
+            .thread_name(|i| format!("biogpu-flim-{i}"))
+            .build()
+            .expect("spawning the FLIM pipeline threads")
+    })
+}
+
+/// One pipeline at a time: its workers must all be running for it to finish.
+static PIPELINE: Mutex<()> = Mutex::new(());
+
+/// Run a per-pixel kernel over every pixel of `cube`, handing each chunk's results to
+/// `sink` (in no particular order) as they come back.
+///
+/// The calling thread copies each chunk into a pinned slot (with all cores) and hands it to
+/// a worker, which uploads it, launches the kernel and downloads the planes; the caller
+/// then passes them to `sink` and reuses the slot.
+pub(crate) fn run_pixels<R: KnownRuntime, T: Count>(
+    gpu: &Gpu<R>,
+    cube: &Cube<T>,
+    job: &PixelJob<'_, R>,
+    sink: &mut ChunkSink<'_>,
+) -> gpu_runtime::Result<()> {
+    let (h, w) = cube.shape();
+    let pixels = h * w;
     let px_bytes = cube.bins() * std::mem::size_of::<T>();
     let per_px = (px_bytes + job.planes * 4 + 4) as u64;
     let nworkers = workers();
-    let mut planes = vec![0f32; job.planes * pixels];
-    let mut status = vec![0u32; pixels];
     if pixels == 0 {
-        return Ok((planes, status));
+        return Ok(());
     }
     // Even pixel counts keep u16 chunks word-aligned; all workers' chunks fit together.
     let fit = gpu
@@ -115,7 +175,10 @@ pub(crate) fn run_pixels<R: KnownRuntime, T: Count>(
         .plan(pixels.div_ceil(2), 2 * per_px * nworkers as u64, 0)?
         .chunk_len()
         * 2;
-    let target = (chunk_bytes() / px_bytes.max(1)).max(2) & !1;
+    let target = (chunk_bytes() / px_bytes.max(1))
+        .max(job.min_chunk_pixels)
+        .max(2)
+        & !1;
     let chunk = fit.min(target).min(pixels.next_multiple_of(2));
     let ranges: Vec<_> = (0..pixels)
         .step_by(chunk)
@@ -124,6 +187,9 @@ pub(crate) fn run_pixels<R: KnownRuntime, T: Count>(
     let in_bytes = (chunk * px_bytes).next_multiple_of(4);
     let (out_bytes, st_bytes) = (chunk * job.planes * 4, chunk * 4);
     let pinned = gpu.can_write_in_place();
+    let _one_at_a_time = PIPELINE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let mut free: Vec<Slot> = {
         let mut cache = SLOT_CACHE
             .lock()
@@ -145,12 +211,16 @@ pub(crate) fn run_pixels<R: KnownRuntime, T: Count>(
     }
     let bytes: &[u8] = bytemuck::cast_slice(cube.as_slice());
     let nworkers = nworkers.min(ranges.len());
-    let result = std::thread::scope(|scope| -> gpu_runtime::Result<()> {
+    let stopped = || gpu_runtime::Error::Backend {
+        device: gpu.info().id.clone(),
+        message: "FLIM pipeline worker stopped".into(),
+    };
+    pipeline_pool().in_place_scope(|scope| -> gpu_runtime::Result<()> {
         let mut lanes: Vec<(SyncSender<Job>, Receiver<gpu_runtime::Result<Job>>)> = Vec::new();
         for _ in 0..nworkers {
             let (job_tx, job_rx) = sync_channel::<Job>(1);
             let (done_tx, done_rx) = sync_channel::<gpu_runtime::Result<Job>>(1);
-            scope.spawn(move || worker(gpu, job, bytes, px_bytes, chunk, &job_rx, &done_tx));
+            scope.spawn(move |_| worker(gpu, job, pinned, px_bytes, chunk, &job_rx, &done_tx));
             lanes.push((job_tx, done_rx));
         }
         let mut in_flight: VecDeque<usize> = VecDeque::new();
@@ -164,24 +234,19 @@ pub(crate) fn run_pixels<R: KnownRuntime, T: Count>(
             match lanes[lane].1.recv() {
                 Ok(Ok((range, slot))) => {
                     let n = range.len();
-                    let vals: &[f32] =
-                        bytemuck::cast_slice(&slot.output.as_bytes()[..n * job.planes * 4]);
-                    for q in 0..job.planes {
-                        planes[q * pixels + range.start..q * pixels + range.end]
-                            .copy_from_slice(&vals[q * n..(q + 1) * n]);
-                    }
-                    status[range]
-                        .copy_from_slice(bytemuck::cast_slice(&slot.status.as_bytes()[..n * 4]));
+                    let _span = tracing::debug_span!("flim_collect", pixels = n).entered();
+                    sink(
+                        range,
+                        bytemuck::cast_slice(&slot.output.as_bytes()[..n * job.planes * 4]),
+                        bytemuck::cast_slice(&slot.status.as_bytes()[..n * 4]),
+                    );
                     free.push(slot);
                 }
                 Ok(Err(e)) => {
                     failure.get_or_insert(e);
                 }
                 Err(_) => {
-                    failure.get_or_insert(gpu_runtime::Error::Backend {
-                        device: gpu.info().id.clone(),
-                        message: "FLIM pipeline worker stopped".into(),
-                    });
+                    failure.get_or_insert(stopped());
                 }
             }
         };
@@ -192,13 +257,14 @@ pub(crate) fn run_pixels<R: KnownRuntime, T: Count>(
             while free.is_empty() {
                 collect(&mut in_flight, &mut free, &mut failure);
             }
+            let mut slot = free.pop().expect("a slot was freed above");
+            stage(
+                &mut slot.input,
+                &bytes[range.start * px_bytes..range.end * px_bytes],
+            );
             let lane = c % nworkers;
-            let slot = free.pop().expect("a slot was freed above");
             if lanes[lane].0.send((range.clone(), slot)).is_err() {
-                failure.get_or_insert(gpu_runtime::Error::Backend {
-                    device: gpu.info().id.clone(),
-                    message: "FLIM pipeline worker stopped".into(),
-                });
+                failure.get_or_insert(stopped());
                 break;
             }
             in_flight.push_back(lane);
@@ -211,16 +277,27 @@ pub(crate) fn run_pixels<R: KnownRuntime, T: Count>(
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = free;
         failure.map_or(Ok(()), Err)
-    });
-    result?;
-    Ok((planes, status))
+    })
 }
 
-/// A worker: for each chunk, counts into pinned memory, upload, kernel, download.
+/// Copy a chunk's counts into the start of a pinned buffer, zero-padded to whole words, on
+/// all cores (one core copies about 6.5 GB/s, sixteen about 50 GB/s on the H100 host).
+fn stage(dst: &mut HostStaging, src: &[u8]) {
+    let _span = tracing::debug_span!("flim_stage", bytes = src.len()).entered();
+    let words = src.len().div_ceil(4);
+    let dst = &mut dst.as_bytes_mut()[..words * 4];
+    dst[..src.len()]
+        .par_chunks_mut(1 << 20)
+        .zip(src.par_chunks(1 << 20))
+        .for_each(|(d, s)| d.copy_from_slice(s));
+    dst[src.len()..].fill(0);
+}
+
+/// A worker: for each staged chunk, upload, kernel, download.
 fn worker<R: KnownRuntime>(
     gpu: &Gpu<R>,
     job: &PixelJob<'_, R>,
-    bytes: &[u8],
+    pinned: bool,
     px_bytes: usize,
     chunk: usize,
     jobs: &Receiver<Job>,
@@ -229,6 +306,7 @@ fn worker<R: KnownRuntime>(
     let mut buffers: Option<DeviceBuffers> = None;
     for (range, mut slot) in jobs {
         let result = (|| -> gpu_runtime::Result<()> {
+            let n = range.len();
             let words_max = (chunk * px_bytes).div_ceil(4);
             let dev = match &buffers {
                 Some(b) => b,
@@ -238,30 +316,21 @@ fn worker<R: KnownRuntime>(
                     status: gpu.empty::<u32>(chunk)?,
                 }),
             };
-            let n = range.len();
-            let len = n * px_bytes;
-            let words = len.div_ceil(4);
-            let src = &bytes[range.start * px_bytes..range.end * px_bytes];
-            let dst = &mut slot.input.as_bytes_mut()[..words * 4];
-            dst[..len]
-                .par_chunks_mut(1 << 20)
-                .zip(src.par_chunks(1 << 20))
-                .for_each(|(d, s)| d.copy_from_slice(s));
-            dst[len..].fill(0);
-            // Full chunks reuse the worker's device buffer; the last one gets its own.
-            let input = if gpu.can_write_in_place() && words == words_max {
+            // Full chunks reuse the worker's device buffers; a short last one gets its own
+            // (downloads move whole arrays).
+            let (input, out, st) = if n == chunk && pinned {
                 gpu.upload_staged_into(&slot.input, &dev.input)?;
-                dev.input.clone()
+                (dev.input.clone(), dev.out.clone(), dev.status.clone())
             } else {
-                gpu.upload_staged::<u32>(&slot.input, words)?
+                let words = (n * px_bytes).div_ceil(4);
+                (
+                    gpu.upload_staged::<u32>(&slot.input, words)?,
+                    gpu.empty::<f32>(n * job.planes)?,
+                    gpu.empty::<u32>(n)?,
+                )
             };
-            // Downloads move whole arrays: a short last chunk gets arrays of its size.
-            let (out, st) = if n == chunk {
-                (dev.out.clone(), dev.status.clone())
-            } else {
-                (gpu.empty::<f32>(n * job.planes)?, gpu.empty::<u32>(n)?)
-            };
-            (job.launch)(gpu, &input, range.start, n, &out, &st)?;
+            tracing::debug_span!("flim_kernel", pixels = n)
+                .in_scope(|| (job.launch)(gpu, &input, range.start, n, &out, &st))?;
             gpu.download_staged(&out, &mut slot.output)?;
             gpu.download_staged(&st, &mut slot.status)?;
             Ok(())
@@ -335,7 +404,24 @@ pub fn analyse_on<T: Count>(
         methods,
     };
     let table = tables(&su);
-    let (vals, status) = with_gpu!(device, |gpu| {
+    let _span = tracing::debug_span!("flim_analyse_on", pixels = h * w).entered();
+    let mut maps = LifetimeMaps::zeros(h, w);
+    // Chunks land straight in the maps: no whole-image staging vector, one copy per value.
+    let mut sink = |range: std::ops::Range<usize>, vals: &[f32], st: &[u32]| {
+        let n = range.len();
+        for (q, plane) in maps.planes_mut().into_iter().enumerate() {
+            let dst = &mut plane.as_slice_mut().expect("standard layout")[range.clone()];
+            match plane_of(methods, q as u32) {
+                Some(i) => dst.copy_from_slice(&vals[i as usize * n..(i as usize + 1) * n]),
+                None => dst.fill(f32::NAN),
+            }
+        }
+        let status = maps.status.as_slice_mut().expect("standard layout");
+        for (d, &s) in status[range].iter_mut().zip(st) {
+            *d = if s == 0 { 0 } else { STATUS_MASKED };
+        }
+    };
+    with_gpu!(device, |gpu| {
         let tables_dev = gpu.upload(&table)?;
         gpu.sync()?;
         let launch = |gpu: &Gpu<_>,
@@ -355,21 +441,13 @@ pub fn analyse_on<T: Count>(
             cube,
             &PixelJob {
                 planes: nplanes,
+                min_chunk_pixels: 0,
                 launch: &launch,
             },
+            &mut sink,
         )
     })
     .map_err(gpu_error)?;
-    let pixels = h * w;
-    let mut maps = LifetimeMaps::zeros(h, w);
-    for (q, plane) in maps.planes_mut().into_iter().enumerate() {
-        let dst = plane.as_slice_mut().expect("standard layout");
-        match plane_of(methods, q as u32) {
-            Some(i) => dst.copy_from_slice(&vals[i as usize * pixels..(i as usize + 1) * pixels]),
-            None => dst.fill(f32::NAN),
-        }
-    }
-    maps.status = to_status(status, h, w);
     Ok(maps)
 }
 
@@ -481,11 +559,12 @@ pub fn analyse_fret_on<T: Count>(
             };
             fret_kernels::fret(gpu, words, &tables_dev, &p, out, st)
         };
-        run_pixels(
+        collect_pixels(
             gpu,
             cube,
             &PixelJob {
                 planes: FRET_PLANES,
+                min_chunk_pixels: 0,
                 launch: &launch,
             },
         )
@@ -514,7 +593,7 @@ pub fn fit_on<T: Count>(
     opts: &crate::fit::FitOptions,
     device: &Device,
 ) -> Result<crate::fit::FitMaps> {
-    use crate::fit::{DecayFit, Estimator, FitMaps, FitStatus, Offset, Shift};
+    use crate::fit::{Estimator, FitMaps, FitStatus, MapPixel, Offset, Shift};
     use gpu_kernels::flim::fit::{self as fk, FitParams};
     if !device.is_gpu() {
         return crate::fit::fit(cube, opts);
@@ -570,6 +649,7 @@ pub fn fit_on<T: Count>(
             *d = *s as f32;
         }
     }
+    let _span = tracing::debug_span!("flim_fit_on", pixels = h * w).entered();
     let (vals, status) = with_gpu!(device, |gpu| {
         let irf_dev = gpu.upload(&irf)?;
         let mask_dev = gpu.upload(&mask)?;
@@ -588,25 +668,27 @@ pub fn fit_on<T: Count>(
             };
             fk::fit(gpu, words, &irf_dev, &mask_dev, &init_dev, &p, out, st)
         };
-        run_pixels(
+        collect_pixels(
             gpu,
             cube,
             &PixelJob {
                 planes,
+                min_chunk_pixels: FIT_CHUNK_PIXELS,
                 launch: &launch,
             },
         )
     })
     .map_err(gpu_error)?;
     let pixels = h * w;
-    let fits: Vec<DecayFit> = (0..pixels)
+    let _maps = tracing::debug_span!("flim_fit_maps", pixels).entered();
+    let fits: Vec<MapPixel> = (0..pixels)
         .into_par_iter()
         .map(|p| {
             let st = status[p];
             let photons = f64::from(vals[(np + 1) * pixels + p]);
             let code = st & 0xFF;
             if code == fk::FIT_MASKED {
-                return DecayFit::masked(k, photons);
+                return MapPixel::masked(photons);
             }
             let mut theta = [0.0f64; crate::fit::model::MAX_PARAMS];
             for (q, t) in theta.iter_mut().enumerate().take(np) {
@@ -617,7 +699,7 @@ pub fn fit_on<T: Count>(
             } else {
                 FitStatus::Failed
             };
-            DecayFit::from_theta(
+            MapPixel::from_theta(
                 &su,
                 &theta,
                 f64::from(vals[np * pixels + p]),
@@ -627,5 +709,5 @@ pub fn fit_on<T: Count>(
             )
         })
         .collect();
-    Ok(FitMaps::from_fits(h, w, k, &fits))
+    Ok(FitMaps::from_pixels(h, w, k, &fits))
 }

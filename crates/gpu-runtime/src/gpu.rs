@@ -305,6 +305,7 @@ impl crate::Device {
             name: info.id.clone(),
             why: format!("it is not a {} device", std::any::type_name::<R>()),
         })?;
+        crate::kernel_cache::configure();
         let client = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| R::client(&dev)))
             .map_err(|panic| Error::Backend {
                 device: info.id.clone(),

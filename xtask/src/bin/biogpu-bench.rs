@@ -23,7 +23,21 @@ struct Args {
     out: std::path::PathBuf,
 }
 
+/// `BIOGPU_TRACE=FILTER` (e.g. `flim_core=debug,gpu_runtime=debug`) logs each span's
+/// busy and idle time as it closes, on stderr: where a benchmark's time goes.
+fn init_tracing() {
+    if let Ok(filter) = std::env::var("BIOGPU_TRACE") {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
+            .with_thread_ids(true)
+            .with_writer(std::io::stderr)
+            .try_init();
+    }
+}
+
 fn main() -> anyhow::Result<()> {
+    init_tracing();
     let args = Args::parse();
     let request: DeviceRequest = args.device.parse()?;
     let device = Device::select(request, true)?.device;

@@ -485,5 +485,5 @@ pub fn fit_global<T: Count>(
             fits[p] = f;
         }
     }
-    Ok(FitMaps::from_fits(h, w, su.k, &fits))
+    Ok(FitMaps::from_fits(h, w, su.k, fits))
 }

@@ -313,6 +313,120 @@ pub struct DecayFit {
     pub status: FitStatus,
 }
 
+/// Most components of a model (tri-exponential).
+const MAX_COMPONENTS: usize = 3;
+
+/// One pixel's values as the maps store them (f32), with no heap storage: a 512x512 image
+/// has a quarter of a million fits, and three small vectors per fit cost more to allocate
+/// and free than the GPU takes to fit them.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MapPixel {
+    intensity: f32,
+    tau: [f32; MAX_COMPONENTS],
+    amplitude: [f32; MAX_COMPONENTS],
+    fraction: [f32; MAX_COMPONENTS],
+    offset: f32,
+    shift: f32,
+    tau_amp_mean: f32,
+    tau_int_mean: f32,
+    chi2_red: f32,
+    iterations: u32,
+    status: FitStatus,
+}
+
+/// Lifetimes and amplitudes of `theta` sorted by lifetime, with the sums the means need.
+struct Derived {
+    comps: [(f64, f64); MAX_COMPONENTS],
+    total: f64,
+    s1: f64,
+    s2: f64,
+}
+
+impl Derived {
+    fn new(k: usize, theta: &[f64]) -> Self {
+        let mut comps = [(f64::NAN, f64::NAN); MAX_COMPONENTS];
+        for (i, c) in comps.iter_mut().enumerate().take(k) {
+            *c = (theta[k + i].exp(), theta[i]);
+        }
+        comps[..k].sort_by(|a, b| a.0.total_cmp(&b.0));
+        let c = &comps[..k];
+        Derived {
+            comps,
+            total: c.iter().map(|c| c.1).sum(),
+            s1: c.iter().map(|c| c.1 * c.0).sum(),
+            s2: c.iter().map(|c| c.1 * c.0 * c.0).sum(),
+        }
+    }
+}
+
+impl MapPixel {
+    /// The maps' values of a pixel's parameters (sorted by lifetime).
+    pub(crate) fn from_theta(
+        su: &ModelSetup,
+        theta: &[f64],
+        objective: f64,
+        intensity: f64,
+        iterations: u32,
+        status: FitStatus,
+    ) -> Self {
+        let d = Derived::new(su.k, theta);
+        let mut px = MapPixel {
+            intensity: intensity as f32,
+            offset: su.offset_of(theta) as f32,
+            shift: su.shift_of(theta) as f32,
+            tau_amp_mean: (d.s1 / d.total) as f32,
+            tau_int_mean: (d.s2 / d.s1) as f32,
+            chi2_red: (objective / (su.m - su.np()) as f64) as f32,
+            iterations,
+            status,
+            ..MapPixel::masked(intensity)
+        };
+        for (i, &(tau, a)) in d.comps.iter().enumerate().take(su.k) {
+            px.tau[i] = tau as f32;
+            px.amplitude[i] = a as f32;
+            px.fraction[i] = (a / d.total) as f32;
+        }
+        px
+    }
+
+    pub(crate) fn masked(intensity: f64) -> Self {
+        let nan = [f32::NAN; MAX_COMPONENTS];
+        MapPixel {
+            intensity: intensity as f32,
+            tau: nan,
+            amplitude: nan,
+            fraction: nan,
+            offset: f32::NAN,
+            shift: f32::NAN,
+            tau_amp_mean: f32::NAN,
+            tau_int_mean: f32::NAN,
+            chi2_red: f32::NAN,
+            iterations: 0,
+            status: FitStatus::Masked,
+        }
+    }
+
+    fn of(d: &DecayFit) -> Self {
+        let mut px = MapPixel {
+            intensity: d.intensity as f32,
+            offset: d.offset as f32,
+            shift: d.shift as f32,
+            tau_amp_mean: d.tau_amp_mean as f32,
+            tau_int_mean: d.tau_int_mean as f32,
+            chi2_red: d.chi2_red as f32,
+            iterations: d.iterations,
+            status: d.status,
+            ..MapPixel::masked(d.intensity)
+        };
+        for i in 0..d.tau.len().min(MAX_COMPONENTS) {
+            px.tau[i] = d.tau[i] as f32;
+            px.amplitude[i] = d.amplitude[i] as f32;
+            px.fraction[i] = d.fraction[i] as f32;
+        }
+        px
+    }
+}
+
 impl DecayFit {
     /// Derived values of a pixel's parameters (sorted by lifetime).
     pub(crate) fn from_theta(
@@ -324,21 +438,18 @@ impl DecayFit {
         status: FitStatus,
     ) -> Self {
         let k = su.k;
-        let mut comps: Vec<(f64, f64)> = (0..k).map(|i| (theta[k + i].exp(), theta[i])).collect();
-        comps.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let total: f64 = comps.iter().map(|c| c.1).sum();
-        let s1: f64 = comps.iter().map(|c| c.1 * c.0).sum();
-        let s2: f64 = comps.iter().map(|c| c.1 * c.0 * c.0).sum();
+        let d = Derived::new(k, theta);
+        let comps = &d.comps[..k];
         let dof = (su.m - su.np()) as f64;
         DecayFit {
             intensity,
             tau: comps.iter().map(|c| c.0).collect(),
             amplitude: comps.iter().map(|c| c.1).collect(),
-            fraction: comps.iter().map(|c| c.1 / total).collect(),
+            fraction: comps.iter().map(|c| c.1 / d.total).collect(),
             offset: su.offset_of(theta),
             shift: su.shift_of(theta),
-            tau_amp_mean: s1 / total,
-            tau_int_mean: s2 / s1,
+            tau_amp_mean: d.s1 / d.total,
+            tau_int_mean: d.s2 / d.s1,
             chi2_red: objective / dof,
             iterations,
             status,
@@ -364,25 +475,72 @@ impl DecayFit {
 }
 
 impl FitMaps {
-    pub(crate) fn from_fits(h: usize, w: usize, k: usize, fits: &[DecayFit]) -> Self {
-        let plane = |f: &dyn Fn(&DecayFit) -> f64| {
-            Array2::from_shape_vec((h, w), fits.iter().map(|d| f(d) as f32).collect())
-                .expect("h * w fits")
+    /// The maps of `fits` (row-major pixels).
+    pub(crate) fn from_fits(h: usize, w: usize, k: usize, fits: Vec<DecayFit>) -> Self {
+        let px: Vec<MapPixel> = fits.par_iter().map(MapPixel::of).collect();
+        // Three small vectors per fit: freeing them one by one is as slow as building them.
+        fits.into_par_iter().for_each(drop);
+        Self::from_pixels(h, w, k, &px)
+    }
+
+    /// The maps of `px` (row-major pixels), a plane per task.
+    pub(crate) fn from_pixels(h: usize, w: usize, k: usize, px: &[MapPixel]) -> Self {
+        type Pick = Box<dyn Fn(&MapPixel) -> f32 + Send + Sync>;
+        let mut picks: Vec<Pick> = vec![
+            Box::new(|d| d.intensity),
+            Box::new(|d| d.offset),
+            Box::new(|d| d.shift),
+            Box::new(|d| d.tau_amp_mean),
+            Box::new(|d| d.tau_int_mean),
+            Box::new(|d| d.chi2_red),
+        ];
+        for i in 0..k {
+            picks.push(Box::new(move |d| d.tau[i]));
+            picks.push(Box::new(move |d| d.amplitude[i]));
+            picks.push(Box::new(move |d| d.fraction[i]));
+        }
+        let plane = |f: &Pick| {
+            Array2::from_shape_vec((h, w), px.iter().map(f).collect()).expect("h * w pixels")
         };
+        let ((mut planes, iterations), status) = rayon::join(
+            || {
+                rayon::join(
+                    || picks.par_iter().map(plane).collect::<Vec<_>>(),
+                    || {
+                        Array2::from_shape_vec((h, w), px.iter().map(|d| d.iterations).collect())
+                            .expect("h * w pixels")
+                    },
+                )
+            },
+            || {
+                Array2::from_shape_vec((h, w), px.iter().map(|d| d.status).collect())
+                    .expect("h * w pixels")
+            },
+        );
+        let per_component = planes.split_off(6);
+        let mut it = planes.into_iter();
+        let mut next = || it.next().expect("six planes");
+        let (intensity, offset, shift) = (next(), next(), next());
+        let (tau_amp_mean, tau_int_mean, chi2_red) = (next(), next(), next());
+        let mut comp = per_component.into_iter();
+        let (mut tau, mut amplitude, mut fraction) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..k {
+            tau.push(comp.next().expect("3 planes per component"));
+            amplitude.push(comp.next().expect("3 planes per component"));
+            fraction.push(comp.next().expect("3 planes per component"));
+        }
         FitMaps {
-            intensity: plane(&|d| d.intensity),
-            tau: (0..k).map(|i| plane(&|d| d.tau[i])).collect(),
-            amplitude: (0..k).map(|i| plane(&|d| d.amplitude[i])).collect(),
-            fraction: (0..k).map(|i| plane(&|d| d.fraction[i])).collect(),
-            offset: plane(&|d| d.offset),
-            shift: plane(&|d| d.shift),
-            tau_amp_mean: plane(&|d| d.tau_amp_mean),
-            tau_int_mean: plane(&|d| d.tau_int_mean),
-            chi2_red: plane(&|d| d.chi2_red),
-            iterations: Array2::from_shape_vec((h, w), fits.iter().map(|d| d.iterations).collect())
-                .expect("h * w fits"),
-            status: Array2::from_shape_vec((h, w), fits.iter().map(|d| d.status).collect())
-                .expect("h * w fits"),
+            intensity,
+            tau,
+            amplitude,
+            fraction,
+            offset,
+            shift,
+            tau_amp_mean,
+            tau_int_mean,
+            chi2_red,
+            iterations,
+            status,
         }
     }
 }
@@ -506,5 +664,5 @@ pub fn fit<T: Count>(cube: &Cube<T>, opts: &FitOptions) -> Result<FitMaps> {
             },
         )
         .collect();
-    Ok(FitMaps::from_fits(h, w, su.k, &fits))
+    Ok(FitMaps::from_fits(h, w, su.k, fits))
 }
