@@ -20,6 +20,7 @@
 
 use crate::CUBE_1D;
 use crate::catalog::{CatalogEntry, array, entry, settings_1d};
+use crate::linalg::cholesky_solve;
 use cubecl::prelude::*;
 use gpu_runtime::{Error, Gpu, GpuArray, Result};
 
@@ -409,48 +410,6 @@ fn gradient_cosine(
     worst
 }
 
-/// Solve `m x = b` (m symmetric positive definite, upper triangle of a row-major 4x4, size
-/// `np`) by Cholesky; false when m is not positive definite.
-#[cube]
-fn cholesky_solve(m: &Array<f32>, b: &Array<f32>, x: &mut Array<f32>, #[comptime] np: u32) -> bool {
-    let mut l = Array::<f32>::new(16usize);
-    let mut y = Array::<f32>::new(4usize);
-    let mut ok = true;
-    for i in 0..np {
-        for jj in 0..i + 1 {
-            let mut s = m[(jj * 4 + i) as usize];
-            for q in 0..jj {
-                s -= l[(i * 4 + q) as usize] * l[(jj * 4 + q) as usize];
-            }
-            if i == jj {
-                if !(s > 0.0f32) {
-                    ok = false;
-                    s = 1.0f32;
-                }
-                l[(i * 4 + i) as usize] = f32::sqrt(s);
-            } else {
-                l[(i * 4 + jj) as usize] = s / l[(jj * 4 + jj) as usize];
-            }
-        }
-    }
-    for i in 0..np {
-        let mut s = b[i as usize];
-        for q in 0..i {
-            s -= l[(i * 4 + q) as usize] * y[q as usize];
-        }
-        y[i as usize] = s / l[(i * 4 + i) as usize];
-    }
-    for ii in 0..np {
-        let i = np - 1 - ii;
-        let mut s = y[i as usize];
-        for q in i + 1..np {
-            s -= l[(q * 4 + i) as usize] * x[q as usize];
-        }
-        x[i as usize] = s / l[(i * 4 + i) as usize];
-    }
-    ok
-}
-
 /// Data-driven start (the CPU's `initial_guess`): tau_c where K^2 crosses half-way, rho
 /// from the long-exposure plateau, v_noise = 0.
 #[cube]
@@ -613,7 +572,7 @@ pub fn mesi_fit_kernel(
                             rhs[u as usize] = -g[u as usize];
                         }
                     }
-                    if !cholesky_solve(&m, &rhs, &mut delta, np) {
+                    if !cholesky_solve::<f32>(&m, &rhs, &mut delta, 4u32, np) {
                         lambda *= 10.0f32;
                         if lambda > 1e16f32 {
                             result = STATUS_FAILED;

@@ -84,12 +84,13 @@ struct Slot {
     status: HostStaging,
 }
 
-/// Slots kept between calls (page-locking is slow).
-static SLOT_CACHE: Mutex<Vec<Slot>> = Mutex::new(Vec::new());
+/// Slots kept between calls (page-locking is slow); held for a whole pipeline run, so one
+/// pipeline runs at a time (its workers must all be running for it to finish).
+static PIPELINE: Mutex<Vec<Slot>> = Mutex::new(Vec::new());
 
 impl Slot {
-    fn fits(&self, pinned: bool, input: usize, output: usize, status: usize) -> bool {
-        self.input.is_pinned() == pinned
+    fn fits(&self, raw: bool, input: usize, output: usize, status: usize) -> bool {
+        self.input.is_pinned() == raw
             && self.input.len() >= input
             && self.output.len() >= output
             && self.status.len() >= status
@@ -146,9 +147,6 @@ fn pipeline_pool() -> &'static rayon::ThreadPool {
     })
 }
 
-/// One pipeline at a time: its workers must all be running for it to finish.
-static PIPELINE: Mutex<()> = Mutex::new(());
-
 /// Run a per-pixel kernel over every pixel of `cube`, handing each chunk's results to
 /// `sink` (in no particular order) as they come back.
 ///
@@ -186,22 +184,16 @@ pub(crate) fn run_pixels<R: KnownRuntime, T: Count>(
         .collect();
     let in_bytes = (chunk * px_bytes).next_multiple_of(4);
     let (out_bytes, st_bytes) = (chunk * job.planes * 4, chunk * 4);
-    let pinned = gpu.can_write_in_place();
-    let _one_at_a_time = PIPELINE
+    // Raw copies (CUDA): pinned slots, written in place into each worker's device buffers.
+    let raw = gpu.can_write_in_place();
+    let mut cache = PIPELINE
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let mut free: Vec<Slot> = {
-        let mut cache = SLOT_CACHE
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let mut keep = Vec::new();
-        for s in cache.drain(..) {
-            if keep.len() < nworkers && s.fits(pinned, in_bytes, out_bytes, st_bytes) {
-                keep.push(s);
-            }
-        }
-        keep
-    };
+    let mut free: Vec<Slot> = cache
+        .drain(..)
+        .filter(|s| s.fits(raw, in_bytes, out_bytes, st_bytes))
+        .take(nworkers)
+        .collect();
     while free.len() < nworkers.min(ranges.len()) {
         free.push(Slot {
             input: gpu.host_staging(in_bytes),
@@ -220,7 +212,7 @@ pub(crate) fn run_pixels<R: KnownRuntime, T: Count>(
         for _ in 0..nworkers {
             let (job_tx, job_rx) = sync_channel::<Job>(1);
             let (done_tx, done_rx) = sync_channel::<gpu_runtime::Result<Job>>(1);
-            scope.spawn(move |_| worker(gpu, job, pinned, px_bytes, chunk, &job_rx, &done_tx));
+            scope.spawn(move |_| worker(gpu, job, raw, px_bytes, chunk, &job_rx, &done_tx));
             lanes.push((job_tx, done_rx));
         }
         let mut in_flight: VecDeque<usize> = VecDeque::new();
@@ -258,10 +250,9 @@ pub(crate) fn run_pixels<R: KnownRuntime, T: Count>(
                 collect(&mut in_flight, &mut free, &mut failure);
             }
             let mut slot = free.pop().expect("a slot was freed above");
-            stage(
-                &mut slot.input,
-                &bytes[range.start * px_bytes..range.end * px_bytes],
-            );
+            let src = &bytes[range.start * px_bytes..range.end * px_bytes];
+            tracing::debug_span!("flim_stage", bytes = src.len())
+                .in_scope(|| slot.input.write_words(src));
             let lane = c % nworkers;
             if lanes[lane].0.send((range.clone(), slot)).is_err() {
                 failure.get_or_insert(stopped());
@@ -273,31 +264,16 @@ pub(crate) fn run_pixels<R: KnownRuntime, T: Count>(
             collect(&mut in_flight, &mut free, &mut failure);
         }
         drop(lanes);
-        *SLOT_CACHE
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = free;
+        *cache = free;
         failure.map_or(Ok(()), Err)
     })
-}
-
-/// Copy a chunk's counts into the start of a pinned buffer, zero-padded to whole words, on
-/// all cores (one core copies about 6.5 GB/s, sixteen about 50 GB/s on the H100 host).
-fn stage(dst: &mut HostStaging, src: &[u8]) {
-    let _span = tracing::debug_span!("flim_stage", bytes = src.len()).entered();
-    let words = src.len().div_ceil(4);
-    let dst = &mut dst.as_bytes_mut()[..words * 4];
-    dst[..src.len()]
-        .par_chunks_mut(1 << 20)
-        .zip(src.par_chunks(1 << 20))
-        .for_each(|(d, s)| d.copy_from_slice(s));
-    dst[src.len()..].fill(0);
 }
 
 /// A worker: for each staged chunk, upload, kernel, download.
 fn worker<R: KnownRuntime>(
     gpu: &Gpu<R>,
     job: &PixelJob<'_, R>,
-    pinned: bool,
+    raw: bool,
     px_bytes: usize,
     chunk: usize,
     jobs: &Receiver<Job>,
@@ -318,7 +294,7 @@ fn worker<R: KnownRuntime>(
             };
             // Full chunks reuse the worker's device buffers; a short last one gets its own
             // (downloads move whole arrays).
-            let (input, out, st) = if n == chunk && pinned {
+            let (input, out, st) = if n == chunk && raw {
                 gpu.upload_staged_into(&slot.input, &dev.input)?;
                 (dev.input.clone(), dev.out.clone(), dev.status.clone())
             } else {
@@ -351,15 +327,32 @@ fn tables(su: &Setup) -> Vec<f32> {
         .collect()
 }
 
+/// The kernels' status word (0 = analysed) as a map's status.
+fn status_code(s: u32) -> u8 {
+    if s == 0 { 0 } else { STATUS_MASKED }
+}
+
 fn to_status(status: Vec<u32>, h: usize, w: usize) -> Array2<u8> {
-    Array2::from_shape_vec(
-        (h, w),
-        status
-            .into_iter()
-            .map(|s| if s == 0 { 0 } else { STATUS_MASKED })
-            .collect(),
-    )
-    .expect("h * w statuses")
+    Array2::from_shape_vec((h, w), status.into_iter().map(status_code).collect())
+        .expect("h * w statuses")
+}
+
+/// The non-iterative kernel's settings for `pixels` pixels of `bins` counts of type `T`.
+fn lifetime_params<T: Count>(su: &Setup, bins: usize, pixels: usize) -> LifetimeParams {
+    LifetimeParams {
+        pixels: pixels as u32,
+        stride: bins as u32,
+        first: su.first as u32,
+        m: su.m as u32,
+        h: su.h as f32,
+        omega: su.omega as f32,
+        offset: su.offset as f32,
+        threshold: su.threshold as f32,
+        cal: (su.cal_cos as f32, su.cal_sin as f32),
+        table_sums: (su.sum_simpson as f32, su.sum_cos as f32, su.sum_sin as f32),
+        kind: T::KIND,
+        methods: su.methods.bits(),
+    }
 }
 
 fn gpu_error(e: gpu_runtime::Error) -> Error {
@@ -389,20 +382,7 @@ pub fn analyse_on<T: Count>(
     let (h, w) = cube.shape();
     let methods = su.methods.bits();
     let nplanes = planes(methods);
-    let params = LifetimeParams {
-        pixels: 0,
-        stride: cube.bins() as u32,
-        first: su.first as u32,
-        m: su.m as u32,
-        h: su.h as f32,
-        omega: su.omega as f32,
-        offset: su.offset as f32,
-        threshold: su.threshold as f32,
-        cal: (su.cal_cos as f32, su.cal_sin as f32),
-        table_sums: (su.sum_simpson as f32, su.sum_cos as f32, su.sum_sin as f32),
-        kind: T::KIND,
-        methods,
-    };
+    let params = lifetime_params::<T>(&su, cube.bins(), 0);
     let table = tables(&su);
     let _span = tracing::debug_span!("flim_analyse_on", pixels = h * w).entered();
     let mut maps = LifetimeMaps::zeros(h, w);
@@ -418,7 +398,7 @@ pub fn analyse_on<T: Count>(
         }
         let status = maps.status.as_slice_mut().expect("standard layout");
         for (d, &s) in status[range].iter_mut().zip(st) {
-            *d = if s == 0 { 0 } else { STATUS_MASKED };
+            *d = status_code(s);
         }
     };
     with_gpu!(device, |gpu| {
@@ -470,26 +450,13 @@ pub fn lifetimes_kernel_time<T: Count>(
     let (h, w) = cube.shape();
     let pixels = h * w;
     let methods = su.methods.bits();
-    let params = LifetimeParams {
-        pixels: pixels as u32,
-        stride: cube.bins() as u32,
-        first: su.first as u32,
-        m: su.m as u32,
-        h: su.h as f32,
-        omega: su.omega as f32,
-        offset: su.offset as f32,
-        threshold: su.threshold as f32,
-        cal: (su.cal_cos as f32, su.cal_sin as f32),
-        table_sums: (su.sum_simpson as f32, su.sum_cos as f32, su.sum_sin as f32),
-        kind: T::KIND,
-        methods,
-    };
+    let params = lifetime_params::<T>(&su, cube.bins(), pixels);
     let table = tables(&su);
     let bytes: &[u8] = bytemuck::cast_slice(cube.as_slice());
-    let mut words = vec![0u32; bytes.len().div_ceil(4)];
-    bytemuck::cast_slice_mut::<u32, u8>(&mut words)[..bytes.len()].copy_from_slice(bytes);
     with_gpu!(device, |gpu| {
-        let words = gpu.upload(&words)?;
+        let mut staging = gpu.host_staging(bytes.len().next_multiple_of(4));
+        let words = staging.write_words(bytes);
+        let words = gpu.upload_staged::<u32>(&staging, words)?;
         let tables_dev = gpu.upload(&table)?;
         let out = gpu.empty::<f32>(planes(methods) * pixels)?;
         let st = gpu.empty::<u32>(pixels)?;

@@ -27,7 +27,7 @@ pub use error::{Error, Result};
 pub use gpu::{Gpu, GpuJob, KnownRuntime};
 pub use kernel_cache::KERNEL_CACHE_ENV;
 pub use memory::{ChunkPlan, MEMORY_LIMIT_ENV, MemoryBudget, parse_bytes};
-pub use staging::{HostStaging, RawTransfers};
+pub use staging::{HostStaging, RawTransfers, par_copy};
 pub use timing::{Timing, bench};
 
 /// CubeCL, re-exported so every crate uses the pinned version.

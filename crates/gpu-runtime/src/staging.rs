@@ -60,6 +60,16 @@ impl HostStaging {
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
     }
 
+    /// Copy `src` into the start of the buffer on all cores, zero-padded to whole 32-bit
+    /// words (the kernels read words); returns the words written.
+    pub fn write_words(&mut self, src: &[u8]) -> usize {
+        let words = src.len().div_ceil(4);
+        let dst = &mut self.as_bytes_mut()[..words * 4];
+        par_copy(&mut dst[..src.len()], src);
+        dst[src.len()..].fill(0);
+        words
+    }
+
     fn heap(len: usize) -> Self {
         let mut heap = vec![0u64; len.div_ceil(8).max(1)];
         let ptr = NonNull::new(heap.as_mut_ptr().cast::<u8>()).expect("Vec pointers are non-null");
@@ -81,8 +91,20 @@ impl Drop for HostStaging {
     }
 }
 
+/// `dst.copy_from_slice(src)` on all cores, in 1 MiB pieces: one core copies about
+/// 6.5 GB/s into pinned memory on the H100 host, sixteen about 50 GB/s.
+pub fn par_copy(dst: &mut [u8], src: &[u8]) {
+    use rayon::prelude::*;
+    const PIECE: usize = 1 << 20;
+    dst.par_chunks_mut(PIECE)
+        .zip(src.par_chunks(PIECE))
+        .for_each(|(d, s)| d.copy_from_slice(s));
+}
+
 /// Raw copies a runtime can do outside CubeCL's queue (CUDA), or `false` to fall back.
 pub trait RawTransfers: Runtime {
+    /// Whether this runtime has pinned memory and raw copies (the methods below succeed).
+    const RAW: bool = false;
     /// Page-locked host memory of `len` bytes, if the runtime has it.
     fn pinned_alloc(_len: usize) -> Option<NonNull<u8>> {
         None
@@ -108,6 +130,8 @@ pub trait RawTransfers: Runtime {
 impl RawTransfers for cubecl::wgpu::WgpuRuntime {}
 
 impl RawTransfers for cubecl::cuda::CudaRuntime {
+    const RAW: bool = true;
+
     fn pinned_alloc(len: usize) -> Option<NonNull<u8>> {
         // SAFETY: cuMemHostAlloc returns page-locked memory of `len` bytes or an error.
         let ptr = unsafe { cudarc::driver::result::malloc_host(len.max(1), 0) }.ok()?;
@@ -265,11 +289,7 @@ impl<R: KnownRuntime> Gpu<R> {
 
     /// Whether [`Gpu::upload_staged_into`] is available (raw copies, i.e. CUDA).
     pub fn can_write_in_place(&self) -> bool {
-        R::pinned_alloc(0).is_some_and(|p| {
-            // SAFETY: freeing the probe allocation just made.
-            let _ = unsafe { cudarc::driver::result::free_host(p.as_ptr().cast()) };
-            true
-        })
+        R::RAW
     }
 
     /// Copy `src` into the start of `staging`, after the queued work that writes it.
@@ -311,5 +331,24 @@ fn too_small(what: &str, need: usize, have: usize) -> Error {
     Error::InvalidLaunch {
         kernel: what.into(),
         why: format!("staging buffer of {have} bytes, {need} needed"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn written_words_hold_the_bytes_then_zeros_up_to_the_word() {
+        // Three MiB and a few bytes: several parallel pieces and a partial last word.
+        let src: Vec<u8> = (0..(3 << 20) + 5).map(|i| (i % 251) as u8 + 1).collect();
+        let mut staging = HostStaging::heap(src.len() + 16);
+        staging.as_bytes_mut().fill(0xAA);
+        let words = staging.write_words(&src);
+        assert_eq!(words, src.len().div_ceil(4));
+        let got = staging.as_bytes();
+        assert_eq!(&got[..src.len()], &src[..]);
+        assert!(got[src.len()..words * 4].iter().all(|&b| b == 0));
+        assert!(got[words * 4..].iter().all(|&b| b == 0xAA));
     }
 }

@@ -9,7 +9,6 @@ use crate::types::Pixel;
 use gpu_kernels::speckle::{self as kernels, PixelBits, SpatialParams};
 use gpu_runtime::{Device, with_gpu};
 use ndarray::{Array3, ArrayView3, s};
-use rayon::prelude::*;
 
 /// Integer pixels the kernels take. Frames are uploaded as their own little-endian bytes,
 /// read by the kernels as packed 32-bit words (two u16 or four u8 per word).
@@ -53,15 +52,6 @@ pub(crate) mod staging_cache {
             s[slot] = Some(buf);
         });
     }
-}
-
-/// Copy `src` into `dst` in parallel 1 MiB pieces (host memcpy limits streaming otherwise).
-fn par_copy(dst: &mut [u8], src: &[u8]) {
-    const PIECE: usize = 1 << 20;
-    dst[..src.len()]
-        .par_chunks_mut(PIECE)
-        .zip(src.par_chunks(PIECE))
-        .for_each(|(d, s)| d.copy_from_slice(s));
 }
 
 /// Contrast on the GPU `device`, same parameters and result as the CPU reference.
@@ -114,11 +104,8 @@ pub fn contrast<T: PackedPixel>(
             let chunk = stack.slice(s![first_in..last_in, .., ..]);
             let chunk = chunk.as_standard_layout();
             let bytes: &[u8] = bytemuck::cast_slice(chunk.as_slice().expect("standard layout"));
-            let n_words = bytes.len().div_ceil(4);
-            let mut staging_in = staging_cache::take(gpu, 0, n_words * 4);
-            let padded = staging_in.as_bytes_mut();
-            par_copy(padded, bytes);
-            padded[bytes.len()..n_words * 4].fill(0);
+            let mut staging_in = staging_cache::take(gpu, 0, bytes.len().next_multiple_of(4));
+            let n_words = staging_in.write_words(bytes);
             let input = gpu.upload_staged::<u32>(&staging_in, n_words)?;
             staging_cache::put(0, staging_in);
             let n_out = range.len() * h_out * w_out;
@@ -228,7 +215,7 @@ pub(crate) fn spatial_params<T: PackedPixel>(
 fn copy_into(mut dst: ndarray::ArrayViewMut3<f32>, src: &gpu_runtime::HostStaging) {
     let out = dst.as_slice_mut().expect("output slabs are contiguous");
     let n = out.len() * 4;
-    par_copy(bytemuck::cast_slice_mut(out), &src.as_bytes()[..n]);
+    gpu_runtime::par_copy(bytemuck::cast_slice_mut(out), &src.as_bytes()[..n]);
 }
 
 fn border_code(b: Border) -> u32 {

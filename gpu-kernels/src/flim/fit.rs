@@ -8,9 +8,10 @@
 //! cancellation); the relative convergence tolerance is at least [`F32_TOLERANCE`].
 
 use super::lifetimes::{b_fn, cmm_rate};
-use super::{KIND_F32, KIND_U16, count, invalid};
+use super::{KIND_F32, KIND_U16, count, holds_decays, invalid};
 use crate::CUBE_1D;
 use crate::catalog::{CatalogEntry, array, entry, settings_1d};
+use crate::linalg::cholesky_solve;
 use cubecl::prelude::*;
 use gpu_runtime::{Gpu, GpuArray, Result};
 
@@ -400,53 +401,6 @@ fn evaluate(
     acc[0]
 }
 
-/// Solve `m x = b` (upper triangle of a row-major 8x8, size `np`) by Cholesky.
-#[cube]
-fn cholesky(
-    m: &Array<f32>,
-    b: &Array<f32>,
-    x: &mut Array<f32>,
-    l: &mut Array<f32>,
-    y: &mut Array<f32>,
-    #[comptime] np: u32,
-) -> bool {
-    let mut ok = true;
-    for i in 0..np {
-        let end = i + 1;
-        for jj in 0..end {
-            let mut s = m[(jj * 8 + i) as usize];
-            for q in 0..jj {
-                s -= l[(i * 8 + q) as usize] * l[(jj * 8 + q) as usize];
-            }
-            if i == jj {
-                if !(s > 0.0f32) {
-                    ok = false;
-                    s = 1.0f32;
-                }
-                l[(i * 8 + i) as usize] = f32::sqrt(s);
-            } else {
-                l[(i * 8 + jj) as usize] = s / l[(jj * 8 + jj) as usize];
-            }
-        }
-    }
-    for i in 0..np {
-        let mut s = b[i as usize];
-        for q in 0..i {
-            s -= l[(i * 8 + q) as usize] * y[q as usize];
-        }
-        y[i as usize] = s / l[(i * 8 + i) as usize];
-    }
-    for ii in 0..np {
-        let i = np - 1 - ii;
-        let mut s = y[i as usize];
-        for q in i + 1..np {
-            s -= l[(q * 8 + i) as usize] * x[q as usize];
-        }
-        x[i as usize] = s / l[(i * 8 + i) as usize];
-    }
-    ok
-}
-
 /// Keep `theta` in bounds (flim-core's `ModelSetup::project`).
 #[cube]
 fn project(
@@ -612,8 +566,6 @@ pub fn fit_kernel(
             let mut d = Array::<f32>::new(8usize);
             let mut t = Array::<f32>::new(4usize);
             let mut acc = Array::<f32>::new(5usize);
-            let mut l = Array::<f32>::new(64usize);
-            let mut yv = Array::<f32>::new(8usize);
             // Start (flim-core's `lm::initial_guess`).
             let mut z0 = geo.offset;
             if comptime!(zfit) {
@@ -671,7 +623,7 @@ pub fn fit_kernel(
                 k, est, zfit, irf_mode, true, true,
             );
             let mut amp = Array::<f32>::new(8usize);
-            let ok = cholesky(&hm, &g, &mut amp, &mut l, &mut yv, k);
+            let ok = cholesky_solve::<f32>(&hm, &g, &mut amp, 8u32, k);
             let signal = f32::max(photons - f32::cast_from(m) * z0, 1.0f32);
             #[unroll]
             for c in 0..k {
@@ -728,7 +680,7 @@ pub fn fit_kernel(
                             rhs[u as usize] = -g[u as usize];
                         }
                     }
-                    if !cholesky(&mm, &rhs, &mut delta, &mut l, &mut yv, np) {
+                    if !cholesky_solve::<f32>(&mm, &rhs, &mut delta, 8u32, np) {
                         lambda *= 10.0f32;
                         if lambda > 1e16f32 {
                             running = false;
@@ -866,7 +818,6 @@ pub fn fit<R: Runtime>(
     status: &GpuArray<u32>,
 ) -> Result<()> {
     let name = "flim_fit";
-    let per_word = if p.kind == KIND_U16 { 2 } else { 1 };
     let pixels = p.pixels as usize;
     if !(1..=3).contains(&p.components)
         || p.estimator > EST_POISSON
@@ -889,7 +840,7 @@ pub fn fit<R: Runtime>(
             ),
         ));
     }
-    if words.len() * per_word < pixels * p.stride as usize
+    if !holds_decays(words, p.kind, pixels, p.stride)
         || (p.irf_mode != IRF_NONE && irf.len() < p.stride as usize)
         || irf.is_empty()
         || init.len() < 3

@@ -4,7 +4,7 @@
 //! paper's closed form or spreads around the mono-exponential rate) and the paper's PM.
 
 use super::lifetimes::{b_deriv, b_fn, cmm_rate};
-use super::{KIND_F32, KIND_U16, count, invalid};
+use super::{KIND_F32, KIND_U16, count, holds_decays, invalid, u16_pairs};
 use crate::CUBE_1D;
 use crate::catalog::{CatalogEntry, array, entry, settings_1d};
 use cubecl::prelude::*;
@@ -418,7 +418,6 @@ pub fn fret<R: Runtime>(
     status: &GpuArray<u32>,
 ) -> Result<()> {
     let name = "flim_fret";
-    let per_word = if p.kind == KIND_U16 { 2 } else { 1 };
     let pixels = p.pixels as usize;
     if p.m < 4 || p.first + p.m > p.stride || p.kind > KIND_F32 {
         return Err(invalid(
@@ -437,7 +436,7 @@ pub fn fret<R: Runtime>(
     {
         return Err(invalid(name, format!("donor lifetime {t} ns must be > 0")));
     }
-    if words.len() * per_word < pixels * p.stride as usize
+    if !holds_decays(words, p.kind, pixels, p.stride)
         || tables.len() < 3 * p.m as usize
         || out.len() < FRET_PLANES * pixels
         || status.len() < pixels
@@ -450,10 +449,7 @@ pub fn fret<R: Runtime>(
     if pixels == 0 {
         return Ok(());
     }
-    let pairs = p.kind == KIND_U16
-        && p.stride.is_multiple_of(2)
-        && p.first.is_multiple_of(2)
-        && p.m.is_multiple_of(2);
+    let pairs = u16_pairs(p.kind, p.stride, p.first, p.m);
     let mf = f64::from(p.m);
     let count = gpu.cube_count_1d(name, pixels, CUBE_1D)?;
     gpu.launch(name, count, |count| {

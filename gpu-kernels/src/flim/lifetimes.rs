@@ -6,7 +6,7 @@
 //! Only the planes of the selected methods are written, packed in the order intensity,
 //! RLD, IEM, CMM, g, s, phase, modulation ([`plane_of`]).
 
-use super::{KIND_F32, KIND_U16, count, invalid};
+use super::{KIND_F32, KIND_U16, count, holds_decays, invalid, u16_pairs};
 use crate::CUBE_1D;
 use crate::catalog::{CatalogEntry, array, entry, settings_1d};
 use cubecl::prelude::*;
@@ -385,9 +385,7 @@ pub fn lifetimes<R: Runtime>(
     status: &GpuArray<u32>,
 ) -> Result<()> {
     let name = "flim_lifetimes";
-    let per_word = if p.kind == KIND_U16 { 2 } else { 1 };
     let pixels = p.pixels as usize;
-    let counts = pixels * p.stride as usize;
     if p.m < 4 || p.first + p.m > p.stride || p.kind > KIND_F32 || p.methods & !ALL != 0 {
         return Err(invalid(
             name,
@@ -401,7 +399,7 @@ pub fn lifetimes<R: Runtime>(
             ),
         ));
     }
-    if words.len() * per_word < counts
+    if !holds_decays(words, p.kind, pixels, p.stride)
         || tables.len() < 3 * p.m as usize
         || out.len() < planes(p.methods) * pixels
         || status.len() < pixels
@@ -414,10 +412,7 @@ pub fn lifetimes<R: Runtime>(
     if pixels == 0 {
         return Ok(());
     }
-    let pairs = p.kind == KIND_U16
-        && p.stride.is_multiple_of(2)
-        && p.first.is_multiple_of(2)
-        && p.m.is_multiple_of(2);
+    let pairs = u16_pairs(p.kind, p.stride, p.first, p.m);
     let (m, mf) = (p.m, f64::from(p.m));
     let count = gpu.cube_count_1d(name, pixels, CUBE_1D)?;
     gpu.launch(name, count, |count| {

@@ -19,7 +19,7 @@ pub use lifetimes::{LifetimeParams, lifetimes};
 
 use crate::catalog::CatalogEntry;
 use cubecl::prelude::*;
-use gpu_runtime::Error;
+use gpu_runtime::{Error, GpuArray};
 
 /// Counts stored as u16, two per word (little-endian).
 pub const KIND_U16: u32 = 0;
@@ -39,6 +39,18 @@ pub(crate) fn count(words: &Array<u32>, e: u32, #[comptime] kind: u32) -> f32 {
     } else {
         f32::reinterpret(words[e as usize])
     }
+}
+
+/// Whether `words` holds `pixels` decays of `stride` counts of type `kind` (two u16 counts
+/// per word, else one).
+pub(crate) fn holds_decays(words: &GpuArray<u32>, kind: u32, pixels: usize, stride: u32) -> bool {
+    let per_word = if kind == KIND_U16 { 2 } else { 1 };
+    words.len() * per_word >= pixels * stride as usize
+}
+
+/// Whether u16 counts can be read two per load: every pixel and the range start on a word.
+pub(crate) fn u16_pairs(kind: u32, stride: u32, first: u32, m: u32) -> bool {
+    kind == KIND_U16 && stride.is_multiple_of(2) && first.is_multiple_of(2) && m.is_multiple_of(2)
 }
 
 pub(crate) fn invalid(kernel: &str, why: String) -> Error {

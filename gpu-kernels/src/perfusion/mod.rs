@@ -24,6 +24,7 @@
 pub(crate) mod model;
 
 use crate::catalog::{CatalogEntry, array, entry, settings_1d};
+use crate::linalg::cholesky_solve;
 use cubecl::prelude::*;
 use gpu_runtime::{Error, Gpu, GpuArray, Result};
 use model::{Ctx, UNIFORM_GRID, canonical, chain, n_params, normal, sse};
@@ -746,60 +747,6 @@ fn gradient_cosine<F: Float>(
     worst
 }
 
-/// Solve `m x = b` (upper triangle of row-major 5x5 `m`, size `np`) by Cholesky; false when
-/// `m` is not positive definite (perfusion-core's `lm::cholesky_solve`).
-#[cube]
-fn cholesky_solve<F: Float>(
-    m: &Array<F>,
-    b: &Array<F>,
-    x: &mut Array<F>,
-    #[comptime] np: u32,
-) -> bool {
-    let mut l = Array::<F>::new(25usize);
-    let mut y = Array::<F>::new(5usize);
-    let mut ok = true;
-    #[unroll]
-    for i in 0..np {
-        #[unroll]
-        for j in 0..i + 1 {
-            let mut s = m[(j * 5 + i) as usize];
-            #[unroll]
-            for q in 0..j {
-                s -= l[(i * 5 + q) as usize] * l[(j * 5 + q) as usize];
-            }
-            if comptime!(i == j) {
-                if !(s > F::new(0.0)) {
-                    ok = false;
-                    s = F::new(1.0);
-                }
-                l[(i * 5 + i) as usize] = F::sqrt(s);
-            } else {
-                l[(i * 5 + j) as usize] = s / l[(j * 5 + j) as usize];
-            }
-        }
-    }
-    #[unroll]
-    for i in 0..np {
-        let mut s = b[i as usize];
-        #[unroll]
-        for q in 0..i {
-            s -= l[(i * 5 + q) as usize] * y[q as usize];
-        }
-        y[i as usize] = s / l[(i * 5 + i) as usize];
-    }
-    #[unroll]
-    for ii in 0..np {
-        let i = np - 1 - ii;
-        let mut s = y[i as usize];
-        #[unroll]
-        for q in i + 1..np {
-            s -= l[(q * 5 + i) as usize] * x[q as usize];
-        }
-        x[i as usize] = s / l[(i * 5 + i) as usize];
-    }
-    ok
-}
-
 /// LM damping schedule and stopping settings.
 #[derive(CubeType, Clone, Copy)]
 struct LmConfig<F: Float> {
@@ -965,7 +912,7 @@ pub fn levenberg_marquardt_kernel<F: Float + CubeElement>(
                         for u in 0..5u32 {
                             delta[u as usize] = F::new(0.0);
                         }
-                        if !cholesky_solve::<F>(&m, &rhs, &mut delta, np) {
+                        if !cholesky_solve::<F>(&m, &rhs, &mut delta, 5u32, np) {
                             lambda *= ten;
                             if lambda > cfg.lambda_max {
                                 result = STATUS_FAILED;
