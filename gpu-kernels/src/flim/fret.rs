@@ -4,7 +4,10 @@
 //! paper's closed form or spreads around the mono-exponential rate) and the paper's PM.
 
 use super::lifetimes::{b_deriv, b_fn, cmm_rate};
-use super::{KIND_F32, KIND_U16, count, holds_decays, invalid, u16_pairs};
+use super::{
+    KIND_F32, KIND_U16, TILE, TILE_ROW, count, cube_first_pixel, decays, holds_decays, invalid,
+    load_tile, tile_count, u16_pairs,
+};
 use crate::CUBE_1D;
 use crate::catalog::{CatalogEntry, array, entry, settings_1d};
 use cubecl::prelude::*;
@@ -202,40 +205,54 @@ pub fn fret_kernel(
     #[comptime] donor_known: bool,
     #[comptime] pairs: bool,
 ) {
-    let p = ABSOLUTE_POS_X + ABSOLUTE_POS_Y * CUBE_COUNT_X * CUBE_DIM_X;
-    if p < pixels {
-        let base = p * stride + first;
-        let mut n = 0.0f32;
-        let mut s1 = 0.0f32;
-        let mut s2 = 0.0f32;
-        let mut gc = 0.0f32;
-        let mut gs = 0.0f32;
-        if comptime!(pairs && kind == KIND_U16) {
-            let w0 = base >> 1;
-            for i in 0..m / 2 {
-                let w = words[(w0 + i) as usize];
-                let c0 = f32::cast_from(w & 0xFFFFu32);
-                let c1 = f32::cast_from(w >> 16u32);
-                let j0 = 2 * i;
-                let f0 = f32::cast_from(j0);
-                let f1 = f0 + 1.0f32;
-                n += c0 + c1;
-                s1 += f0 * c0 + f1 * c1;
-                s2 += f0 * f0 * c0 + f1 * f1 * c1;
-                gc += tables[(m + j0) as usize] * c0 + tables[(m + j0 + 1) as usize] * c1;
-                gs += tables[(2 * m + j0) as usize] * c0 + tables[(2 * m + j0 + 1) as usize] * c1;
-            }
-        } else {
-            for j in 0..m {
-                let c = count(words, base + j, kind);
-                let jf = f32::cast_from(j);
-                n += c;
-                s1 += jf * c;
-                s2 += jf * jf * c;
-                gc += tables[(m + j) as usize] * c;
-                gs += tables[(2 * m + j) as usize] * c;
+    let p = cube_first_pixel() + UNIT_POS_X;
+    let active = p < pixels;
+    let base = p * stride + first;
+    let mut n = 0.0f32;
+    let mut s1 = 0.0f32;
+    let mut s2 = 0.0f32;
+    let mut gc = 0.0f32;
+    let mut gs = 0.0f32;
+    // Decays come a tile at a time through shared memory, read coalesced (see load_tile).
+    let d = decays(pixels, stride, first, m, pairs);
+    let mut tile = SharedMemory::<u32>::new(comptime!((CUBE_1D * TILE_ROW) as usize));
+    let row = UNIT_POS_X * TILE_ROW;
+    let mut t0 = 0u32;
+    while t0 < d.elements {
+        load_tile(words, &mut tile, d, t0, kind, pairs);
+        sync_cube();
+        if active {
+            let len = u32::min(TILE, d.elements - t0);
+            for e in 0..len {
+                let v = tile[(row + e) as usize];
+                if comptime!(pairs) {
+                    let c0 = f32::cast_from(v & 0xFFFFu32);
+                    let c1 = f32::cast_from(v >> 16u32);
+                    let j0 = 2 * (t0 + e);
+                    let f0 = f32::cast_from(j0);
+                    let f1 = f0 + 1.0f32;
+                    n += c0 + c1;
+                    s1 += f0 * c0 + f1 * c1;
+                    s2 += f0 * f0 * c0 + f1 * f1 * c1;
+                    gc += tables[(m + j0) as usize] * c0 + tables[(m + j0 + 1) as usize] * c1;
+                    gs +=
+                        tables[(2 * m + j0) as usize] * c0 + tables[(2 * m + j0 + 1) as usize] * c1;
+                } else {
+                    let c = tile_count(v, kind);
+                    let j = t0 + e;
+                    let jf = f32::cast_from(j);
+                    n += c;
+                    s1 += jf * c;
+                    s2 += jf * jf * c;
+                    gc += tables[(m + j) as usize] * c;
+                    gs += tables[(2 * m + j) as usize] * c;
+                }
             }
         }
+        sync_cube();
+        t0 += TILE;
+    }
+    if active {
         let mf = f32::cast_from(m);
         let s = Sums {
             s0: n - mf * offset,

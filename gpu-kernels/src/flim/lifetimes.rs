@@ -6,7 +6,10 @@
 //! Only the planes of the selected methods are written, packed in the order intensity,
 //! RLD, IEM, CMM, g, s, phase, modulation ([`plane_of`]).
 
-use super::{KIND_F32, KIND_U16, count, holds_decays, invalid, u16_pairs};
+use super::{
+    KIND_F32, TILE, TILE_ROW, count, cube_first_pixel, decays, holds_decays, invalid, load_tile,
+    tile_count, u16_pairs,
+};
 use crate::CUBE_1D;
 use crate::catalog::{CatalogEntry, array, entry, settings_1d};
 use cubecl::prelude::*;
@@ -225,54 +228,60 @@ pub fn lifetimes_kernel(
     #[comptime] methods: u32,
     #[comptime] pairs: bool,
 ) {
-    let p = ABSOLUTE_POS_X + ABSOLUTE_POS_Y * CUBE_COUNT_X * CUBE_DIM_X;
-    if p < pixels {
-        let k = m / 2;
-        let base = p * stride + first;
-        let mut acc = Acc {
-            n: 0.0f32,
-            m1: 0.0f32,
-            simp: 0.0f32,
-            d0: 0.0f32,
-            gc: 0.0f32,
-            gs: 0.0f32,
-        };
-        if comptime!(pairs && kind == KIND_U16) {
-            let w0 = base >> 1;
-            for i in 0..m / 2 {
-                let w = words[(w0 + i) as usize];
-                add(
-                    &mut acc,
-                    f32::cast_from(w & 0xFFFFu32),
-                    2 * i,
-                    k,
-                    m,
-                    tables,
-                    methods,
-                );
-                add(
-                    &mut acc,
-                    f32::cast_from(w >> 16u32),
-                    2 * i + 1,
-                    k,
-                    m,
-                    tables,
-                    methods,
-                );
-            }
-        } else {
-            for j in 0..m {
-                add(
-                    &mut acc,
-                    count(words, base + j, kind),
-                    j,
-                    k,
-                    m,
-                    tables,
-                    methods,
-                );
+    let p = cube_first_pixel() + UNIT_POS_X;
+    let active = p < pixels;
+    let k = m / 2;
+    let base = p * stride + first;
+    let mut acc = Acc {
+        n: 0.0f32,
+        m1: 0.0f32,
+        simp: 0.0f32,
+        d0: 0.0f32,
+        gc: 0.0f32,
+        gs: 0.0f32,
+    };
+    // The cube reads its decays a tile at a time into shared memory, coalesced; each unit
+    // then sums its own row.
+    let d = decays(pixels, stride, first, m, pairs);
+    let mut tile = SharedMemory::<u32>::new(comptime!((CUBE_1D * TILE_ROW) as usize));
+    let row = UNIT_POS_X * TILE_ROW;
+    let mut t0 = 0u32;
+    while t0 < d.elements {
+        load_tile(words, &mut tile, d, t0, kind, pairs);
+        sync_cube();
+        if active {
+            let n = u32::min(TILE, d.elements - t0);
+            for e in 0..n {
+                let v = tile[(row + e) as usize];
+                if comptime!(pairs) {
+                    let j = 2 * (t0 + e);
+                    add(
+                        &mut acc,
+                        f32::cast_from(v & 0xFFFFu32),
+                        j,
+                        k,
+                        m,
+                        tables,
+                        methods,
+                    );
+                    add(
+                        &mut acc,
+                        f32::cast_from(v >> 16u32),
+                        j + 1,
+                        k,
+                        m,
+                        tables,
+                        methods,
+                    );
+                } else {
+                    add(&mut acc, tile_count(v, kind), t0 + e, k, m, tables, methods);
+                }
             }
         }
+        sync_cube();
+        t0 += TILE;
+    }
+    if active {
         let mf = f32::cast_from(m);
         let n = acc.n - mf * offset;
         let nan = f32::reinterpret(nan_bits);

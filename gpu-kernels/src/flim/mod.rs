@@ -41,6 +41,101 @@ pub(crate) fn count(words: &Array<u32>, e: u32, #[comptime] kind: u32) -> f32 {
     }
 }
 
+/// Elements of each pixel's decay that one [`load_tile`] brings into shared memory.
+pub(crate) const TILE: u32 = 16;
+/// Shared-memory row of one pixel: one word of padding, so that units reading their own
+/// rows element by element hit 32 different banks.
+pub(crate) const TILE_ROW: u32 = TILE + 1;
+
+/// Where a cube's decays are: `pixels` in the launch, `elements` per pixel in the fit range
+/// (words of two counts when `pairs`, else counts), pixel `p`'s first element at
+/// `p * stride + first` in elements of the buffer (`stride` and `first` halved for pairs).
+#[derive(CubeType, Clone, Copy)]
+pub(crate) struct Decays {
+    pub pixels: u32,
+    pub stride: u32,
+    pub first: u32,
+    pub elements: u32,
+}
+
+/// Decays counted in words for pairs, in counts otherwise (see [`Decays`]).
+#[cube]
+pub(crate) fn decays(
+    pixels: u32,
+    stride: u32,
+    first: u32,
+    m: u32,
+    #[comptime] pairs: bool,
+) -> Decays {
+    let mut d = Decays {
+        pixels,
+        stride,
+        first,
+        elements: m,
+    };
+    if comptime!(pairs) {
+        d.stride = stride >> 1;
+        d.first = first >> 1;
+        d.elements = m >> 1;
+    }
+    d
+}
+
+/// First pixel of this cube (the launch grid may be two-dimensional).
+#[cube]
+pub(crate) fn cube_first_pixel() -> u32 {
+    (CUBE_POS_X + CUBE_POS_Y * CUBE_COUNT_X) * CUBE_DIM_X
+}
+
+/// Elements `t0 .. t0 + TILE` of the decays of the cube's pixels into `tile` (row `q` for
+/// the cube's pixel `q`), read so that consecutive units take consecutive elements of one
+/// decay: a warp's load is two runs of 64 contiguous bytes, where one unit per pixel would
+/// touch 32 places 512 bytes apart. Elements past a decay or pixels past the launch are
+/// not read. Every unit of the cube must call this (the caller synchronises after it).
+#[cube]
+#[allow(unused_assignments)] // CubeCL has no if-expressions: declared, then set per branch
+pub(crate) fn load_tile(
+    words: &Array<u32>,
+    tile: &mut SharedMemory<u32>,
+    d: Decays,
+    t0: u32,
+    #[comptime] kind: u32,
+    #[comptime] pairs: bool,
+) {
+    let p0 = cube_first_pixel();
+    let mut i = UNIT_POS_X;
+    while i < CUBE_DIM_X * TILE {
+        let q = i / TILE;
+        let e = t0 + i % TILE;
+        let px = p0 + q;
+        if px < d.pixels && e < d.elements {
+            let at = px * d.stride + d.first + e;
+            let mut v = 0u32;
+            if comptime!(pairs || kind != KIND_U16) {
+                v = words[at as usize];
+            } else {
+                v = (words[(at >> 1) as usize] >> ((at & 1) * 16)) & 0xFFFFu32;
+            }
+            tile[(q * TILE_ROW + i % TILE) as usize] = v;
+        }
+        i += CUBE_DIM_X;
+    }
+}
+
+/// A count held in a tile element (not for pairs): u16 and u32 counts as integers, f32
+/// counts as their bits.
+#[cube]
+#[allow(unused_assignments)]
+pub(crate) fn tile_count(v: u32, #[comptime] kind: u32) -> f32 {
+    let mut c = 0.0f32;
+    if comptime!(kind == KIND_F32) {
+        c = f32::reinterpret(v);
+    } else {
+        c = f32::cast_from(v);
+    }
+    c
+}
+
 /// Whether `words` holds `pixels` decays of `stride` counts of type `kind` (two u16 counts
 /// per word, else one).
 pub(crate) fn holds_decays(words: &GpuArray<u32>, kind: u32, pixels: usize, stride: u32) -> bool {
