@@ -10,7 +10,9 @@
 //! at most [`chunk_bytes`] (16 MiB by default); fits take at least [`FIT_CHUNK_PIXELS`] so
 //! that each launch fills the GPU. All chunks in flight fit the device's memory budget;
 //! results do not depend on the chunking (tested bit for bit). Pinned buffers are kept
-//! between calls: page-locking a hundred megabytes costs more than analysing them.
+//! between calls: page-locking a hundred megabytes costs more than analysing them. A cube
+//! page-locked in place ([`Cube::pin_on`]) skips the staging copy: each worker uploads its
+//! chunk straight from the cube's memory, so the link alone bounds the time.
 
 use crate::cube::{Count, Cube};
 use crate::error::{Error, Result};
@@ -182,10 +184,17 @@ pub(crate) fn run_pixels<R: KnownRuntime, T: Count>(
         .step_by(chunk)
         .map(|s| s..(s + chunk).min(pixels))
         .collect();
-    let in_bytes = (chunk * px_bytes).next_multiple_of(4);
-    let (out_bytes, st_bytes) = (chunk * job.planes * 4, chunk * 4);
     // Raw copies (CUDA): pinned slots, written in place into each worker's device buffers.
     let raw = gpu.can_write_in_place();
+    let bytes: &[u8] = bytemuck::cast_slice(cube.as_slice());
+    // A page-locked cube goes up straight from its own memory: no staging copy.
+    let direct = (raw && cube.is_pinned()).then_some(bytes);
+    let in_bytes = if direct.is_some() {
+        4
+    } else {
+        (chunk * px_bytes).next_multiple_of(4)
+    };
+    let (out_bytes, st_bytes) = (chunk * job.planes * 4, chunk * 4);
     let mut cache = PIPELINE
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -201,7 +210,6 @@ pub(crate) fn run_pixels<R: KnownRuntime, T: Count>(
             status: gpu.host_staging(st_bytes),
         });
     }
-    let bytes: &[u8] = bytemuck::cast_slice(cube.as_slice());
     let nworkers = nworkers.min(ranges.len());
     let stopped = || gpu_runtime::Error::Backend {
         device: gpu.info().id.clone(),
@@ -212,7 +220,9 @@ pub(crate) fn run_pixels<R: KnownRuntime, T: Count>(
         for _ in 0..nworkers {
             let (job_tx, job_rx) = sync_channel::<Job>(1);
             let (done_tx, done_rx) = sync_channel::<gpu_runtime::Result<Job>>(1);
-            scope.spawn(move |_| worker(gpu, job, raw, px_bytes, chunk, &job_rx, &done_tx));
+            scope.spawn(move |_| {
+                worker(gpu, job, raw, direct, px_bytes, chunk, &job_rx, &done_tx);
+            });
             lanes.push((job_tx, done_rx));
         }
         let mut in_flight: VecDeque<usize> = VecDeque::new();
@@ -250,9 +260,11 @@ pub(crate) fn run_pixels<R: KnownRuntime, T: Count>(
                 collect(&mut in_flight, &mut free, &mut failure);
             }
             let mut slot = free.pop().expect("a slot was freed above");
-            let src = &bytes[range.start * px_bytes..range.end * px_bytes];
-            tracing::debug_span!("flim_stage", bytes = src.len())
-                .in_scope(|| slot.input.write_words(src));
+            if direct.is_none() {
+                let src = &bytes[range.start * px_bytes..range.end * px_bytes];
+                tracing::debug_span!("flim_stage", bytes = src.len())
+                    .in_scope(|| slot.input.write_words(src));
+            }
             let lane = c % nworkers;
             if lanes[lane].0.send((range.clone(), slot)).is_err() {
                 failure.get_or_insert(stopped());
@@ -269,11 +281,13 @@ pub(crate) fn run_pixels<R: KnownRuntime, T: Count>(
     })
 }
 
-/// A worker: for each staged chunk, upload, kernel, download.
+/// A worker: for each chunk, upload (from its staging slot, or straight from the cube's
+/// page-locked memory when `direct` holds it), kernel, download.
 fn worker<R: KnownRuntime>(
     gpu: &Gpu<R>,
     job: &PixelJob<'_, R>,
     raw: bool,
+    direct: Option<&[u8]>,
     px_bytes: usize,
     chunk: usize,
     jobs: &Receiver<Job>,
@@ -294,13 +308,25 @@ fn worker<R: KnownRuntime>(
             };
             // Full chunks reuse the worker's device buffers; a short last one gets its own
             // (downloads move whole arrays).
+            let src = direct.map(|b| &b[range.start * px_bytes..range.end * px_bytes]);
             let (input, out, st) = if n == chunk && raw {
-                gpu.upload_staged_into(&slot.input, &dev.input)?;
+                match src {
+                    Some(src) => gpu.upload_bytes_into(src, &dev.input)?,
+                    None => gpu.upload_staged_into(&slot.input, &dev.input)?,
+                }
                 (dev.input.clone(), dev.out.clone(), dev.status.clone())
             } else {
                 let words = (n * px_bytes).div_ceil(4);
+                let input = match src {
+                    Some(src) => {
+                        let input = gpu.empty::<u32>(words)?;
+                        gpu.upload_bytes_into(src, &input)?;
+                        input
+                    }
+                    None => gpu.upload_staged::<u32>(&slot.input, words)?,
+                };
                 (
-                    gpu.upload_staged::<u32>(&slot.input, words)?,
+                    input,
                     gpu.empty::<f32>(n * job.planes)?,
                     gpu.empty::<u32>(n)?,
                 )
@@ -352,6 +378,29 @@ fn lifetime_params<T: Count>(su: &Setup, bins: usize, pixels: usize) -> Lifetime
         table_sums: (su.sum_simpson as f32, su.sum_cos as f32, su.sum_sin as f32),
         kind: T::KIND,
         methods: su.methods.bits(),
+    }
+}
+
+/// The BCMM/PM kernel's settings for `pixels` pixels of `bins` counts of type `T`.
+fn fret_params<T: Count>(fs: &FretSetup, donor: Donor, bins: usize, pixels: usize) -> FretParams {
+    let su = &fs.base;
+    FretParams {
+        pixels: pixels as u32,
+        stride: bins as u32,
+        first: su.first as u32,
+        m: su.m as u32,
+        h: su.h as f32,
+        omega: su.omega as f32,
+        offset: su.offset as f32,
+        threshold: su.threshold as f32,
+        cal: (su.cal_cos as f32, su.cal_sin as f32),
+        table_sums: (su.sum_cos as f32, su.sum_sin as f32),
+        tau_d: match donor {
+            Donor::Known(t) => Some(t as f32),
+            Donor::Unknown => None,
+        },
+        period: fs.period as f32,
+        kind: T::KIND,
     }
 }
 
@@ -431,39 +480,48 @@ pub fn analyse_on<T: Count>(
     Ok(maps)
 }
 
-/// Device time of the non-iterative kernel (the methods `opts` selects) over the whole of
-/// `cube` already on the device: the median of `reps` rounds of four launches and one
-/// synchronisation, per launch. For benchmarks: what the kernel costs apart from transfers.
-pub fn lifetimes_kernel_time<T: Count>(
+/// Device time of the non-iterative kernel (the methods `opts` selects), or of the BCMM/PM
+/// kernel when `fret` names the donor, over the whole of `cube` already on the device: the
+/// median of `reps` rounds of four launches and one synchronisation, per launch. For
+/// benchmarks: what the kernel costs apart from transfers.
+pub fn kernel_time<T: Count>(
     cube: &Cube<T>,
     opts: &Analysis,
+    fret: Option<Donor>,
     device: &Device,
     reps: usize,
 ) -> Result<std::time::Duration> {
     const LAUNCHES: u32 = 4;
     if !device.is_gpu() {
-        return Err(Error::Gpu(
-            "lifetimes_kernel_time needs a GPU device".into(),
-        ));
+        return Err(Error::Gpu("kernel_time needs a GPU device".into()));
     }
-    let su = opts.setup(cube.bins(), cube.bin_ns(), cube.period_ns())?;
     let (h, w) = cube.shape();
     let pixels = h * w;
-    let methods = su.methods.bits();
-    let params = lifetime_params::<T>(&su, cube.bins(), pixels);
-    let table = tables(&su);
+    let su = opts.setup(cube.bins(), cube.bin_ns(), cube.period_ns())?;
+    let lifetimes = lifetime_params::<T>(&su, cube.bins(), pixels);
+    let (fret, nplanes, table) = match fret {
+        Some(donor) => {
+            let fs = FretSetup::new(opts, donor, cube.bins(), cube.bin_ns(), cube.period_ns())?;
+            let p = fret_params::<T>(&fs, donor, cube.bins(), pixels);
+            (Some(p), FRET_PLANES, tables(&fs.base))
+        }
+        None => (None, planes(su.methods.bits()), tables(&su)),
+    };
     let bytes: &[u8] = bytemuck::cast_slice(cube.as_slice());
     with_gpu!(device, |gpu| {
         let mut staging = gpu.host_staging(bytes.len().next_multiple_of(4));
         let words = staging.write_words(bytes);
         let words = gpu.upload_staged::<u32>(&staging, words)?;
         let tables_dev = gpu.upload(&table)?;
-        let out = gpu.empty::<f32>(planes(methods) * pixels)?;
+        let out = gpu.empty::<f32>(nplanes * pixels)?;
         let st = gpu.empty::<u32>(pixels)?;
         let round = || -> gpu_runtime::Result<std::time::Duration> {
             let t = std::time::Instant::now();
             for _ in 0..LAUNCHES {
-                kernels::lifetimes(gpu, &words, &tables_dev, &params, &out, &st)?;
+                match &fret {
+                    Some(p) => fret_kernels::fret(gpu, &words, &tables_dev, p, &out, &st)?,
+                    None => kernels::lifetimes(gpu, &words, &tables_dev, &lifetimes, &out, &st)?,
+                }
             }
             gpu.sync()?;
             Ok(t.elapsed() / LAUNCHES)
@@ -492,24 +550,7 @@ pub fn analyse_fret_on<T: Count>(
     let fs = FretSetup::new(opts, donor, cube.bins(), cube.bin_ns(), cube.period_ns())?;
     let su = &fs.base;
     let (h, w) = cube.shape();
-    let params = FretParams {
-        pixels: 0,
-        stride: cube.bins() as u32,
-        first: su.first as u32,
-        m: su.m as u32,
-        h: su.h as f32,
-        omega: su.omega as f32,
-        offset: su.offset as f32,
-        threshold: su.threshold as f32,
-        cal: (su.cal_cos as f32, su.cal_sin as f32),
-        table_sums: (su.sum_cos as f32, su.sum_sin as f32),
-        tau_d: match donor {
-            Donor::Known(t) => Some(t as f32),
-            Donor::Unknown => None,
-        },
-        period: fs.period as f32,
-        kind: T::KIND,
-    };
+    let params = fret_params::<T>(&fs, donor, cube.bins(), 0);
     let table = tables(su);
     let (vals, status) = with_gpu!(device, |gpu| {
         let tables_dev = gpu.upload(&table)?;

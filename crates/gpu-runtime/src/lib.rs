@@ -14,6 +14,7 @@ mod device;
 mod error;
 mod faults;
 mod gpu;
+mod host_pin;
 mod kernel_cache;
 mod memory;
 mod staging;
@@ -25,6 +26,7 @@ pub use device::{
 };
 pub use error::{Error, Result};
 pub use gpu::{Gpu, GpuJob, KnownRuntime};
+pub use host_pin::HostPin;
 pub use kernel_cache::KERNEL_CACHE_ENV;
 pub use memory::{ChunkPlan, MEMORY_LIMIT_ENV, MemoryBudget, parse_bytes};
 pub use staging::{HostStaging, RawTransfers, par_copy};

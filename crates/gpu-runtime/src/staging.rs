@@ -274,12 +274,27 @@ impl<R: KnownRuntime> Gpu<R> {
             .ok_or_else(|| too_small("upload_staged_into", bytes, staging.len()))?;
         let _span = tracing::debug_span!("upload_staged_into", bytes, pinned = staging.is_pinned())
             .entered();
+        self.upload_bytes_into(src, dst)
+    }
+
+    /// Overwrite the first `src.len()` bytes of device array `dst` with `src`, after the
+    /// queued work that uses `dst`. At the link's full rate when `src` is page-locked
+    /// (a [`HostStaging`] or memory under a [`crate::HostPin`]); CUDA only, like
+    /// [`Gpu::upload_staged_into`].
+    pub fn upload_bytes_into<T: CubeElement>(&self, src: &[u8], dst: &GpuArray<T>) -> Result<()> {
+        let room = dst.len() * std::mem::size_of::<T>();
+        if src.len() > room {
+            return Err(Error::InvalidLaunch {
+                kernel: "upload_bytes_into".into(),
+                why: format!("{} bytes into a device array of {room}", src.len()),
+            });
+        }
         self.sync()?;
         if self.with_context(|| R::copy_to_device(self.client(), dst.handle(), src))? {
             return Ok(());
         }
         Err(Error::InvalidLaunch {
-            kernel: "upload_staged_into".into(),
+            kernel: "upload_bytes_into".into(),
             why: format!(
                 "{} cannot write into an existing buffer; use upload_staged",
                 self.info().id

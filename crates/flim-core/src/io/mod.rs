@@ -148,6 +148,11 @@ impl AnyCube {
             .expect("a valid cube stays valid")
     }
 
+    /// Page-lock the counts for `device` ([`Cube::pin_on`]).
+    pub fn pin_on(&mut self, device: &gpu_runtime::Device) -> Result<bool> {
+        with_cube!(self, |c| c.pin_on(device))
+    }
+
     /// [`crate::gpu::analyse_on`] for the cube inside.
     pub fn analyse_on(
         &self,
