@@ -5,8 +5,8 @@
 
 use super::lifetimes::{b_deriv, b_fn, cmm_rate};
 use super::{
-    KIND_F32, KIND_U16, TILE, TILE_ROW, count, cube_first_pixel, decays, holds_decays, invalid,
-    load_tile, tile_count, u16_pairs,
+    KIND_F32, KIND_U16, TILE, TILE_ROW, count, cube_first_pixel, decays, fetch_tile, holds_decays,
+    invalid, store_tile, tile_count, u16_pairs,
 };
 use crate::CUBE_1D;
 use crate::catalog::{CatalogEntry, array, entry, settings_1d};
@@ -65,6 +65,48 @@ struct Sums {
     k: f32,
     s1: f32,
     s2: f32,
+}
+
+/// Running sums of one decay over raw counts: photons, first and second moments of the
+/// bin index, and the phasor sums.
+#[derive(CubeType, Clone, Copy)]
+struct Moments {
+    n: f32,
+    s1: f32,
+    s2: f32,
+    gc: f32,
+    gs: f32,
+}
+
+/// Add count `c` of bin `j`.
+#[cube]
+fn add(acc: &mut Moments, c: f32, j: u32, m: u32, tables: &Array<f32>) {
+    let jf = f32::cast_from(j);
+    acc.n += c;
+    acc.s1 += jf * c;
+    acc.s2 += jf * jf * c;
+    acc.gc += tables[(m + j) as usize] * c;
+    acc.gs += tables[(2 * m + j) as usize] * c;
+}
+
+/// Add tile element `v` (element `e` of the fit range: bins 2e and 2e + 1 with `pairs`,
+/// else bin e).
+#[cube]
+fn add_element(
+    acc: &mut Moments,
+    v: u32,
+    e: u32,
+    m: u32,
+    tables: &Array<f32>,
+    #[comptime] kind: u32,
+    #[comptime] pairs: bool,
+) {
+    if comptime!(pairs) {
+        add(acc, f32::cast_from(v & 0xFFFFu32), 2 * e, m, tables);
+        add(acc, f32::cast_from(v >> 16u32), 2 * e + 1, m, tables);
+    } else {
+        add(acc, tile_count(v, kind), e, m, tables);
+    }
 }
 
 /// BCMM1's equation in `y = ln a_F`: `psi(a_F) - target`.
@@ -208,50 +250,59 @@ pub fn fret_kernel(
     let p = cube_first_pixel() + UNIT_POS_X;
     let active = p < pixels;
     let base = p * stride + first;
-    let mut n = 0.0f32;
-    let mut s1 = 0.0f32;
-    let mut s2 = 0.0f32;
-    let mut gc = 0.0f32;
-    let mut gs = 0.0f32;
-    // Decays come a tile at a time through shared memory, read coalesced (see load_tile).
+    let mut acc = Moments {
+        n: 0.0f32,
+        s1: 0.0f32,
+        s2: 0.0f32,
+        gc: 0.0f32,
+        gs: 0.0f32,
+    };
+    // Decays come a tile at a time through shared memory, read coalesced, the next tile's
+    // loads in flight while each unit sums its own row (see fetch_tile).
     let d = decays(pixels, stride, first, m, pairs);
     let mut tile = SharedMemory::<u32>::new(comptime!((CUBE_1D * TILE_ROW) as usize));
+    let mut regs = Array::<u32>::new(comptime!(TILE as usize));
     let row = UNIT_POS_X * TILE_ROW;
+    fetch_tile(words, &mut regs, d, 0, CUBE_1D, kind, pairs);
     let mut t0 = 0u32;
     while t0 < d.elements {
-        load_tile(words, &mut tile, d, t0, kind, pairs);
+        store_tile(&mut tile, &regs, CUBE_1D);
         sync_cube();
+        if t0 + TILE < d.elements {
+            fetch_tile(words, &mut regs, d, t0 + TILE, CUBE_1D, kind, pairs);
+        }
         if active {
-            let len = u32::min(TILE, d.elements - t0);
-            for e in 0..len {
-                let v = tile[(row + e) as usize];
-                if comptime!(pairs) {
-                    let c0 = f32::cast_from(v & 0xFFFFu32);
-                    let c1 = f32::cast_from(v >> 16u32);
-                    let j0 = 2 * (t0 + e);
-                    let f0 = f32::cast_from(j0);
-                    let f1 = f0 + 1.0f32;
-                    n += c0 + c1;
-                    s1 += f0 * c0 + f1 * c1;
-                    s2 += f0 * f0 * c0 + f1 * f1 * c1;
-                    gc += tables[(m + j0) as usize] * c0 + tables[(m + j0 + 1) as usize] * c1;
-                    gs +=
-                        tables[(2 * m + j0) as usize] * c0 + tables[(2 * m + j0 + 1) as usize] * c1;
-                } else {
-                    let c = tile_count(v, kind);
-                    let j = t0 + e;
-                    let jf = f32::cast_from(j);
-                    n += c;
-                    s1 += jf * c;
-                    s2 += jf * jf * c;
-                    gc += tables[(m + j) as usize] * c;
-                    gs += tables[(2 * m + j) as usize] * c;
+            if t0 + TILE <= d.elements {
+                #[unroll]
+                for e in 0..TILE {
+                    add_element(
+                        &mut acc,
+                        tile[(row + e) as usize],
+                        t0 + e,
+                        m,
+                        tables,
+                        kind,
+                        pairs,
+                    );
+                }
+            } else {
+                for e in 0..d.elements - t0 {
+                    add_element(
+                        &mut acc,
+                        tile[(row + e) as usize],
+                        t0 + e,
+                        m,
+                        tables,
+                        kind,
+                        pairs,
+                    );
                 }
             }
         }
         sync_cube();
         t0 += TILE;
     }
+    let (n, s1, s2, gc, gs) = (acc.n, acc.s1, acc.s2, acc.gc, acc.gs);
     if active {
         let mf = f32::cast_from(m);
         let s = Sums {

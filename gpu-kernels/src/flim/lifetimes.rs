@@ -7,8 +7,8 @@
 //! RLD, IEM, CMM, g, s, phase, modulation ([`plane_of`]).
 
 use super::{
-    KIND_F32, TILE, TILE_ROW, count, cube_first_pixel, decays, holds_decays, invalid, load_tile,
-    tile_count, u16_pairs,
+    KIND_F32, TILE, TILE_ROW, count, cube_first_pixel, decays, fetch_tile, holds_decays, invalid,
+    store_tile, tile_count, u16_pairs,
 };
 use crate::CUBE_1D;
 use crate::catalog::{CatalogEntry, array, entry, settings_1d};
@@ -198,6 +198,44 @@ fn add(
     }
 }
 
+/// Add tile element `v` (element `e` of the fit range: two counts, bins 2e and 2e + 1,
+/// with `pairs`; else one count, bin e).
+#[cube]
+fn add_element(
+    acc: &mut Acc,
+    v: u32,
+    e: u32,
+    k: u32,
+    m: u32,
+    tables: &Array<f32>,
+    #[comptime] kind: u32,
+    #[comptime] methods: u32,
+    #[comptime] pairs: bool,
+) {
+    if comptime!(pairs) {
+        add(
+            acc,
+            f32::cast_from(v & 0xFFFFu32),
+            2 * e,
+            k,
+            m,
+            tables,
+            methods,
+        );
+        add(
+            acc,
+            f32::cast_from(v >> 16u32),
+            2 * e + 1,
+            k,
+            m,
+            tables,
+            methods,
+        );
+    } else {
+        add(acc, tile_count(v, kind), e, k, m, tables, methods);
+    }
+}
+
 /// One pixel per unit: the selected planes into `out[q * pixels + p]` (packed, see
 /// [`plane_of`]) and the status into `status[p]` (0 analysed, 1 masked). `tables` holds
 /// Simpson weights, cos and sin of omega t_j (`m` values each); `sums` their sums and
@@ -240,41 +278,31 @@ pub fn lifetimes_kernel(
         gc: 0.0f32,
         gs: 0.0f32,
     };
-    // The cube reads its decays a tile at a time into shared memory, coalesced; each unit
-    // then sums its own row.
+    // The cube reads its decays a tile at a time into shared memory, coalesced (see
+    // fetch_tile), the next tile's loads in flight while each unit sums its own row.
     let d = decays(pixels, stride, first, m, pairs);
     let mut tile = SharedMemory::<u32>::new(comptime!((CUBE_1D * TILE_ROW) as usize));
+    let mut regs = Array::<u32>::new(comptime!(TILE as usize));
     let row = UNIT_POS_X * TILE_ROW;
+    fetch_tile(words, &mut regs, d, 0, CUBE_1D, kind, pairs);
     let mut t0 = 0u32;
     while t0 < d.elements {
-        load_tile(words, &mut tile, d, t0, kind, pairs);
+        store_tile(&mut tile, &regs, CUBE_1D);
         sync_cube();
+        if t0 + TILE < d.elements {
+            fetch_tile(words, &mut regs, d, t0 + TILE, CUBE_1D, kind, pairs);
+        }
         if active {
-            let n = u32::min(TILE, d.elements - t0);
-            for e in 0..n {
-                let v = tile[(row + e) as usize];
-                if comptime!(pairs) {
-                    let j = 2 * (t0 + e);
-                    add(
-                        &mut acc,
-                        f32::cast_from(v & 0xFFFFu32),
-                        j,
-                        k,
-                        m,
-                        tables,
-                        methods,
-                    );
-                    add(
-                        &mut acc,
-                        f32::cast_from(v >> 16u32),
-                        j + 1,
-                        k,
-                        m,
-                        tables,
-                        methods,
-                    );
-                } else {
-                    add(&mut acc, tile_count(v, kind), t0 + e, k, m, tables, methods);
+            if t0 + TILE <= d.elements {
+                #[unroll]
+                for e in 0..TILE {
+                    let v = tile[(row + e) as usize];
+                    add_element(&mut acc, v, t0 + e, k, m, tables, kind, methods, pairs);
+                }
+            } else {
+                for e in 0..d.elements - t0 {
+                    let v = tile[(row + e) as usize];
+                    add_element(&mut acc, v, t0 + e, k, m, tables, kind, methods, pairs);
                 }
             }
         }

@@ -87,38 +87,51 @@ pub(crate) fn cube_first_pixel() -> u32 {
     (CUBE_POS_X + CUBE_POS_Y * CUBE_COUNT_X) * CUBE_DIM_X
 }
 
-/// Elements `t0 .. t0 + TILE` of the decays of the cube's pixels into `tile` (row `q` for
-/// the cube's pixel `q`), read so that consecutive units take consecutive elements of one
-/// decay: a warp's load is two runs of 64 contiguous bytes, where one unit per pixel would
-/// touch 32 places 512 bytes apart. Elements past a decay or pixels past the launch are
-/// not read. Every unit of the cube must call this (the caller synchronises after it).
+/// This unit's share of tile `t0` (elements `t0 .. t0 + TILE` of every decay of the cube)
+/// into `regs`: its `r`-th value is element `UNIT_POS_X % TILE` of the cube's pixel
+/// `UNIT_POS_X / TILE + r * (cube / TILE)`, so consecutive units read consecutive elements
+/// of one decay (a warp's load is two runs of 64 contiguous bytes, where one unit per
+/// pixel would touch 32 places 512 bytes apart). Elements past a decay and pixels past the
+/// launch are not read (0 stands in for them). `cube` is the launch's units per cube, a multiple of TILE.
 #[cube]
 #[allow(unused_assignments)] // CubeCL has no if-expressions: declared, then set per branch
-pub(crate) fn load_tile(
+pub(crate) fn fetch_tile(
     words: &Array<u32>,
-    tile: &mut SharedMemory<u32>,
+    regs: &mut Array<u32>,
     d: Decays,
     t0: u32,
+    #[comptime] cube: u32,
     #[comptime] kind: u32,
     #[comptime] pairs: bool,
 ) {
     let p0 = cube_first_pixel();
-    let mut i = UNIT_POS_X;
-    while i < CUBE_DIM_X * TILE {
-        let q = i / TILE;
-        let e = t0 + i % TILE;
-        let px = p0 + q;
+    let e = t0 + UNIT_POS_X % TILE;
+    let q0 = UNIT_POS_X / TILE;
+    #[unroll]
+    for r in 0..TILE {
+        let px = p0 + q0 + r * comptime!(cube / TILE);
+        let mut v = 0u32;
         if px < d.pixels && e < d.elements {
             let at = px * d.stride + d.first + e;
-            let mut v = 0u32;
             if comptime!(pairs || kind != KIND_U16) {
                 v = words[at as usize];
             } else {
                 v = (words[(at >> 1) as usize] >> ((at & 1) * 16)) & 0xFFFFu32;
             }
-            tile[(q * TILE_ROW + i % TILE) as usize] = v;
         }
-        i += CUBE_DIM_X;
+        regs[r as usize] = v;
+    }
+}
+
+/// The values of [`fetch_tile`] into the cube's shared tile (row `q` for the cube's pixel
+/// `q`, [`TILE_ROW`] words per row). The caller synchronises before reading it.
+#[cube]
+pub(crate) fn store_tile(tile: &mut SharedMemory<u32>, regs: &Array<u32>, #[comptime] cube: u32) {
+    let e = UNIT_POS_X % TILE;
+    let q0 = UNIT_POS_X / TILE;
+    #[unroll]
+    for r in 0..TILE {
+        tile[((q0 + r * comptime!(cube / TILE)) * TILE_ROW + e) as usize] = regs[r as usize];
     }
 }
 
