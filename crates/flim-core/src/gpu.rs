@@ -435,16 +435,20 @@ pub fn analyse_on<T: Count>(
     let table = tables(&su);
     let _span = tracing::debug_span!("flim_analyse_on", pixels = h * w).entered();
     let mut maps = LifetimeMaps::zeros(h, w);
-    // Chunks land straight in the maps: no whole-image staging vector, one copy per value.
+    // Chunks land straight in the maps: no whole-image staging vector, one copy per value,
+    // the planes in parallel (a plane's copy alone runs at a single core's speed).
     let mut sink = |range: std::ops::Range<usize>, vals: &[f32], st: &[u32]| {
         let n = range.len();
-        for (q, plane) in maps.planes_mut().into_iter().enumerate() {
-            let dst = &mut plane.as_slice_mut().expect("standard layout")[range.clone()];
-            match plane_of(methods, q as u32) {
-                Some(i) => dst.copy_from_slice(&vals[i as usize * n..(i as usize + 1) * n]),
-                None => dst.fill(f32::NAN),
-            }
-        }
+        maps.planes_mut()
+            .into_par_iter()
+            .enumerate()
+            .for_each(|(q, plane)| {
+                let dst = &mut plane.as_slice_mut().expect("standard layout")[range.clone()];
+                match plane_of(methods, q as u32) {
+                    Some(i) => dst.copy_from_slice(&vals[i as usize * n..(i as usize + 1) * n]),
+                    None => dst.fill(f32::NAN),
+                }
+            });
         let status = maps.status.as_slice_mut().expect("standard layout");
         for (d, &s) in status[range].iter_mut().zip(st) {
             *d = status_code(s);
@@ -658,7 +662,40 @@ pub fn fit_on<T: Count>(
         }
     }
     let _span = tracing::debug_span!("flim_fit_on", pixels = h * w).entered();
-    let (vals, status) = with_gpu!(device, |gpu| {
+    // Each chunk's maps are built (on all cores) as it comes back, while the GPU fits the
+    // next one.
+    let mut maps = FitMaps::unfilled(h, w, k);
+    let mut sink = |range: std::ops::Range<usize>, vals: &[f32], status: &[u32]| {
+        let (n, start) = (range.len(), range.start);
+        let _maps = tracing::debug_span!("flim_fit_maps", pixels = n).entered();
+        maps.fill(range, |p| {
+            let i = p - start;
+            let st = status[i];
+            let photons = f64::from(vals[(np + 1) * n + i]);
+            let code = st & 0xFF;
+            if code == fk::FIT_MASKED {
+                return MapPixel::masked(photons);
+            }
+            let mut theta = [0.0f64; crate::fit::model::MAX_PARAMS];
+            for (q, t) in theta.iter_mut().enumerate().take(np) {
+                *t = f64::from(vals[q * n + i]);
+            }
+            let status = if code == fk::FIT_CONVERGED {
+                FitStatus::Converged
+            } else {
+                FitStatus::Failed
+            };
+            MapPixel::from_theta(
+                &su,
+                &theta,
+                f64::from(vals[np * n + i]),
+                photons,
+                st >> 8,
+                status,
+            )
+        });
+    };
+    with_gpu!(device, |gpu| {
         let irf_dev = gpu.upload(&irf)?;
         let mask_dev = gpu.upload(&mask)?;
         let init_dev = gpu.upload(&init)?;
@@ -676,7 +713,7 @@ pub fn fit_on<T: Count>(
             };
             fk::fit(gpu, words, &irf_dev, &mask_dev, &init_dev, &p, out, st)
         };
-        collect_pixels(
+        run_pixels(
             gpu,
             cube,
             &PixelJob {
@@ -684,38 +721,9 @@ pub fn fit_on<T: Count>(
                 min_chunk_pixels: FIT_CHUNK_PIXELS,
                 launch: &launch,
             },
+            &mut sink,
         )
     })
     .map_err(gpu_error)?;
-    let pixels = h * w;
-    let _maps = tracing::debug_span!("flim_fit_maps", pixels).entered();
-    let fits: Vec<MapPixel> = (0..pixels)
-        .into_par_iter()
-        .map(|p| {
-            let st = status[p];
-            let photons = f64::from(vals[(np + 1) * pixels + p]);
-            let code = st & 0xFF;
-            if code == fk::FIT_MASKED {
-                return MapPixel::masked(photons);
-            }
-            let mut theta = [0.0f64; crate::fit::model::MAX_PARAMS];
-            for (q, t) in theta.iter_mut().enumerate().take(np) {
-                *t = f64::from(vals[q * pixels + p]);
-            }
-            let status = if code == fk::FIT_CONVERGED {
-                FitStatus::Converged
-            } else {
-                FitStatus::Failed
-            };
-            MapPixel::from_theta(
-                &su,
-                &theta,
-                f64::from(vals[np * pixels + p]),
-                photons,
-                st >> 8,
-                status,
-            )
-        })
-        .collect();
-    Ok(FitMaps::from_pixels(h, w, k, &fits))
+    Ok(maps)
 }

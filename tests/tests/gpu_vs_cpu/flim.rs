@@ -659,7 +659,7 @@ proptest! {
 }
 
 /// Chunked (a small memory budget: many chunks through the pipeline) and one pass give
-/// the same bits, for the lifetimes and the FRET kernels.
+/// the same bits, for the lifetimes, FRET and fit kernels.
 #[test]
 fn chunked_equals_one_pass() {
     let Some(device) = gpu_under_test("chunked_equals_one_pass") else {
@@ -681,6 +681,16 @@ fn chunked_equals_one_pass() {
             assert!(x.to_bits() == y.to_bits(), "{x} vs {y}");
         }
     }
+    // Fits: each chunk's maps are filled as it comes back. (Debug text: NaN == NaN.)
+    let fit = flim_core::fit::FitOptions::new(flim_core::fit::Model::Mono).with_threshold(3000.0);
+    let one = flim_core::gpu::fit_on(&cube, &fit, &device).unwrap();
+    let many = flim_core::gpu::fit_on(&cube, &fit, &small).unwrap();
+    assert_eq!(format!("{one:?}"), format!("{many:?}"));
+    assert!(
+        one.status
+            .iter()
+            .any(|&s| s == flim_core::fit::FitStatus::Masked)
+    );
 }
 
 /// A page-locked cube (uploaded straight from its own memory, chunk by chunk, on CUDA)

@@ -389,6 +389,21 @@ impl MapPixel {
         px
     }
 
+    /// The float values in the order [`FitMaps::fill`] writes the planes: intensity, offset, shift,
+    /// the two mean lifetimes, chi^2, then tau, amplitude and fraction per component.
+    fn planes(&self, k: usize) -> impl Iterator<Item = f32> + '_ {
+        [
+            self.intensity,
+            self.offset,
+            self.shift,
+            self.tau_amp_mean,
+            self.tau_int_mean,
+            self.chi2_red,
+        ]
+        .into_iter()
+        .chain((0..k).flat_map(|i| [self.tau[i], self.amplitude[i], self.fraction[i]]))
+    }
+
     pub(crate) fn masked(intensity: f64) -> Self {
         let nan = [f32::NAN; MAX_COMPONENTS];
         MapPixel {
@@ -483,53 +498,43 @@ impl FitMaps {
         Self::from_pixels(h, w, k, &px)
     }
 
-    /// The maps of `px` (row-major pixels), a plane per task.
+    /// The maps of `px` (row-major pixels).
     pub(crate) fn from_pixels(h: usize, w: usize, k: usize, px: &[MapPixel]) -> Self {
-        type Pick = Box<dyn Fn(&MapPixel) -> f32 + Send + Sync>;
-        let mut picks: Vec<Pick> = vec![
-            Box::new(|d| d.intensity),
-            Box::new(|d| d.offset),
-            Box::new(|d| d.shift),
-            Box::new(|d| d.tau_amp_mean),
-            Box::new(|d| d.tau_int_mean),
-            Box::new(|d| d.chi2_red),
-        ];
-        for i in 0..k {
-            picks.push(Box::new(move |d| d.tau[i]));
-            picks.push(Box::new(move |d| d.amplitude[i]));
-            picks.push(Box::new(move |d| d.fraction[i]));
-        }
-        let plane = |f: &Pick| {
-            Array2::from_shape_vec((h, w), px.iter().map(f).collect()).expect("h * w pixels")
-        };
-        let ((mut planes, iterations), status) = rayon::join(
-            || {
-                rayon::join(
-                    || picks.par_iter().map(plane).collect::<Vec<_>>(),
-                    || {
-                        Array2::from_shape_vec((h, w), px.iter().map(|d| d.iterations).collect())
-                            .expect("h * w pixels")
-                    },
-                )
-            },
-            || {
-                Array2::from_shape_vec((h, w), px.iter().map(|d| d.status).collect())
-                    .expect("h * w pixels")
-            },
-        );
-        let per_component = planes.split_off(6);
-        let mut it = planes.into_iter();
-        let mut next = || it.next().expect("six planes");
-        let (intensity, offset, shift) = (next(), next(), next());
-        let (tau_amp_mean, tau_int_mean, chi2_red) = (next(), next(), next());
-        let mut comp = per_component.into_iter();
-        let (mut tau, mut amplitude, mut fraction) = (Vec::new(), Vec::new(), Vec::new());
-        for _ in 0..k {
-            tau.push(comp.next().expect("3 planes per component"));
-            amplitude.push(comp.next().expect("3 planes per component"));
-            fraction.push(comp.next().expect("3 planes per component"));
-        }
+        let mut maps = Self::unfilled(h, w, k);
+        maps.fill(0..h * w, |p| px[p]);
+        maps
+    }
+
+    /// Maps of `h x w` pixels and `k` components whose every pixel [`FitMaps::fill`] is
+    /// still to write (zeros until then: the memory is mapped lazily, so the pages are
+    /// touched once, by the threads that fill them).
+    pub(crate) fn unfilled(h: usize, w: usize, k: usize) -> Self {
+        let z = || Array2::zeros((h, w));
         FitMaps {
+            intensity: z(),
+            tau: (0..k).map(|_| z()).collect(),
+            amplitude: (0..k).map(|_| z()).collect(),
+            fraction: (0..k).map(|_| z()).collect(),
+            offset: z(),
+            shift: z(),
+            tau_amp_mean: z(),
+            tau_int_mean: z(),
+            chi2_red: z(),
+            iterations: Array2::zeros((h, w)),
+            status: Array2::from_elem((h, w), FitStatus::Masked),
+        }
+    }
+
+    /// Write pixels `range` (row-major indices) as `px` gives them, on all cores, each
+    /// pixel's values scattered once into every plane: one pass, no per-plane re-reads.
+    pub(crate) fn fill(
+        &mut self,
+        range: std::ops::Range<usize>,
+        px: impl Fn(usize) -> MapPixel + Sync,
+    ) {
+        const PIECE: usize = 4096;
+        let k = self.tau.len();
+        let FitMaps {
             intensity,
             tau,
             amplitude,
@@ -541,7 +546,49 @@ impl FitMaps {
             chi2_red,
             iterations,
             status,
+        } = self;
+        // The float planes in the order of `MapPixel::planes`.
+        let mut floats: Vec<&mut Array2<f32>> = vec![
+            intensity,
+            offset,
+            shift,
+            tau_amp_mean,
+            tau_int_mean,
+            chi2_red,
+        ];
+        for ((t, a), f) in tau.iter_mut().zip(amplitude).zip(fraction) {
+            floats.extend([t, a, f]);
         }
+        let mut floats: Vec<std::slice::ChunksMut<'_, f32>> = floats
+            .into_iter()
+            .map(|p| p.as_slice_mut().expect("standard layout")[range.clone()].chunks_mut(PIECE))
+            .collect();
+        let iterations = iterations.as_slice_mut().expect("standard layout");
+        let status = status.as_slice_mut().expect("standard layout");
+        let pieces: Vec<_> = iterations[range.clone()]
+            .chunks_mut(PIECE)
+            .zip(status[range.clone()].chunks_mut(PIECE))
+            .enumerate()
+            .map(|(c, (it, st))| {
+                let planes: Vec<&mut [f32]> = floats
+                    .iter_mut()
+                    .map(|p| p.next().expect("a piece per plane"))
+                    .collect();
+                (range.start + c * PIECE, planes, it, st)
+            })
+            .collect();
+        pieces
+            .into_par_iter()
+            .for_each(|(start, mut planes, it, st)| {
+                for i in 0..it.len() {
+                    let v = px(start + i);
+                    for (plane, value) in planes.iter_mut().zip(v.planes(k)) {
+                        plane[i] = value;
+                    }
+                    it[i] = v.iterations;
+                    st[i] = v.status;
+                }
+            });
     }
 }
 
