@@ -29,6 +29,19 @@ impl std::ops::Deref for GpuLease {
 /// Environment variable that turns a missing GPU into a test failure.
 pub const REQUIRE_GPU_ENV: &str = "BIOGPU_REQUIRE_GPU";
 
+/// Proptest settings with `default` cases, or `PROPTEST_CASES` where set: CI keeps the
+/// default, a run on the GPU machine can search wider.
+pub fn proptest_cases(default: u32) -> proptest::test_runner::Config {
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default);
+    proptest::test_runner::Config {
+        cases,
+        ..proptest::test_runner::Config::default()
+    }
+}
+
 /// The GPU device under test, or `None` (after saying why) when there is none.
 ///
 /// # Panics

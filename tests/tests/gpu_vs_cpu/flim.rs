@@ -19,7 +19,7 @@
 //! Formulas that are ill-defined within those errors (a comparison that could go either
 //! way, e.g. `D0 > D1`) are skipped for that pixel only.
 
-use biogpu_tests::gpu_under_test;
+use biogpu_tests::{gpu_under_test, proptest_cases};
 use flim_core::gpu::analyse_on;
 use flim_core::methods::STATUS_OK;
 use flim_core::{Analysis, Count, Cube, LifetimeMaps, Methods, analyse};
@@ -303,7 +303,7 @@ const METHOD_SETS: [Methods; 6] = [
 ];
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+    #![proptest_config(proptest_cases(24))]
 
     #[test]
     fn flim_lifetimes_match_the_cpu(
@@ -623,7 +623,7 @@ fn compare_fret<T: Count>(
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
+    #![proptest_config(proptest_cases(16))]
 
     #[test]
     fn flim_fret_matches_the_cpu(
@@ -845,7 +845,9 @@ fn standard_errors(
 /// decrease of steps below ~0.03 standard errors at 1e5 photons), below 0.1; the f32 model
 /// errs by ~1e-5 relative per bin, far below the Poisson noise: the parameters must agree
 /// within 0.1 standard errors (from the Fisher information at the CPU's fit) plus 3e-5
-/// relative, the objective within 1e-4 relative, and the statuses exactly.
+/// relative, or, where the valley is flat and not quadratic, the GPU's parameters must fit
+/// the decay as well as the CPU's (f64 objective within 0.01); the reduced objectives
+/// within 1e-4 relative, and the statuses exactly.
 fn compare_fits<T: Count>(
     cube: &Cube<T>,
     opts: &flim_core::fit::FitOptions,
@@ -899,37 +901,58 @@ fn compare_fits<T: Count>(
             .collect();
         let f = fit_decay(&decay, h, period, opts).unwrap();
         let se = standard_errors(opts, bins, h, period, &f, offset_fitted, shift_fitted);
-        let check = |name: &str, g: f32, c: f32, s: f64| -> Result<(), TestCaseError> {
-            let (g, c) = (f64::from(g), f64::from(c));
-            let tol = 0.1 * s + 3e-5 * c.abs() + 1e-6;
-            prop_assert!(
-                (g - c).abs() <= tol,
-                "{}: {} GPU {} CPU {} (standard error {}, tolerance {})",
-                at,
-                name,
-                g,
-                c,
-                s,
-                tol
-            );
-            Ok(())
-        };
+        // (name, GPU, CPU, standard error) of every parameter.
+        let mut params: Vec<(&str, f32, f32, f64)> = Vec::new();
         for i in 0..k {
-            check(
+            params.push((
                 "amplitude",
                 gpu.amplitude[i][[y, x]],
                 cpu.amplitude[i][[y, x]],
                 se[i],
-            )?;
-            check("tau", gpu.tau[i][[y, x]], cpu.tau[i][[y, x]], se[k + i])?;
+            ));
+            params.push(("tau", gpu.tau[i][[y, x]], cpu.tau[i][[y, x]], se[k + i]));
         }
         let mut q = 2 * k;
         if offset_fitted {
-            check("offset", gpu.offset[[y, x]], cpu.offset[[y, x]], se[q])?;
+            params.push(("offset", gpu.offset[[y, x]], cpu.offset[[y, x]], se[q]));
             q += 1;
         }
         if shift_fitted {
-            check("shift", gpu.shift[[y, x]], cpu.shift[[y, x]], se[q])?;
+            params.push(("shift", gpu.shift[[y, x]], cpu.shift[[y, x]], se[q]));
+        }
+        let apart: Vec<String> = params
+            .iter()
+            .filter_map(|&(name, g, c, s)| {
+                let (g, c) = (f64::from(g), f64::from(c));
+                let tol = 0.1 * s + 3e-5 * c.abs() + 1e-6;
+                ((g - c).abs() > tol).then(|| {
+                    format!("{name} GPU {g} CPU {c} (standard error {s}, tolerance {tol})")
+                })
+            })
+            .collect();
+        if !apart.is_empty() {
+            // A flat, non-quadratic valley (e.g. a bi-exponential at 2,000 photons with
+            // lifetimes 1.1 and 2.2 ns) lets f32 and f64 stop standard errors apart at the
+            // same objective. Then the GPU's parameters must be as good a fit as the CPU's
+            // minimum, in f64: within 0.01 of the objective (where the objective is
+            // quadratic, 0.1 standard errors along the worst direction give 0.01).
+            let mut g = f.clone();
+            for i in 0..k {
+                g.amplitude[i] = f64::from(gpu.amplitude[i][[y, x]]);
+                g.tau[i] = f64::from(gpu.tau[i][[y, x]]);
+            }
+            g.offset = f64::from(gpu.offset[[y, x]]);
+            g.shift = f64::from(gpu.shift[[y, x]]);
+            let og = flim_core::fit::objective(opts, &decay, h, period, &g).unwrap();
+            let oc = flim_core::fit::objective(opts, &decay, h, period, &f).unwrap();
+            prop_assert!(
+                og <= oc + 0.01,
+                "{}: {} and the objective at the GPU's parameters {} exceeds the CPU's {} by more than 0.01",
+                at,
+                apart.join("; "),
+                og,
+                oc
+            );
         }
         let (og, oc) = (
             f64::from(gpu.chi2_red[[y, x]]),
@@ -952,7 +975,7 @@ fn compare_fits<T: Count>(
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
+    #![proptest_config(proptest_cases(12))]
 
     #[test]
     fn flim_fits_match_the_cpu(

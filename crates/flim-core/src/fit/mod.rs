@@ -658,6 +658,38 @@ pub fn model_curve(
     Ok((0..su.m).map(|j| work.bin(&su, &theta, j, None)).collect())
 }
 
+/// The objective the fits minimise (the weighted chi^2 of least squares or the Poisson
+/// deviance of maximum likelihood, as `opts` selects) of the parameters of `fit` against
+/// `decay` (a pixel's `decay.len()` bins; only the fit range counts): e.g. to tell whether
+/// two parameter sets are equally good fits of one decay. A difference of 1 is one
+/// standard error along the worst-determined direction where the objective is quadratic.
+///
+/// ```
+/// use flim_core::fit::{FitOptions, Model, fit_decay, objective};
+/// let decay: Vec<f64> = (0..64).map(|j| 500.0 * (-(j as f64) * 0.2 / 2.0).exp()).collect();
+/// let opts = FitOptions::new(Model::Mono);
+/// let mut f = fit_decay(&decay, 0.2, 12.8, &opts)?;
+/// let best = objective(&opts, &decay, 0.2, 12.8, &f)?;
+/// f.tau[0] *= 1.05;
+/// assert!(objective(&opts, &decay, 0.2, 12.8, &f)? > best + 1.0);
+/// # Ok::<(), flim_core::Error>(())
+/// ```
+pub fn objective(
+    opts: &FitOptions,
+    decay: &[f64],
+    bin_ns: f64,
+    period_ns: f64,
+    fit: &DecayFit,
+) -> Result<f64> {
+    let curve = model_curve(opts, decay.len(), bin_ns, period_ns, fit)?;
+    let su = opts.setup(decay.len(), bin_ns, period_ns, (1, 1))?;
+    Ok(decay[su.first..su.first + su.m]
+        .iter()
+        .zip(&curve)
+        .map(|(&n, &y)| lm::term(opts.estimator(), n, y).0)
+        .sum())
+}
+
 /// Fit the counts of one pixel's range (`fit`: not masked by the mask).
 fn fit_counts(
     su: &ModelSetup,
