@@ -608,6 +608,43 @@ mod tests {
     }
 
     #[test]
+    fn uniform_shifts_match_the_pointer_sampler_at_any_delay() {
+        // The shift walk (uniform grids) against the forward pointer (any grid) on the same
+        // uniform grid: delays before, on and between samples, and past either end.
+        let p = problem(true, true);
+        let mut pointer = p.clone();
+        pointer.inv_dt = 0.0;
+        let curve = |p: &Problem, th: &[f64; MAX_PARAMS]| {
+            let mut out = vec![0.0; p.len()];
+            let c = canonical(Model::DualInput, th);
+            evaluate::<true, false, false>(p, &c, |i, y| out[i] = y);
+            out
+        };
+        for tau in [
+            -1e6, -70.0, -3.0, -1.5, -0.7, 0.0, 0.4, 1.5, 2.25, 58.5, 70.0, 1e6,
+        ] {
+            let th = [20.0, 100.0, 400.0, tau, 0.5 * tau];
+            let (a, b) = (curve(&p, &th), curve(&pointer, &th));
+            let peak = b.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+            for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+                assert!(
+                    (x - y).abs() <= 1e-12 * peak,
+                    "tau {tau} step {i}: shift {x} vs pointer {y}"
+                );
+            }
+        }
+        // A NaN delay gives a NaN curve (after the first step, which has no input term).
+        let th = [20.0, 100.0, 400.0, f64::NAN, 1.0];
+        assert!(curve(&p, &th)[1..].iter().all(|v| v.is_nan()));
+        let sh = Shift::new(-3.0 * 1.5, 1.0 / 1.5, 40);
+        assert_eq!(
+            (sh.m, sh.fr),
+            (3, 0.0),
+            "a delay of whole samples lands on a sample"
+        );
+    }
+
+    #[test]
     fn jacobian_matches_finite_differences_of_the_cost_for_every_model() {
         let points: [(Model, &[f64]); 5] = [
             (Model::DualInput, &[20.0, 100.0, 400.0, 1.3, 2.2]),
