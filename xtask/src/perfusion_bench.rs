@@ -13,7 +13,8 @@ use anyhow::Result;
 use gpu_runtime::{Backend, Device, Timing, bench};
 use perfusion_core::sim::Simulation;
 use perfusion_core::{
-    FitOptions, FitStatus, Fits, Method, Model, Precision, fit_on, kernel_times, mean_evaluations,
+    CHUNKS_ENV, FitOptions, FitStatus, Fits, Method, Model, PERSISTENT_ENV, Precision, fit_on,
+    kernel_times, mean_evaluations, pipeline_chunks,
 };
 
 const PAPER_START: [f64; 5] = [10.0, 80.0, 200.0, 2.0, 3.0];
@@ -21,8 +22,10 @@ const PAPER_VOXELS: usize = 626_400;
 /// The paper's figure: 626,400 voxels in 0.9 min.
 const PAPER_RATE: f64 = 626_400.0 / 54.0;
 /// Floating-point operations per time step of one dual-input cost evaluation, counted in
-/// the kernel source (two interpolated inputs, the input mix, the recursion, the residual;
-/// a fused multiply-add counts 2).
+/// the kernel source before the uniform-grid sampler (two interpolated inputs, the input mix,
+/// the recursion, the residual; a fused multiply-add counts 2). Kept as the work unit so
+/// that TFLOP/s figures stay comparable across kernel versions; the sampler of 2026-11-26
+/// does about 15 per step.
 const FLOPS_PER_STEP: f64 = 22.0;
 
 fn options(method: Method, precision: Precision) -> FitOptions {
@@ -108,20 +111,28 @@ fn gpu(device: &Device, opts: &Options) -> Result<Vec<Measurement>> {
                 "voxels/s",
                 t,
                 format!(
-                    "{id}; curves up, maps down; {:.0}x the paper's 11,600 voxels/s; target {target} ms for 626,400 voxels; {}",
+                    "{id}; curves up, maps down, pipelined in {} chunks ({CHUNKS_ENV}; 1 = one launch, no overlap); NM persistent units {} ({PERSISTENT_ENV}); {:.0}x the paper's 11,600 voxels/s; target {target} ms for 626,400 voxels; {}",
+                    pipeline_chunks(),
+                    std::env::var(PERSISTENT_ENV).unwrap_or_else(|_| "on CUDA by default".into()),
                     rate / PAPER_RATE,
                     summary(&fits)
                 ),
             ));
             // The kernel alone, in several cube shapes (curves already on the device).
-            // On CUDA the cube size also caps registers (`__launch_bounds__`): 512 units
-            // leave 128 registers per unit (the kernels use about 220), spilling the rest.
+            // On CUDA the cube size also caps registers (`__launch_bounds__`): 384 units leave
+            // 170 registers per unit, 512 leave 128 (`cargo xtask build-ptx` reports what each
+            // kernel uses at 128: NM f64 164, LM f64 250 on sm_90), spilling the rest.
             let cubes: &[u32] = match (opts.quick, device.backend()) {
                 (true, _) => &[128],
-                (false, Backend::Cuda) => &[64, 128, 256, 512],
+                (false, Backend::Cuda) => &[64, 128, 256, 384, 512],
                 (false, _) => &[64, 128, 256],
             };
-            for &cube in cubes {
+            // Nelder-Mead: persistent units (default on CUDA) and one voxel per unit.
+            let modes: &[Option<bool>] = match (method, device.backend()) {
+                (Method::NelderMead, Backend::Cuda) => &[Some(true), Some(false)],
+                _ => &[None],
+            };
+            for (&cube, &mode) in cubes.iter().flat_map(|c| modes.iter().map(move |m| (c, m))) {
                 let (times, used) = kernel_times(
                     curves,
                     &sim.problem,
@@ -130,13 +141,19 @@ fn gpu(device: &Device, opts: &Options) -> Result<Vec<Measurement>> {
                     precision == Precision::F64,
                     if opts.quick { 2 } else { 5 },
                     Some(cube),
+                    mode,
                 )?;
                 let kt = Timing::from_durations(&times);
                 let e = evals[method.name()];
                 let steps_per_s = voxels as f64 * e * 128.0 / (kt.median_ms / 1e3);
+                let shape = match mode {
+                    Some(true) => ", persistent units",
+                    Some(false) => ", one voxel per unit",
+                    None => "",
+                };
                 out.push(measurement(
                     "perfusion",
-                    &format!("kernel {} {} {voxels} voxels Nt 128, cube {used}", method.name(), fits.precision),
+                    &format!("kernel {} {} {voxels} voxels Nt 128, cube {used}{shape}", method.name(), fits.precision),
                     voxels as f64 / (kt.median_ms / 1e3),
                     "voxels/s",
                     kt,

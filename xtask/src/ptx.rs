@@ -126,6 +126,10 @@ fn generate_sources(out: &Path) -> Result<Vec<Source>> {
     Ok(written)
 }
 
+/// `BIOGPU_PTX_FILTER=text` builds only the kernels whose `module__name` contains `text`
+/// (a quicker look at one module's registers).
+const FILTER_ENV: &str = "BIOGPU_PTX_FILTER";
+
 fn definitions(
     entries: Vec<CatalogEntry>,
 ) -> Vec<(
@@ -134,8 +138,10 @@ fn definitions(
     cubecl::ir::StorageType,
     bool,
 )> {
+    let filter = std::env::var(FILTER_ENV).unwrap_or_default();
     entries
         .into_iter()
+        .filter(|e| format!("{}__{}", e.module, e.name).contains(&filter))
         .map(|e| {
             (
                 format!("{}__{}", e.module, e.name),

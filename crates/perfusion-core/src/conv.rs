@@ -92,32 +92,21 @@ pub(crate) fn weights_d(k: f64, dt: f64) -> Weights {
     w
 }
 
-/// Linear interpolation of an input at increasing abscissae. On a uniform grid the interval
-/// is `floor((x - t0) / dt)`; otherwise a pointer moves forward (O(Nt) per curve). Before
-/// the first sample the first value holds, after the last the last one.
+/// Linear interpolation of an input at increasing abscissae on a non-uniform grid: a pointer
+/// moves forward (O(Nt) per curve). Before the first sample the first value holds, after the
+/// last the last one. Uniform grids use [`Shift`] instead.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Sampler {
     j: usize,
 }
 
 impl Sampler {
-    /// (value, slope) at `x`; `inv_dt` is 1 / interval of a uniform grid, else 0.
+    /// (value, slope) at `x`.
     #[inline(always)]
-    pub fn at(&mut self, t: &[f64], u: &[f64], s: &[f64], inv_dt: f64, x: f64) -> (f64, f64) {
+    pub fn at(&mut self, t: &[f64], u: &[f64], s: &[f64], x: f64) -> (f64, f64) {
         let n = t.len();
-        if inv_dt > 0.0 {
-            let q = (x - t[0]) * inv_dt;
-            self.j = if q >= (n - 1) as f64 {
-                n - 1
-            } else if q > 0.0 {
-                q as usize
-            } else {
-                0
-            };
-        } else {
-            while self.j + 1 < n && t[self.j + 1] <= x {
-                self.j += 1;
-            }
+        while self.j + 1 < n && t[self.j + 1] <= x {
+            self.j += 1;
         }
         if x <= t[0] {
             (u[0], 0.0)
@@ -129,6 +118,57 @@ impl Sampler {
     }
 }
 
+/// A delayed input on a uniform grid. There `t_i - tau = t0 + (i + q) dt` with
+/// `q = -tau / dt`, so every step of an evaluation reads the interval `i + m`, `m = floor(q)`,
+/// at the same fraction `fr = q - m` (exact): the interval and the fraction are found once
+/// per evaluation, and the input is walked with a sliding pair of samples (one new sample per
+/// step). Samples are clamped to the grid (the first value before the start, the last after
+/// the end), as [`Sampler`] does; `m` is clamped to `[-n, n]` (fraction 0 there), and a NaN
+/// delay gives a NaN fraction, so a NaN curve. `gpu_kernels::perfusion` does the same.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Shift {
+    /// Interval of step 0 (may lie outside the grid).
+    pub m: isize,
+    /// Fraction of the interval, in [0, 1) (NaN for a NaN delay).
+    pub fr: f64,
+}
+
+impl Shift {
+    #[inline(always)]
+    pub fn new(tau: f64, inv_dt: f64, n: usize) -> Self {
+        let q = -tau * inv_dt;
+        let fl = q.floor();
+        let lim = n as f64;
+        if fl > lim {
+            Shift {
+                m: n as isize,
+                fr: 0.0,
+            }
+        } else if fl >= -lim {
+            Shift {
+                m: fl as isize,
+                fr: q - fl,
+            }
+        } else if fl < -lim {
+            Shift {
+                m: -(n as isize),
+                fr: 0.0,
+            }
+        } else {
+            Shift {
+                m: -(n as isize),
+                fr: f64::NAN,
+            }
+        }
+    }
+}
+
+/// Sample `k` of input `u`, clamped to the grid.
+#[inline(always)]
+pub(crate) fn clamped(u: &[f64], k: isize) -> f64 {
+    u[k.clamp(0, u.len() as isize - 1) as usize]
+}
+
 /// Evaluate the model curve, handing `(i, C(t_i))` to `sink`. `TI`: second input, `TE`:
 /// second exponential, `VA`: vascular term (see [`crate::model`]).
 #[inline(always)]
@@ -137,13 +177,16 @@ pub(crate) fn evaluate<const TI: bool, const TE: bool, const VA: bool>(
     c: &Canonical,
     mut sink: impl FnMut(usize, f64),
 ) {
+    if p.inv_dt > 0.0 {
+        return evaluate_uniform::<TI, TE, VA>(p, c, sink);
+    }
     let (t, dt) = (&p.t[..], &p.dt[..]);
     let n = t.len();
     let (mut s1, mut s2) = (Sampler::default(), Sampler::default());
-    let (u1, _) = s1.at(t, &p.u1, &p.s1, p.inv_dt, t[0] - c.tau1);
+    let (u1, _) = s1.at(t, &p.u1, &p.s1, t[0] - c.tau1);
     let mut f1p = c.g1 * u1;
     if TI {
-        let (u2, _) = s2.at(t, &p.u2, &p.s2, p.inv_dt, t[0] - c.tau2);
+        let (u2, _) = s2.at(t, &p.u2, &p.s2, t[0] - c.tau2);
         f1p += c.h1 * u2;
     }
     let mut f2p = if TE { c.g2 * u1 } else { 0.0 };
@@ -165,10 +208,10 @@ pub(crate) fn evaluate<const TI: bool, const TE: bool, const VA: bool>(
             dtp = h;
         }
         let ti = t[i];
-        let (u1, _) = s1.at(t, &p.u1, &p.s1, p.inv_dt, ti - c.tau1);
+        let (u1, _) = s1.at(t, &p.u1, &p.s1, ti - c.tau1);
         let mut f1 = c.g1 * u1;
         if TI {
-            let (u2, _) = s2.at(t, &p.u2, &p.s2, p.inv_dt, ti - c.tau2);
+            let (u2, _) = s2.at(t, &p.u2, &p.s2, ti - c.tau2);
             f1 += c.h1 * u2;
         }
         y1 = w1.e * y1 + w1.wa * f1p + w1.wb * f1;
@@ -182,6 +225,72 @@ pub(crate) fn evaluate<const TI: bool, const TE: bool, const VA: bool>(
         }
         if VA {
             y += c.v * u1;
+        }
+        sink(i, y);
+    }
+}
+
+/// [`evaluate`] on a uniform grid: the weights once (one interval), the delayed inputs
+/// through [`Shift`]s. Each use of an input (`g1 u1`, `h1 u2`, `g2 u1`, `v u1`) enters as
+/// `A u[j] + B u[j+1]` with `A = coef (1 - fr)`, `B = coef fr` computed once, and the
+/// recursion adds the input terms before the decay: `y = E y + (wa f[i-1] + wb f[i])`
+/// (one dependent operation per step on the GPU). `gpu_kernels::perfusion::model::sse`
+/// writes the same expressions in the same order.
+#[inline(always)]
+fn evaluate_uniform<const TI: bool, const TE: bool, const VA: bool>(
+    p: &Problem,
+    c: &Canonical,
+    mut sink: impl FnMut(usize, f64),
+) {
+    let n = p.t.len();
+    let h = p.dt[0];
+    let w1 = weights(c.k1, h);
+    let w2 = if TE { weights(c.k2, h) } else { w1 };
+    let s1 = Shift::new(c.tau1, p.inv_dt, n);
+    let s2 = if TI {
+        Shift::new(c.tau2, p.inv_dt, n)
+    } else {
+        s1
+    };
+    let (a1, b1) = (c.g1 * (1.0 - s1.fr), c.g1 * s1.fr);
+    let (a2, b2) = (c.h1 * (1.0 - s2.fr), c.h1 * s2.fr);
+    let (ae, be) = (c.g2 * (1.0 - s1.fr), c.g2 * s1.fr);
+    let (av, bv) = (c.v * (1.0 - s1.fr), c.v * s1.fr);
+    let (u1, u2) = (&p.u1[..], &p.u2[..]);
+    let (mut p1, mut q1) = (clamped(u1, s1.m), clamped(u1, s1.m + 1));
+    let (mut p2, mut q2) = (clamped(u2, s2.m), clamped(u2, s2.m + 1));
+    let mut f1p = a1 * p1 + b1 * q1;
+    if TI {
+        f1p = f1p + a2 * p2 + b2 * q2;
+    }
+    let mut f2p = if TE { ae * p1 + be * q1 } else { 0.0 };
+    let (mut y1, mut y2) = (0.0, 0.0);
+    let mut y = 0.0;
+    if VA {
+        y += av * p1 + bv * q1;
+    }
+    sink(0, y);
+    for i in 1..n {
+        let k = i as isize + 1;
+        p1 = q1;
+        q1 = clamped(u1, k + s1.m);
+        let mut f1 = a1 * p1 + b1 * q1;
+        if TI {
+            p2 = q2;
+            q2 = clamped(u2, k + s2.m);
+            f1 = f1 + a2 * p2 + b2 * q2;
+        }
+        y1 = w1.e * y1 + (w1.wa * f1p + w1.wb * f1);
+        f1p = f1;
+        let mut y = y1;
+        if TE {
+            let f2 = ae * p1 + be * q1;
+            y2 = w2.e * y2 + (w2.wa * f2p + w2.wb * f2);
+            f2p = f2;
+            y += y2;
+        }
+        if VA {
+            y += av * p1 + bv * q1;
         }
         sink(i, y);
     }
@@ -263,23 +372,53 @@ pub(crate) fn normal<const TI: bool, const TE: bool, const VA: bool>(
     let (t, dt) = (&p.t[..], &p.dt[..]);
     let n = t.len();
     let (mut s1, mut s2) = (Sampler::default(), Sampler::default());
-    let sample = |s1: &mut Sampler, s2: &mut Sampler, ti: f64| {
-        let (u1, sl1) = s1.at(t, &p.u1, &p.s1, p.inv_dt, ti - c.tau1);
+    // Uniform grid: value `u[j] + fr (u[j+1] - u[j])`, d/dtau minus the slope of interval j
+    // (0 outside the grid); on a sample itself (`fr = 0`, e.g. a delay of 0 from the delay
+    // grid), where the interpolant has a kink, the derivative for an increasing delay: minus
+    // the slope of interval j - 1 (0 at the first sample, as before the grid). As the GPU's
+    // `normal`. The slopes come from the problem (exact in f64, rounded once for f32).
+    let uniform = p.inv_dt > 0.0;
+    let sh1 = Shift::new(c.tau1, p.inv_dt, n);
+    let sh2 = Shift::new(c.tau2, p.inv_dt, n);
+    let slope_at = |sl: &[f64], k: isize| if k < 0 { 0.0 } else { clamped(sl, k) };
+    let shifted = |u: &[f64], sl: &[f64], sh: &Shift, i: usize| {
+        let k = i as isize + sh.m;
+        let (a, b) = (clamped(u, k), clamped(u, k + 1));
+        let right = slope_at(sl, k);
+        let slope = if sh.fr == 0.0 {
+            slope_at(sl, k - 1)
+        } else {
+            right
+        };
+        (a + sh.fr * (b - a), -slope)
+    };
+    let sample = |s1: &mut Sampler, s2: &mut Sampler, i: usize| {
+        let (u1, du1) = if uniform {
+            shifted(&p.u1, &p.s1, &sh1, i)
+        } else {
+            let (u, sl) = s1.at(t, &p.u1, &p.s1, t[i] - c.tau1);
+            (u, -sl)
+        };
         let mut s = Samples {
             u1,
-            du1: -sl1,
+            du1,
             ..Samples::default()
         };
         if TI {
-            let (u2, sl2) = s2.at(t, &p.u2, &p.s2, p.inv_dt, ti - c.tau2);
+            let (u2, du2) = if uniform {
+                shifted(&p.u2, &p.s2, &sh2, i)
+            } else {
+                let (u, sl) = s2.at(t, &p.u2, &p.s2, t[i] - c.tau2);
+                (u, -sl)
+            };
             s.u2 = u2;
-            s.du2 = -sl2;
+            s.du2 = du2;
         }
         s
     };
     let mut out = Normal::default();
     let (mut b1, mut b2) = (Branch::default(), Branch::default());
-    let mut sp = sample(&mut s1, &mut s2, t[0]);
+    let mut sp = sample(&mut s1, &mut s2, 0);
     let mut f1p = c.g1 * sp.u1;
     if TI {
         f1p += c.h1 * sp.u2;
@@ -299,7 +438,7 @@ pub(crate) fn normal<const TI: bool, const TE: bool, const VA: bool>(
                 }
                 dtp = h;
             }
-            let s = sample(&mut s1, &mut s2, t[i]);
+            let s = sample(&mut s1, &mut s2, i);
             let mut f1 = c.g1 * s.u1;
             if TI {
                 f1 += c.h1 * s.u2;
@@ -466,6 +605,43 @@ mod tests {
         let a: Vec<f64> = t.iter().map(|&s| gamma(s, 6.0) + 0.2).collect();
         let v: Vec<f64> = t.iter().map(|&s| 0.6 * gamma(s, 11.0)).collect();
         Problem::new(&t, &a, dual.then_some(&v[..])).unwrap()
+    }
+
+    #[test]
+    fn uniform_shifts_match_the_pointer_sampler_at_any_delay() {
+        // The shift walk (uniform grids) against the forward pointer (any grid) on the same
+        // uniform grid: delays before, on and between samples, and past either end.
+        let p = problem(true, true);
+        let mut pointer = p.clone();
+        pointer.inv_dt = 0.0;
+        let curve = |p: &Problem, th: &[f64; MAX_PARAMS]| {
+            let mut out = vec![0.0; p.len()];
+            let c = canonical(Model::DualInput, th);
+            evaluate::<true, false, false>(p, &c, |i, y| out[i] = y);
+            out
+        };
+        for tau in [
+            -1e6, -70.0, -3.0, -1.5, -0.7, 0.0, 0.4, 1.5, 2.25, 58.5, 70.0, 1e6,
+        ] {
+            let th = [20.0, 100.0, 400.0, tau, 0.5 * tau];
+            let (a, b) = (curve(&p, &th), curve(&pointer, &th));
+            let peak = b.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+            for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+                assert!(
+                    (x - y).abs() <= 1e-12 * peak,
+                    "tau {tau} step {i}: shift {x} vs pointer {y}"
+                );
+            }
+        }
+        // A NaN delay gives a NaN curve (after the first step, which has no input term).
+        let th = [20.0, 100.0, 400.0, f64::NAN, 1.0];
+        assert!(curve(&p, &th)[1..].iter().all(|v| v.is_nan()));
+        let sh = Shift::new(-3.0 * 1.5, 1.0 / 1.5, 40);
+        assert_eq!(
+            (sh.m, sh.fr),
+            (3, 0.0),
+            "a delay of whole samples lands on a sample"
+        );
     }
 
     #[test]

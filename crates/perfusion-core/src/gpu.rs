@@ -2,8 +2,8 @@
 //! page-locked staging kept between calls), one `gpu_kernels::perfusion` fit per voxel in
 //! f64 (CUDA) or f32 (wgpu), maps back.
 //!
-//! `BIOGPU_PERFUSION_CUBE` (32..512) sets the units per cube, to compare launch shapes on a
-//! GPU in one run (the benchmark reports the shape it used).
+//! `BIOGPU_PERFUSION_CUBE` (32, 64, 128, 256, 384, 512) sets the units per cube, to compare
+//! launch shapes on a GPU in one run (the benchmark reports the shape it used).
 
 use crate::error::{Error, Result};
 use crate::fit::{
@@ -13,7 +13,7 @@ use crate::fit::{
 use crate::model::MAX_PARAMS;
 use crate::problem::Problem;
 use gpu_kernels::perfusion::{self as kernels, CUBE_FIT, FitParams, KernelFloat};
-use gpu_runtime::{Device, Gpu, GpuArray, HostStaging, KnownRuntime, with_gpu};
+use gpu_runtime::{Device, Gpu, GpuArray, HostStaging, KnownRuntime, par_copy, with_gpu};
 use ndarray::{ArrayView2, Axis, s};
 use rayon::prelude::*;
 use std::time::Duration;
@@ -23,6 +23,23 @@ pub const CUBE_ENV: &str = "BIOGPU_PERFUSION_CUBE";
 
 /// Most voxels per launch: chunks report progress and check for Ctrl-C between them.
 const MAX_CHUNK: usize = 1 << 20;
+/// Large jobs run in at least this many chunks so that the host work of one chunk (packing
+/// the curves into page-locked memory, converting the maps) overlaps the kernel of another;
+/// `BIOGPU_PERFUSION_CHUNKS` overrides it (1: one launch, no overlap).
+const PIPELINE_CHUNKS: usize = 4;
+/// Environment variable setting the pipeline's chunk count.
+pub const CHUNKS_ENV: &str = "BIOGPU_PERFUSION_CHUNKS";
+
+/// Chunks a large job is split into: `BIOGPU_PERFUSION_CHUNKS` or [`PIPELINE_CHUNKS`].
+pub fn pipeline_chunks() -> usize {
+    std::env::var(CHUNKS_ENV)
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .filter(|&c: &usize| c >= 1)
+        .unwrap_or(PIPELINE_CHUNKS)
+}
+/// Chunks are not made smaller than this for the pipeline (a launch must still fill the GPU).
+const MIN_PIPELINE_CHUNK: usize = 1 << 16;
 
 /// Tolerances below f32 rounding would never be met: the f32 kernels use at least these.
 const F32_TOL: f64 = 1e-6;
@@ -30,6 +47,29 @@ const F32_TOL_GRAD: f64 = 1e-4;
 const F32_FLOOR_REL: f64 = 3e-7;
 /// At an f32 minimum rounding leaves J^T r at about this cosine with the residuals.
 const F32_STALL: f64 = 1e-2;
+
+/// `BIOGPU_PERFUSION_PERSISTENT=1|0`: persistent Nelder-Mead units (default on CUDA only).
+pub const PERSISTENT_ENV: &str = "BIOGPU_PERFUSION_PERSISTENT";
+/// `BIOGPU_PERFUSION_UNITS=N`: at most N persistent units per launch (default: 2048 per
+/// streaming multiprocessor, all a GPU can keep resident).
+pub const UNITS_ENV: &str = "BIOGPU_PERFUSION_UNITS";
+
+fn env_u32(name: &str) -> Option<u32> {
+    std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
+}
+
+/// Whether Nelder-Mead runs persistent units on `info`'s device, and at most how many.
+fn persistent_units(info: &gpu_runtime::DeviceInfo) -> (bool, u32) {
+    let on = match env_u32(PERSISTENT_ENV) {
+        Some(v) => v != 0,
+        None => info.backend == gpu_runtime::Backend::Cuda,
+    };
+    let units = env_u32(UNITS_ENV)
+        .filter(|&u| u > 0)
+        .or_else(|| info.compute_units.map(|sm| sm.saturating_mul(2048)))
+        .unwrap_or(kernels::PERSISTENT_UNITS);
+    (on, units)
+}
 
 /// Units per cube: `BIOGPU_PERFUSION_CUBE` or the kernels' default.
 pub fn cube_units() -> u32 {
@@ -40,7 +80,13 @@ pub fn cube_units() -> u32 {
 }
 
 /// The launch settings of `setup` for arithmetic `F`.
-fn params<F: KernelFloat>(setup: &Setup, problem: &Problem, voxels: usize) -> FitParams {
+fn params<F: KernelFloat>(
+    setup: &Setup,
+    problem: &Problem,
+    voxels: usize,
+    info: &gpu_runtime::DeviceInfo,
+) -> FitParams {
+    let (persistent, units) = persistent_units(info);
     let b = &setup.bounds;
     let mut free_mask = 0;
     let mut delay_mask = 0;
@@ -82,6 +128,8 @@ fn params<F: KernelFloat>(setup: &Setup, problem: &Problem, voxels: usize) -> Fi
         uniform: problem.is_uniform(),
         inv_dt: problem.inv_dt,
         cube: cube_units(),
+        persistent,
+        units,
     }
 }
 
@@ -114,7 +162,10 @@ mod staging_cache {
     use gpu_runtime::{Gpu, HostStaging, KnownRuntime};
     use std::cell::RefCell;
 
-    thread_local!(static SLOTS: RefCell<[Option<HostStaging>; 2]> = const { RefCell::new([None, None]) });
+    /// Slots: 0 and 1 curves (two chunks in flight), 2-5 maps and statuses of two chunks.
+    pub const SLOTS_N: usize = 6;
+
+    thread_local!(static SLOTS: RefCell<[Option<HostStaging>; SLOTS_N]> = const { RefCell::new([None, None, None, None, None, None]) });
 
     pub fn take<R: KnownRuntime>(gpu: &Gpu<R>, slot: usize, len: usize) -> HostStaging {
         let cached = SLOTS.with_borrow_mut(|s| s[slot].take());
@@ -129,19 +180,27 @@ mod staging_cache {
     }
 }
 
-/// Curves `range` of `curves` (voxels x time) into `dst` time-major, as f32 bytes.
+/// Curves `range` of `curves` (voxels x time) into `dst` time-major, as f32 bytes, on all
+/// cores: one parallel copy in 1 MiB pieces when the range is one contiguous time-major
+/// block (a whole time-major series), else per time row (split in pieces as well when the
+/// row is contiguous).
 fn pack(curves: ArrayView2<f32>, range: std::ops::Range<usize>, dst: &mut [u8]) {
     let n = range.len();
     let part = curves.slice(s![range, ..]);
     let by_time = part.t();
+    if let Some(all) = by_time.as_slice() {
+        par_copy(&mut dst[..all.len() * 4], bytemuck::cast_slice(all));
+        return;
+    }
     dst[..n * by_time.nrows() * 4]
         .par_chunks_mut(n * 4)
         .zip(by_time.axis_iter(Axis(0)).into_par_iter())
         .for_each(|(d, row)| {
-            let d: &mut [f32] = bytemuck::cast_slice_mut(d);
-            match row.as_slice() {
-                Some(s) => d.copy_from_slice(s),
-                None => d.iter_mut().zip(row.iter()).for_each(|(a, b)| *a = *b),
+            if let Some(s) = row.as_slice() {
+                par_copy(d, bytemuck::cast_slice(s));
+            } else {
+                let d: &mut [f32] = bytemuck::cast_slice_mut(d);
+                d.iter_mut().zip(row.iter()).for_each(|(a, b)| *a = *b);
             }
         });
 }
@@ -182,66 +241,162 @@ fn run<F: KernelFloat>(
         let setup_dev = gpu.upload(&setup_values::<F>(setup))?;
         let per_voxel = nt as u64 * 4 + (np as u64 + 2) * fsize + 4;
         let fixed = grid.len() as u64 * fsize + 1024;
-        // Twice the bytes per voxel: room for the memory pool's rounding and earlier buffers.
-        let plan = gpu.budget().plan(n, 2 * per_voxel, fixed)?;
-        let chunk = plan.chunk_len().min(MAX_CHUNK);
-        let mut start = 0;
-        while start < n {
-            if control.stopped() {
-                break;
-            }
-            let range = start..(start + chunk).min(n);
-            fit_chunk::<_, F>(
-                gpu,
-                curves,
-                range.clone(),
-                problem,
-                setup,
-                &grid,
-                &setup_dev,
-                &mut fits,
-            )?;
-            start = range.end;
-            control.report(start, n);
-        }
-        Ok(())
+        // Four times the bytes per voxel: two chunks in flight, and room for the memory
+        // pool's rounding and earlier buffers.
+        let plan = gpu.budget().plan(n, 4 * per_voxel, fixed)?;
+        let chunk = chunk_len(n, plan.chunk_len());
+        let ranges: Vec<_> = (0..n)
+            .step_by(chunk)
+            .map(|s| s..(s + chunk).min(n))
+            .collect();
+        pipeline::<_, F>(
+            gpu, curves, &ranges, problem, setup, &grid, &setup_dev, &mut fits, control,
+        )
     })
     .map_err(Error::from)?;
     Ok(fits)
 }
 
-/// Upload the chunk's curves, fit, and store the results in `fits`.
+/// Voxels per chunk: what fits (and at most [`MAX_CHUNK`]), and for large jobs at most
+/// 1 / [`pipeline_chunks`] of them (not below [`MIN_PIPELINE_CHUNK`]), rounded up to 1024.
+fn chunk_len(n: usize, fits: usize) -> usize {
+    let pipelined = n
+        .div_ceil(pipeline_chunks())
+        .next_multiple_of(1024)
+        .max(MIN_PIPELINE_CHUNK);
+    fits.min(MAX_CHUNK).min(pipelined).max(1)
+}
+
+/// One chunk on the device: its curves, maps and statuses.
+struct InFlight<F: KernelFloat> {
+    range: std::ops::Range<usize>,
+    /// Held until the chunk's maps are down, so its memory is not reused under the kernel.
+    _data: GpuArray<f32>,
+    out: GpuArray<F>,
+    status: GpuArray<u32>,
+}
+
+/// Fit `ranges` in order, two chunks in flight: while the GPU fits chunk k, the host packs
+/// the curves of chunk k + 1 into page-locked memory; chunk k's maps come down as soon as
+/// its kernel ends, chunk k + 1 is launched, and chunk k's maps are converted while it runs.
+/// (CubeCL's queue is one stream: a transfer waits for every queued kernel, hence this
+/// order.) Progress and Ctrl-C are checked between chunks.
 #[allow(clippy::too_many_arguments)]
-fn fit_chunk<R: KnownRuntime, F: KernelFloat>(
+fn pipeline<R: KnownRuntime, F: KernelFloat>(
     gpu: &Gpu<R>,
     curves: ArrayView2<f32>,
-    range: std::ops::Range<usize>,
+    ranges: &[std::ops::Range<usize>],
     problem: &Problem,
     setup: &Setup,
     grid: &GpuArray<F>,
     setup_dev: &GpuArray<F>,
     fits: &mut Fits,
+    control: &Control,
 ) -> gpu_runtime::Result<()> {
-    let n = range.len();
     let nt = problem.len();
     let np = setup.model.n_params();
-    let mut input = staging_cache::take(gpu, 0, n * nt * 4);
-    pack(curves, range.clone(), input.as_bytes_mut());
-    let data = gpu.upload_staged::<f32>(&input, n * nt)?;
-    staging_cache::put(0, input);
-    let out = gpu.empty::<F>((np + 2) * n)?;
-    let status = gpu.empty::<u32>(n)?;
-    let p = params::<F>(setup, problem, n);
-    launch::<R, F>(gpu, setup.method, &data, grid, setup_dev, &p, &out, &status)?;
     let fsize = std::mem::size_of::<F>();
-    let mut back = staging_cache::take(gpu, 1, ((np + 2) * fsize + 4) * n);
-    gpu.download_staged(&out, &mut back)?;
-    let values: Vec<f64> = {
-        let raw = &back.as_bytes()[..(np + 2) * n * fsize];
-        F::from_bytes(raw).par_iter().map(|&v| v.to_f64()).collect()
+    let n = curves.nrows();
+    let longest = ranges.iter().map(ExactSizeIterator::len).max().unwrap_or(0);
+    let mut input = [
+        staging_cache::take(gpu, 0, longest * nt * 4),
+        staging_cache::take(gpu, 1, longest * nt * 4),
+    ];
+    let mut maps = [
+        staging_cache::take(gpu, 2, (np + 2) * fsize * longest),
+        staging_cache::take(gpu, 3, (np + 2) * fsize * longest),
+    ];
+    let mut words = [
+        staging_cache::take(gpu, 4, 4 * longest),
+        staging_cache::take(gpu, 5, 4 * longest),
+    ];
+    let launch_chunk = |range: &std::ops::Range<usize>,
+                        staged: &HostStaging|
+     -> gpu_runtime::Result<InFlight<F>> {
+        let len = range.len();
+        let data = gpu.upload_staged::<f32>(staged, len * nt)?;
+        let out = gpu.empty::<F>((np + 2) * len)?;
+        let status = gpu.empty::<u32>(len)?;
+        let p = params::<F>(setup, problem, len, gpu.info());
+        launch::<R, F>(gpu, setup.method, &data, grid, setup_dev, &p, &out, &status)?;
+        Ok(InFlight {
+            range: range.clone(),
+            _data: data,
+            out,
+            status,
+        })
     };
-    gpu.download_staged(&status, &mut back)?;
-    let words: &[u32] = bytemuck::cast_slice(&back.as_bytes()[..n * 4]);
+    let mut result = Ok(());
+    if let Some(first) = ranges.first().filter(|_| !control.stopped()) {
+        pack(curves, first.clone(), input[0].as_bytes_mut());
+    }
+    let mut current: Option<InFlight<F>> = None;
+    let mut slot = 0;
+    for (k, range) in ranges.iter().enumerate() {
+        if control.stopped() {
+            break;
+        }
+        let running = match current.take() {
+            Some(c) => c,
+            None => match launch_chunk(range, &input[slot]) {
+                Ok(c) => c,
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            },
+        };
+        let next = ranges.get(k + 1).filter(|_| !control.stopped());
+        if let Some(next) = next {
+            pack(curves, next.clone(), input[1 - slot].as_bytes_mut());
+        }
+        // Maps of chunk k down (waits for its kernel), then chunk k + 1 up and launched.
+        let down = gpu
+            .download_staged(&running.out, &mut maps[slot])
+            .and_then(|()| gpu.download_staged(&running.status, &mut words[slot]));
+        if let Err(e) = down {
+            result = Err(e);
+            break;
+        }
+        if let Some(next) = next {
+            match launch_chunk(next, &input[1 - slot]) {
+                Ok(c) => current = Some(c),
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
+        }
+        store::<F>(&running.range, &maps[slot], &words[slot], np, fits);
+        control.report(running.range.end, n);
+        slot = 1 - slot;
+    }
+    // Whatever happens, the staging buffers go back to the cache.
+    let [i0, i1] = input;
+    let [m0, m1] = maps;
+    let [w0, w1] = words;
+    for (k, b) in [i0, i1, m0, m1, w0, w1].into_iter().enumerate() {
+        staging_cache::put(k, b);
+    }
+    if current.is_some() {
+        // Interrupted (or failed) with a chunk still queued: let it finish before returning.
+        gpu.sync()?;
+    }
+    result
+}
+
+/// Chunk `range`'s maps (`np + 2` planes of `F`) and status words into `fits`.
+fn store<F: KernelFloat>(
+    range: &std::ops::Range<usize>,
+    maps: &HostStaging,
+    words: &HostStaging,
+    np: usize,
+    fits: &mut Fits,
+) {
+    let n = range.len();
+    let fsize = std::mem::size_of::<F>();
+    let values = F::from_bytes(&maps.as_bytes()[..(np + 2) * n * fsize]);
+    let words: &[u32] = bytemuck::cast_slice(&words.as_bytes()[..n * 4]);
     // Parameter rows of `Fits` are contiguous: copy plane by plane.
     for q in 0..np + 2 {
         let src = &values[q * n..(q + 1) * n];
@@ -250,10 +405,18 @@ fn fit_chunk<R: KnownRuntime, F: KernelFloat>(
             q if q == np => fits.sse.slice_mut(s![range.clone()]),
             _ => fits.r2.slice_mut(s![range.clone()]),
         };
-        dst.iter_mut().zip(src).for_each(|(d, v)| *d = *v);
+        if let Some(d) = dst.as_slice_mut() {
+            d.par_iter_mut()
+                .zip(src.par_iter())
+                .for_each(|(d, v)| *d = KernelFloat::to_f64(*v));
+        } else {
+            dst.iter_mut()
+                .zip(src)
+                .for_each(|(d, v)| *d = KernelFloat::to_f64(*v));
+        }
     }
     let statuses = fits.status.slice_mut(s![range.clone()]);
-    let iterations = fits.iterations.slice_mut(s![range]);
+    let iterations = fits.iterations.slice_mut(s![range.clone()]);
     statuses
         .into_iter()
         .zip(iterations)
@@ -262,8 +425,6 @@ fn fit_chunk<R: KnownRuntime, F: KernelFloat>(
             *st = FitStatus::from_code((w & 0xFF) as u8).unwrap_or(FitStatus::Failed) as u8;
             *it = w >> 8;
         });
-    staging_cache::put(1, back);
-    Ok(())
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -288,7 +449,8 @@ fn launch<R: KnownRuntime, F: KernelFloat>(
 /// Kernel time alone: the curves stay on the device; each repetition is one launch and a
 /// sync. For benchmarks (`biogpu-bench --filter perfusion`); `f64` selects the arithmetic.
 /// Returns the per-repetition times and the units per cube used.
-/// `cube` overrides the units per cube (else [`CUBE_ENV`] or the default).
+/// `cube` overrides the units per cube (else [`CUBE_ENV`] or the default), `persistent`
+/// whether Nelder-Mead runs persistent units (else [`PERSISTENT_ENV`] or the default).
 pub fn kernel_times(
     curves: ArrayView2<f32>,
     problem: &Problem,
@@ -297,14 +459,16 @@ pub fn kernel_times(
     f64: bool,
     reps: usize,
     cube: Option<u32>,
+    persistent: Option<bool>,
 ) -> Result<(Vec<Duration>, u32)> {
     let setup = opts.setup()?;
     problem.check_model(opts.model)?;
+    let shape = (cube, persistent);
     if f64 {
         device.require_f64()?;
-        time_kernel::<f64>(curves, problem, &setup, device, reps, cube)
+        time_kernel::<f64>(curves, problem, &setup, device, reps, shape)
     } else {
-        time_kernel::<f32>(curves, problem, &setup, device, reps, cube)
+        time_kernel::<f32>(curves, problem, &setup, device, reps, shape)
     }
 }
 
@@ -314,7 +478,7 @@ fn time_kernel<F: KernelFloat>(
     setup: &Setup,
     device: &Device,
     reps: usize,
-    cube: Option<u32>,
+    (cube, persistent): (Option<u32>, Option<bool>),
 ) -> Result<(Vec<Duration>, u32)> {
     let n = curves.nrows();
     let nt = problem.len();
@@ -327,9 +491,12 @@ fn time_kernel<F: KernelFloat>(
         let setup_dev = gpu.upload(&setup_values::<F>(setup))?;
         let out = gpu.empty::<F>((np + 2) * n)?;
         let status = gpu.empty::<u32>(n)?;
-        let mut p = params::<F>(setup, problem, n);
+        let mut p = params::<F>(setup, problem, n, gpu.info());
         if let Some(c) = cube {
             p.cube = c;
+        }
+        if let Some(on) = persistent {
+            p.persistent = on;
         }
         launch(
             gpu,

@@ -33,6 +33,6 @@ pub use fit::{
     Control, DelayGrid, FitOptions, FitStatus, Fits, Method, Precision, fit, fit_on, fit_with,
     mean_evaluations,
 };
-pub use gpu::{CUBE_ENV, kernel_times};
+pub use gpu::{CHUNKS_ENV, CUBE_ENV, PERSISTENT_ENV, UNITS_ENV, kernel_times, pipeline_chunks};
 pub use model::{MAX_PARAMS, Model, ParamInfo};
 pub use problem::Problem;

@@ -15,6 +15,9 @@
 // condition would turn it into a runtime branch.
 #![allow(clippy::collapsible_if, clippy::collapsible_else_if)]
 // `!(x > 0.0)` is meant: it is also true for NaN. Ranges as CubeCL 0.10 parses them.
+// Shared memory is a zero-sized handle on the host side; #[cube] functions take it by
+// reference like the arrays.
+#![allow(clippy::trivially_copy_pass_by_ref)]
 #![allow(
     clippy::neg_cmp_op_on_partial_ord,
     clippy::range_plus_one,
@@ -27,7 +30,10 @@ use crate::catalog::{CatalogEntry, array, entry, settings_1d};
 use crate::linalg::cholesky_solve;
 use cubecl::prelude::*;
 use gpu_runtime::{Error, Gpu, GpuArray, Result};
-use model::{Ctx, UNIFORM_GRID, canonical, chain, n_params, normal, sse};
+use model::{
+    CUBE_SHIFT, Ctx, SHARED_CURVE, UNIFORM_GRID, canonical, chain, chain_len, chain_small, datum,
+    n_params, normal, sse, tri,
+};
 
 /// Model ids (perfusion-core's `Model::id`).
 pub const MODEL_DUAL_INPUT: u32 = 0;
@@ -45,6 +51,16 @@ pub const STATUS_FAILED: u32 = 4;
 
 /// Default units per cube: a register-heavy kernel, so fewer units than `CUBE_1D`.
 pub const CUBE_FIT: u32 = 128;
+
+/// Units per cube the fit kernels take. On CUDA the cube also caps registers per unit
+/// (`__launch_bounds__(cube)`: 65,536 / cube, at most 255): 384 gives 170 (12 warps per
+/// multiprocessor), 512 gives 128 (16 warps).
+pub const CUBES: [u32; 6] = [32, 64, 128, 256, 384, 512];
+
+/// The cube size in the comptime model word (multiples of 32).
+const fn cube_word(cube: u32) -> u32 {
+    (cube / 32) << CUBE_SHIFT
+}
 
 /// Setup array layout: start (fixed values for fixed parameters), lower, upper bounds, 5 each.
 pub const SETUP_LEN: usize = 15;
@@ -112,6 +128,11 @@ pub struct FitParams {
     pub inv_dt: f64,
     /// Units per cube.
     pub cube: u32,
+    /// The shared-memory variants: Nelder-Mead's persistent units (each takes voxels from a
+    /// counter, its curve in shared memory; at most `units` of them) where the curves of a
+    /// cube fit, and LM's stash ([`LM_STASH`]).
+    pub persistent: bool,
+    pub units: u32,
 }
 
 impl FitParams {
@@ -123,7 +144,29 @@ impl FitParams {
     fn model_word(&self) -> u32 {
         self.model | if self.uniform { UNIFORM_GRID } else { 0 }
     }
+
+    /// Samples per unit of the shared curves of persistent Nelder-Mead units (`nt` rounded
+    /// up to a power of two, at least 32), or 0 when the launch is one voxel per unit (not
+    /// asked for, or a cube's curves would not fit in `max_shared` bytes).
+    pub fn shared_nt(&self, max_shared: usize) -> u32 {
+        let cap = self.nt.next_power_of_two().max(32);
+        let bytes = self.cube as usize * cap as usize * 4;
+        if self.persistent && self.units > 0 && bytes <= max_shared {
+            cap
+        } else {
+            0
+        }
+    }
 }
+
+/// Set in LM's comptime model word (with the cube size, as [`SHARED_CURVE`]) when the
+/// accepted point's J^T J, J^T r, x and the trial point wait in shared memory (30 values
+/// per unit) while the trial is evaluated.
+pub const LM_STASH: u32 = 0x400;
+
+/// Most persistent units per launch by default: more than any GPU keeps resident (units
+/// beyond those find the counter exhausted and end at once).
+pub const PERSISTENT_UNITS: u32 = 1 << 18;
 
 /// Per-voxel constants shared by both fit kernels.
 #[derive(CubeType, Clone, Copy)]
@@ -136,12 +179,18 @@ struct Voxel<F: Float> {
 /// Validity, SST about the mean and sum of squares of the voxel's data (perfusion-core's
 /// `curve_stats`). `big` is f32::MAX: |d| <= big is false for NaN and infinities.
 #[cube]
-fn curve_stats<F: Float>(data: &Array<f32>, ctx: Ctx<F>, big: F) -> Voxel<F> {
+fn curve_stats<F: Float>(
+    data: &Array<f32>,
+    curve: &SharedMemory<f32>,
+    ctx: Ctx<F>,
+    big: F,
+    #[comptime] model: u32,
+) -> Voxel<F> {
     let mut sum = F::new(0.0);
     let mut sumsq = F::new(0.0);
     let mut valid = true;
     for i in 0..ctx.nt {
-        let d = F::cast_from(data[(i * ctx.nvox + ctx.voxel) as usize]);
+        let d = datum::<F>(data, curve, ctx, i, model);
         if !(F::abs(d) <= big) {
             valid = false;
         }
@@ -151,7 +200,7 @@ fn curve_stats<F: Float>(data: &Array<f32>, ctx: Ctx<F>, big: F) -> Voxel<F> {
     let mean = sum / F::cast_from(ctx.nt);
     let mut sst = F::new(0.0);
     for i in 0..ctx.nt {
-        let r = F::cast_from(data[(i * ctx.nvox + ctx.voxel) as usize]) - mean;
+        let r = datum::<F>(data, curve, ctx, i, model) - mean;
         sst += r * r;
     }
     Voxel::<F> {
@@ -223,6 +272,7 @@ fn at_bound<F: Float>(
 #[cube]
 fn nm_cost<F: Float>(
     data: &Array<f32>,
+    curve: &SharedMemory<f32>,
     grid: &Array<F>,
     setup: &Array<F>,
     ctx: Ctx<F>,
@@ -245,7 +295,7 @@ fn nm_cost<F: Float>(
     let mut f = inf;
     if inside {
         let c = canonical::<F>(x, ctx.rate_scale, model);
-        let s = sse::<F>(data, grid, ctx, c, model);
+        let s = sse::<F>(data, curve, grid, ctx, c, model);
         if s < inf {
             f = s;
         }
@@ -364,6 +414,26 @@ fn write_vertex<F: Float>(
     }
 }
 
+/// The reflected point `2 xbar - 1 worst` (worst: row `nv - 1`), fixed parameters held
+/// (perfusion-core's `combine(2.0, 1.0)`).
+#[cube]
+fn reflect<F: Float>(
+    pt: &mut Array<F>,
+    xbar: &Array<F>,
+    vtx: &Array<F>,
+    setup: &Array<F>,
+    mask: u32,
+    #[comptime] nv: u32,
+    #[comptime] np: u32,
+) {
+    #[unroll]
+    for p in 0..np {
+        pt[p as usize] =
+            F::new(2.0) * xbar[p as usize] - F::new(1.0) * vtx[((nv - 1) * 5 + p) as usize];
+    }
+    hold_fixed::<F>(pt, setup, mask, np);
+}
+
 const S_GRID: u32 = 0;
 const S_INIT: u32 = 1;
 const S_REFLECT: u32 = 2;
@@ -372,10 +442,19 @@ const S_OUTSIDE: u32 = 4;
 const S_INSIDE: u32 = 5;
 const S_SHRINK: u32 = 6;
 
-/// One Nelder-Mead fit per unit (perfusion-core's `nelder_mead`, with the delay grid first).
+/// Nelder-Mead fits (perfusion-core's `nelder_mead`, with the delay grid first).
 /// `out` receives `np + 2` planes of `voxels` values (parameters, SSE, R^2); `status` the
 /// status in its low byte and the iterations above it. `inf`, `nan` and `big` (f32::MAX)
 /// are passed in because CUDA C++ cannot reinterpret literals.
+///
+/// One flat loop, one cost evaluation per turn: a unit whose fit ends writes it and starts
+/// its next voxel at the top of the next turn, while the other units of its warp go on. With
+/// `shared_nt = 0` a unit fits voxel `ABSOLUTE_POS` only. With `shared_nt >= nt` the units are
+/// persistent: each takes voxels from `counter[0]` (zero at launch) until none is left, and
+/// copies the voxel's curve into its column of shared memory (`shared_nt` samples of `cube`
+/// units), so that units of a warp working on unrelated voxels still read their data on chip;
+/// a warp then no longer waits for its slowest voxel (the 600-update cap) before the others
+/// take new work. Each voxel's fit is the same operations either way.
 #[cube(launch_unchecked)]
 pub fn nelder_mead_kernel<F: Float + CubeElement>(
     data: &Array<f32>,
@@ -383,7 +462,9 @@ pub fn nelder_mead_kernel<F: Float + CubeElement>(
     setup: &Array<F>,
     out: &mut Array<F>,
     status: &mut Array<u32>,
+    counter: &mut Array<Atomic<u32>>,
     nvox: u32,
+    units: u32,
     nt: u32,
     mask: u32,
     rate_scale: F,
@@ -402,277 +483,387 @@ pub fn nelder_mead_kernel<F: Float + CubeElement>(
     big: F,
     #[comptime] model: u32,
     #[comptime] n_free: u32,
+    #[comptime] shared_nt: u32,
 ) {
-    let voxel = ABSOLUTE_POS_X + ABSOLUTE_POS_Y * CUBE_COUNT_X * CUBE_DIM_X;
-    if voxel < nvox {
-        let np = comptime!(n_params(model));
-        let nv = comptime!(n_free + 1);
-        let ctx = Ctx::<F> {
-            voxel,
-            nvox,
-            nt,
-            rate_scale,
-            inv_dt,
-        };
-        let stats = curve_stats::<F>(data, ctx, big);
-        let mut x = Array::<F>::new(5usize);
-        let mut best_f = nan;
-        let mut result = u32::new(STATUS_INVALID as i64);
-        let mut it = 0u32;
-        if stats.valid {
-            let ds = DelaySearch::<F> {
-                start: grid_start,
-                step: grid_step,
-                count: grid_count,
-                d1: delay1,
-                d2: delay2,
-            };
-            let total = grid_total::<F>(ds);
-            let mut x0 = Array::<F>::new(5usize);
-            #[unroll]
-            for p in 0..np {
-                x0[p as usize] = setup[p as usize];
-            }
-            project::<F>(&mut x0, setup, mask, np);
-            let mut vtx = Array::<F>::new(30usize);
-            let mut fv = Array::<F>::new(6usize);
-            let mut pt = Array::<F>::new(5usize);
-            let mut xr = Array::<F>::new(5usize);
-            let mut xbar = Array::<F>::new(5usize);
-            let mut worst = Array::<F>::new(5usize);
-            copy::<F>(&mut pt, &x0, np);
-            copy::<F>(&mut xr, &x0, np);
-            copy::<F>(&mut xbar, &x0, np);
-            copy::<F>(&mut worst, &x0, np);
-            #[unroll]
-            for k in 0..30u32 {
-                vtx[k as usize] = F::new(0.0);
-            }
-            #[unroll]
-            for k in 0..6u32 {
-                fv[k as usize] = inf;
-            }
-            let mut state = u32::new(S_INIT as i64);
-            if total > 0 {
-                state = S_GRID;
-            }
-            let mut j = 0u32;
-            let mut fr = inf;
-            let mut grid_best = inf;
-            let mut converged = false;
-            let mut done = false;
-            let usual = F::new(21.0) / F::new(20.0);
-            let zero_term = F::new(1.0) / F::new(4000.0);
-            let half = F::new(0.5);
-            while !done {
-                let f = nm_cost::<F>(data, grid, setup, ctx, &pt, mask, inf, model);
-                let mut step_done = false;
-                if state == S_GRID {
-                    // j counts grid evaluations; pt is grid point j; x holds the best so far.
-                    if j == 0 || f < grid_best {
-                        grid_best = f;
-                        copy::<F>(&mut x, &pt, np);
-                    }
-                    j += 1;
-                    if j <= total {
-                        grid_point::<F>(&mut pt, &x0, setup, mask, ds, j, np);
-                    } else {
-                        copy::<F>(&mut x0, &x, np);
-                        copy::<F>(&mut pt, &x0, np);
-                        j = 0;
-                        state = S_INIT;
-                    }
-                } else if state == S_INIT {
-                    write_vertex::<F>(&mut vtx, &mut fv, &pt, f, j, nv, np);
-                    j += 1;
-                    if j < nv {
-                        // Perturb the (j-1)-th free parameter of x0, as fminsearch.
-                        copy::<F>(&mut pt, &x0, np);
-                        let mut rank = 0u32;
-                        #[unroll]
-                        for p in 0..np {
-                            if is_free(mask, p) {
-                                if rank + 1 == j {
-                                    if pt[p as usize] != F::new(0.0) {
-                                        pt[p as usize] = usual * pt[p as usize];
-                                    } else {
-                                        pt[p as usize] = zero_term;
-                                    }
-                                }
-                                rank += 1;
-                            }
-                        }
-                    } else {
-                        step_done = true;
-                    }
-                } else if state == S_REFLECT {
-                    fr = f;
-                    copy::<F>(&mut xr, &pt, np);
-                    if fr < fv[0] {
-                        #[unroll]
-                        for p in 0..np {
-                            pt[p as usize] =
-                                F::new(3.0) * xbar[p as usize] - F::new(2.0) * worst[p as usize];
-                        }
-                        hold_fixed::<F>(&mut pt, setup, mask, np);
-                        state = S_EXPAND;
-                    } else if fr < fv[(nv - 2) as usize] {
-                        write_vertex::<F>(&mut vtx, &mut fv, &xr, fr, nv - 1, nv, np);
-                        step_done = true;
-                    } else if fr < fv[(nv - 1) as usize] {
-                        #[unroll]
-                        for p in 0..np {
-                            pt[p as usize] =
-                                F::new(1.5) * xbar[p as usize] - half * worst[p as usize];
-                        }
-                        hold_fixed::<F>(&mut pt, setup, mask, np);
-                        state = S_OUTSIDE;
-                    } else {
-                        #[unroll]
-                        for p in 0..np {
-                            pt[p as usize] = half * xbar[p as usize] + half * worst[p as usize];
-                        }
-                        hold_fixed::<F>(&mut pt, setup, mask, np);
-                        state = S_INSIDE;
-                    }
-                } else if state == S_EXPAND {
-                    if f < fr {
-                        write_vertex::<F>(&mut vtx, &mut fv, &pt, f, nv - 1, nv, np);
-                    } else {
-                        write_vertex::<F>(&mut vtx, &mut fv, &xr, fr, nv - 1, nv, np);
-                    }
-                    step_done = true;
-                } else if state == S_SHRINK {
-                    write_vertex::<F>(&mut vtx, &mut fv, &pt, f, j, nv, np);
-                    j += 1;
-                    if j >= nv {
-                        step_done = true;
-                    }
+    let np = comptime!(n_params(model));
+    let nv = comptime!(n_free + 1);
+    let cube = comptime!(model::cube_of(model));
+    let persistent = comptime!(shared_nt > 0);
+    let mut curve = SharedMemory::<f32>::new(comptime!(if shared_nt > 0 {
+        (cube * shared_nt) as usize
+    } else {
+        1usize
+    }));
+    let lane = UNIT_POS;
+    let mut voxel = ABSOLUTE_POS_X + ABSOLUTE_POS_Y * CUBE_COUNT_X * CUBE_DIM_X;
+    if comptime!(persistent) {
+        // Units past `units` (the last cube's rest) take no voxel.
+        let pos = voxel;
+        voxel = nvox;
+        if pos < units {
+            voxel = counter[0].fetch_add(1u32);
+        }
+    }
+    let ds = DelaySearch::<F> {
+        start: grid_start,
+        step: grid_step,
+        count: grid_count,
+        d1: delay1,
+        d2: delay2,
+    };
+    let total = grid_total::<F>(ds);
+    let usual = F::new(21.0) / F::new(20.0);
+    let zero_term = F::new(1.0) / F::new(4000.0);
+    let half = F::new(0.5);
+    // The simplex, one vertex of 5 per row. During the delay grid, row 0 holds the start and
+    // row 1 the best grid point; from the initial simplex on, row 0 is the start (then the
+    // best vertex). Few arrays live across the cost evaluation: the vertices, their costs, the
+    // trial point and the centroid (the worst vertex is read from the simplex, the reflected
+    // point recomputed), so the kernel keeps fewer registers.
+    let mut vtx = Array::<F>::new(30usize);
+    let mut fv = Array::<F>::new(6usize);
+    let mut pt = Array::<F>::new(5usize);
+    let mut xbar = Array::<F>::new(5usize);
+    let mut stats = Voxel::<F> {
+        valid: false,
+        sst: F::new(0.0),
+        sumsq: F::new(0.0),
+    };
+    let mut state = u32::new(S_INIT as i64);
+    let mut j = 0u32;
+    let mut fr = inf;
+    let mut grid_best = inf;
+    let mut converged = false;
+    let mut it = 0u32;
+    let mut ctx = Ctx::<F> {
+        voxel,
+        lane,
+        nvox,
+        nt,
+        rate_scale,
+        inv_dt,
+    };
+    let mut active = true;
+    let mut fresh = true;
+    while active {
+        if fresh {
+            // Start the next voxel with valid data; invalid ones are written at once.
+            let mut searching = true;
+            while searching {
+                if voxel >= nvox {
+                    searching = false;
+                    active = false;
                 } else {
-                    // Outside (accept if f <= fr) or inside contraction (accept if f < worst).
-                    let mut accept = f < fv[(nv - 1) as usize];
-                    if state == S_OUTSIDE {
-                        accept = f <= fr;
+                    ctx.voxel = voxel;
+                    if comptime!(persistent) {
+                        for i in 0..nt {
+                            curve[(i * cube + lane) as usize] = data[(i * nvox + voxel) as usize];
+                        }
                     }
-                    if accept {
-                        write_vertex::<F>(&mut vtx, &mut fv, &pt, f, nv - 1, nv, np);
-                        step_done = true;
+                    let st = curve_stats::<F>(data, &curve, ctx, big, model);
+                    stats.valid = st.valid;
+                    stats.sst = st.sst;
+                    stats.sumsq = st.sumsq;
+                    if st.valid {
+                        searching = false;
                     } else {
-                        j = 1;
-                        state = S_SHRINK;
+                        write_result::<F>(
+                            out,
+                            status,
+                            &vtx,
+                            nan,
+                            stats,
+                            u32::new(STATUS_INVALID as i64),
+                            0u32,
+                            voxel,
+                            nvox,
+                            nan,
+                            np,
+                        );
+                        voxel = nvox;
+                        if comptime!(persistent) {
+                            voxel = counter[0].fetch_add(1u32);
+                        }
                     }
                 }
-                if state == S_SHRINK && !step_done {
-                    // Next shrunk vertex: v0 + 1/2 (vj - v0).
-                    read_vertex::<F>(&mut pt, &vtx, j, nv, np);
+            }
+            if active {
+                #[unroll]
+                for k in 0..30u32 {
+                    vtx[k as usize] = F::new(0.0);
+                }
+                #[unroll]
+                for p in 0..np {
+                    pt[p as usize] = setup[p as usize];
+                }
+                project::<F>(&mut pt, setup, mask, np);
+                // x0 = the projected start, in row 0.
+                copy::<F>(&mut vtx, &pt, np);
+                copy::<F>(&mut xbar, &pt, np);
+                #[unroll]
+                for k in 0..6u32 {
+                    fv[k as usize] = inf;
+                }
+                state = S_INIT;
+                if total > 0 {
+                    state = S_GRID;
+                }
+                j = 0;
+                fr = inf;
+                grid_best = inf;
+                converged = false;
+                it = 0;
+            }
+            fresh = false;
+        }
+        if active {
+            let f = nm_cost::<F>(data, &curve, grid, setup, ctx, &pt, mask, inf, model);
+            let mut step_done = false;
+            let mut done = false;
+            if state == S_GRID {
+                // j counts grid evaluations; pt is grid point j; row 1 holds the best so
+                // far, row 0 the start.
+                if j == 0 || f < grid_best {
+                    grid_best = f;
                     #[unroll]
                     for p in 0..np {
-                        pt[p as usize] =
-                            vtx[p as usize] + half * (pt[p as usize] - vtx[p as usize]);
+                        vtx[(5 + p) as usize] = pt[p as usize];
                     }
-                    hold_fixed::<F>(&mut pt, setup, mask, np);
                 }
-                if step_done {
-                    // Stable sort of the vertices by cost (fixed network, as the CPU).
+                j += 1;
+                if j <= total {
+                    grid_point::<F>(&mut pt, &vtx, setup, mask, ds, j, np);
+                } else {
+                    // The best grid point becomes x0 (row 0 at j = 0 of the simplex).
                     #[unroll]
-                    for i in 1..nv {
-                        #[unroll]
-                        for jj in 0..i {
-                            let a = i - jj;
-                            if fv[a as usize] < fv[(a - 1) as usize] {
-                                let t = fv[a as usize];
-                                fv[a as usize] = fv[(a - 1) as usize];
-                                fv[(a - 1) as usize] = t;
-                                #[unroll]
-                                for p in 0..np {
-                                    let tv = vtx[(a * 5 + p) as usize];
-                                    vtx[(a * 5 + p) as usize] = vtx[((a - 1) * 5 + p) as usize];
-                                    vtx[((a - 1) * 5 + p) as usize] = tv;
-                                }
-                            }
-                        }
+                    for p in 0..np {
+                        pt[p as usize] = vtx[(5 + p) as usize];
                     }
-                    // Stopping rule (NaN spreads never pass).
-                    let mut spread_f = F::new(0.0);
-                    let mut spread_x = F::new(0.0);
-                    let mut top_x = F::new(0.0);
-                    #[unroll]
-                    for k in 1..nv {
-                        let d = F::abs(fv[k as usize] - fv[0]);
-                        if !(d <= spread_f) {
-                            spread_f = d;
-                        }
-                    }
+                    j = 0;
+                    state = S_INIT;
+                }
+            } else if state == S_INIT {
+                write_vertex::<F>(&mut vtx, &mut fv, &pt, f, j, nv, np);
+                j += 1;
+                if j < nv {
+                    // Perturb the (j-1)-th free parameter of x0 (vertex 0), as fminsearch.
+                    copy::<F>(&mut pt, &vtx, np);
+                    let mut rank = 0u32;
                     #[unroll]
                     for p in 0..np {
                         if is_free(mask, p) {
-                            let a = F::abs(vtx[p as usize]);
-                            if a > top_x {
-                                top_x = a;
-                            }
-                            #[unroll]
-                            for k in 1..nv {
-                                let d = F::abs(vtx[(k * 5 + p) as usize] - vtx[p as usize]);
-                                if !(d <= spread_x) {
-                                    spread_x = d;
+                            if rank + 1 == j {
+                                if pt[p as usize] != F::new(0.0) {
+                                    pt[p as usize] = usual * pt[p as usize];
+                                } else {
+                                    pt[p as usize] = zero_term;
                                 }
                             }
+                            rank += 1;
                         }
                     }
-                    let floor_f = ten_eps * F::abs(fv[0]);
-                    let mut tol_f = tol_fun;
-                    if floor_f > tol_fun {
-                        tol_f = floor_f;
+                } else {
+                    step_done = true;
+                }
+            } else if state == S_REFLECT {
+                // The worst vertex (row nv - 1) is still in place in every branch here.
+                fr = f;
+                if fr < fv[0] {
+                    #[unroll]
+                    for p in 0..np {
+                        pt[p as usize] = F::new(3.0) * xbar[p as usize]
+                            - F::new(2.0) * vtx[((nv - 1) * 5 + p) as usize];
                     }
-                    let floor_x = ten_eps * top_x;
-                    let mut tol_xx = tol_x;
-                    if floor_x > tol_x {
-                        tol_xx = floor_x;
+                    hold_fixed::<F>(&mut pt, setup, mask, np);
+                    state = S_EXPAND;
+                } else if fr < fv[(nv - 2) as usize] {
+                    write_vertex::<F>(&mut vtx, &mut fv, &pt, fr, nv - 1, nv, np);
+                    step_done = true;
+                } else if fr < fv[(nv - 1) as usize] {
+                    #[unroll]
+                    for p in 0..np {
+                        pt[p as usize] = F::new(1.5) * xbar[p as usize]
+                            - half * vtx[((nv - 1) * 5 + p) as usize];
                     }
-                    if spread_f <= tol_f && spread_x <= tol_xx {
-                        converged = true;
-                        done = true;
-                    } else if it >= max_iter {
-                        done = true;
-                    } else {
-                        it += 1;
-                        // Centroid of the best n vertices; reflect the worst through it.
-                        #[unroll]
-                        for p in 0..np {
-                            xbar[p as usize] = vtx[p as usize];
-                            if is_free(mask, p) {
-                                let mut sum = F::new(0.0);
-                                #[unroll]
-                                for k in 0..n_free {
-                                    sum += vtx[(k * 5 + p) as usize];
-                                }
-                                xbar[p as usize] = sum / F::cast_from(n_free);
-                            }
-                            worst[p as usize] = vtx[((nv - 1) * 5 + p) as usize];
-                            pt[p as usize] =
-                                F::new(2.0) * xbar[p as usize] - F::new(1.0) * worst[p as usize];
-                        }
-                        hold_fixed::<F>(&mut pt, setup, mask, np);
-                        state = S_REFLECT;
+                    hold_fixed::<F>(&mut pt, setup, mask, np);
+                    state = S_OUTSIDE;
+                } else {
+                    #[unroll]
+                    for p in 0..np {
+                        pt[p as usize] =
+                            half * xbar[p as usize] + half * vtx[((nv - 1) * 5 + p) as usize];
                     }
+                    hold_fixed::<F>(&mut pt, setup, mask, np);
+                    state = S_INSIDE;
+                }
+            } else if state == S_EXPAND {
+                if !(f < fr) {
+                    // Keep the reflected point: recomputed exactly as in the centroid step
+                    // (the worst vertex is still in place).
+                    reflect::<F>(&mut pt, &xbar, &vtx, setup, mask, nv, np);
+                    write_vertex::<F>(&mut vtx, &mut fv, &pt, fr, nv - 1, nv, np);
+                } else {
+                    write_vertex::<F>(&mut vtx, &mut fv, &pt, f, nv - 1, nv, np);
+                }
+                step_done = true;
+            } else if state == S_SHRINK {
+                write_vertex::<F>(&mut vtx, &mut fv, &pt, f, j, nv, np);
+                j += 1;
+                if j >= nv {
+                    step_done = true;
+                }
+            } else {
+                // Outside (accept if f <= fr) or inside contraction (accept if f < worst).
+                let mut accept = f < fv[(nv - 1) as usize];
+                if state == S_OUTSIDE {
+                    accept = f <= fr;
+                }
+                if accept {
+                    write_vertex::<F>(&mut vtx, &mut fv, &pt, f, nv - 1, nv, np);
+                    step_done = true;
+                } else {
+                    j = 1;
+                    state = S_SHRINK;
                 }
             }
-            copy::<F>(&mut x, &vtx, np);
-            best_f = fv[0];
-            result = STATUS_MAX_ITERATIONS;
-            if !(best_f < inf) {
-                result = STATUS_FAILED;
-            } else if converged {
-                result = STATUS_CONVERGED;
-                if at_bound::<F>(&x, setup, mask, F::new(1.0) / F::new(10000.0), np) {
-                    result = STATUS_AT_BOUND;
+            if state == S_SHRINK && !step_done {
+                // Next shrunk vertex: v0 + 1/2 (vj - v0).
+                read_vertex::<F>(&mut pt, &vtx, j, nv, np);
+                #[unroll]
+                for p in 0..np {
+                    pt[p as usize] = vtx[p as usize] + half * (pt[p as usize] - vtx[p as usize]);
+                }
+                hold_fixed::<F>(&mut pt, setup, mask, np);
+            }
+            if step_done {
+                sort_simplex::<F>(&mut vtx, &mut fv, nv, np);
+                if nm_stop::<F>(&vtx, &fv, mask, tol_fun, tol_x, ten_eps, nv, np) {
+                    converged = true;
+                    done = true;
+                } else if it >= max_iter {
+                    done = true;
+                } else {
+                    it += 1;
+                    // Centroid of the best n vertices; reflect the worst through it.
+                    #[unroll]
+                    for p in 0..np {
+                        xbar[p as usize] = vtx[p as usize];
+                        if is_free(mask, p) {
+                            let mut sum = F::new(0.0);
+                            #[unroll]
+                            for k in 0..n_free {
+                                sum += vtx[(k * 5 + p) as usize];
+                            }
+                            xbar[p as usize] = sum / F::cast_from(n_free);
+                        }
+                    }
+                    reflect::<F>(&mut pt, &xbar, &vtx, setup, mask, nv, np);
+                    state = S_REFLECT;
+                }
+            }
+            if done {
+                let best_f = fv[0];
+                let mut result = u32::new(STATUS_MAX_ITERATIONS as i64);
+                if !(best_f < inf) {
+                    result = STATUS_FAILED;
+                } else if converged {
+                    result = STATUS_CONVERGED;
+                    if at_bound::<F>(&vtx, setup, mask, F::new(1.0) / F::new(10000.0), np) {
+                        result = STATUS_AT_BOUND;
+                    }
+                }
+                write_result::<F>(
+                    out, status, &vtx, best_f, stats, result, it, voxel, nvox, nan, np,
+                );
+                voxel = nvox;
+                if comptime!(persistent) {
+                    voxel = counter[0].fetch_add(1u32);
+                }
+                fresh = true;
+            }
+        }
+    }
+}
+
+/// Stable sort of the vertices by cost (fixed network, as the CPU).
+#[cube]
+fn sort_simplex<F: Float>(
+    vtx: &mut Array<F>,
+    fv: &mut Array<F>,
+    #[comptime] nv: u32,
+    #[comptime] np: u32,
+) {
+    #[unroll]
+    for i in 1..nv {
+        #[unroll]
+        for jj in 0..i {
+            let a = i - jj;
+            if fv[a as usize] < fv[(a - 1) as usize] {
+                let t = fv[a as usize];
+                fv[a as usize] = fv[(a - 1) as usize];
+                fv[(a - 1) as usize] = t;
+                #[unroll]
+                for p in 0..np {
+                    let tv = vtx[(a * 5 + p) as usize];
+                    vtx[(a * 5 + p) as usize] = vtx[((a - 1) * 5 + p) as usize];
+                    vtx[((a - 1) * 5 + p) as usize] = tv;
                 }
             }
         }
-        write_result::<F>(
-            out, status, &x, best_f, stats, result, it, voxel, nvox, nan, np,
-        );
     }
+}
+
+/// The stopping rule: vertex costs within `tol_fun` and vertices within `tol_x`, each
+/// floored at `10 eps |value|` (NaN spreads never pass).
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn nm_stop<F: Float>(
+    vtx: &Array<F>,
+    fv: &Array<F>,
+    mask: u32,
+    tol_fun: F,
+    tol_x: F,
+    ten_eps: F,
+    #[comptime] nv: u32,
+    #[comptime] np: u32,
+) -> bool {
+    let mut spread_f = F::new(0.0);
+    let mut spread_x = F::new(0.0);
+    let mut top_x = F::new(0.0);
+    #[unroll]
+    for k in 1..nv {
+        let d = F::abs(fv[k as usize] - fv[0]);
+        if !(d <= spread_f) {
+            spread_f = d;
+        }
+    }
+    #[unroll]
+    for p in 0..np {
+        if is_free(mask, p) {
+            let a = F::abs(vtx[p as usize]);
+            if a > top_x {
+                top_x = a;
+            }
+            #[unroll]
+            for k in 1..nv {
+                let d = F::abs(vtx[(k * 5 + p) as usize] - vtx[p as usize]);
+                if !(d <= spread_x) {
+                    spread_x = d;
+                }
+            }
+        }
+    }
+    let floor_f = ten_eps * F::abs(fv[0]);
+    let mut tol_f = tol_fun;
+    if floor_f > tol_fun {
+        tol_f = floor_f;
+    }
+    let floor_x = ten_eps * top_x;
+    let mut tol_xx = tol_x;
+    if floor_x > tol_x {
+        tol_xx = floor_x;
+    }
+    spread_f <= tol_f && spread_x <= tol_xx
 }
 
 /// Parameters, SSE, R^2 and status of one voxel (NaN parameters for invalid input).
@@ -735,7 +926,7 @@ fn gradient_cosine<F: Float>(
     if cost > F::new(0.0) {
         #[unroll]
         for u in 0..np {
-            let d = jtj[(u * 5 + u) as usize];
+            let d = jtj[comptime!(tri(u, u))];
             if !blocked::<F>(x, jtr, setup, mask, u) && d > F::new(0.0) {
                 let c = F::abs(jtr[u as usize]) / F::sqrt(d * cost);
                 if c > worst {
@@ -819,16 +1010,27 @@ pub fn levenberg_marquardt_kernel<F: Float + CubeElement>(
         d2: delay2,
     };
     let voxel = ABSOLUTE_POS_X + ABSOLUTE_POS_Y * CUBE_COUNT_X * CUBE_DIM_X;
+    // LM reads the curves from global memory (no persistent units): an unused placeholder.
+    let curve = SharedMemory::<f32>::new(1usize);
+    let stash = comptime!(model & LM_STASH != 0);
+    let cube = comptime!(model::cube_of(model));
+    let lane = UNIT_POS;
+    let mut keep = SharedMemory::<F>::new(comptime!(if model & LM_STASH != 0 {
+        (30 * model::cube_of(model)) as usize
+    } else {
+        1usize
+    }));
     if voxel < nvox {
         let np = comptime!(n_params(model));
         let ctx = Ctx::<F> {
             voxel,
+            lane: UNIT_POS,
             nvox,
             nt,
             rate_scale,
             inv_dt,
         };
-        let stats = curve_stats::<F>(data, ctx, big);
+        let stats = curve_stats::<F>(data, &curve, ctx, big, model);
         let mut x = Array::<F>::new(5usize);
         let mut cost = nan;
         let mut result = u32::new(STATUS_INVALID as i64);
@@ -845,20 +1047,20 @@ pub fn levenberg_marquardt_kernel<F: Float + CubeElement>(
                 let mut x0 = Array::<F>::new(5usize);
                 let mut pt = Array::<F>::new(5usize);
                 copy::<F>(&mut x0, &x, np);
-                let mut best = nm_cost::<F>(data, grid, setup, ctx, &x0, mask, inf, model);
+                let mut best = nm_cost::<F>(data, &curve, grid, setup, ctx, &x0, mask, inf, model);
                 for g in 1..total + 1 {
                     grid_point::<F>(&mut pt, &x0, setup, mask, ds, g, np);
-                    let f = nm_cost::<F>(data, grid, setup, ctx, &pt, mask, inf, model);
+                    let f = nm_cost::<F>(data, &curve, grid, setup, ctx, &pt, mask, inf, model);
                     if f < best {
                         best = f;
                         copy::<F>(&mut x, &pt, np);
                     }
                 }
             }
-            let mut d = Array::<F>::new(40usize);
-            let mut jtj = Array::<F>::new(25usize);
+            let mut d = Array::<F>::new(comptime!(chain_len(model)));
+            let mut jtj = Array::<F>::new(15usize);
             let mut jtr = Array::<F>::new(5usize);
-            let mut jtj2 = Array::<F>::new(25usize);
+            let mut jtj2 = Array::<F>::new(15usize);
             let mut jtr2 = Array::<F>::new(5usize);
             let mut jac = Array::<F>::new(5usize);
             let mut m = Array::<F>::new(25usize);
@@ -866,8 +1068,11 @@ pub fn levenberg_marquardt_kernel<F: Float + CubeElement>(
             let mut delta = Array::<F>::new(5usize);
             let mut trial = Array::<F>::new(5usize);
             chain::<F>(&x, rate_scale, &mut d, model);
+            let ch = chain_small::<F>(&x, rate_scale, model);
             let c = canonical::<F>(&x, rate_scale, model);
-            cost = normal::<F>(data, grid, ctx, c, &d, &mut jtj, &mut jtr, &mut jac, model);
+            cost = normal::<F>(
+                data, &curve, grid, ctx, c, ch, &d, &mut jtj, &mut jtr, &mut jac, model,
+            );
             let floor = cfg.floor_rel * cfg.floor_rel * stats.sumsq;
             let ten = F::new(10.0);
             let mut lambda = cfg.lambda_start;
@@ -885,8 +1090,11 @@ pub fn levenberg_marquardt_kernel<F: Float + CubeElement>(
                         running = false;
                     } else {
                         #[unroll]
-                        for k in 0..25u32 {
-                            m[k as usize] = jtj[k as usize];
+                        for u in 0..np {
+                            #[unroll]
+                            for w in u..np {
+                                m[(u * 5 + w) as usize] = jtj[comptime!(tri(u, w))];
+                            }
                         }
                         #[unroll]
                         for u in 0..np {
@@ -899,7 +1107,7 @@ pub fn levenberg_marquardt_kernel<F: Float + CubeElement>(
                                 m[(u * 5 + u) as usize] = F::new(1.0);
                                 rhs[u as usize] = F::new(0.0);
                             } else {
-                                let dd = jtj[(u * 5 + u) as usize];
+                                let dd = jtj[comptime!(tri(u, u))];
                                 let mut sc = cfg.damp_floor;
                                 if dd > cfg.damp_floor {
                                     sc = dd;
@@ -943,10 +1151,39 @@ pub fn levenberg_marquardt_kernel<F: Float + CubeElement>(
                             }
                             project::<F>(&mut trial, setup, mask, np);
                             chain::<F>(&trial, rate_scale, &mut d, model);
+                            let cht = chain_small::<F>(&trial, rate_scale, model);
                             let ct = canonical::<F>(&trial, rate_scale, model);
+                            // The accepted point's normal equations, x and the trial point wait in
+                            // shared memory while the trial is evaluated (fewer live registers
+                            // in the time loop).
+                            if comptime!(stash) {
+                                #[unroll]
+                                for k in 0..15u32 {
+                                    keep[(k * cube + lane) as usize] = jtj[k as usize];
+                                }
+                                #[unroll]
+                                for k in 0..np {
+                                    keep[((15 + k) * cube + lane) as usize] = jtr[k as usize];
+                                    keep[((20 + k) * cube + lane) as usize] = x[k as usize];
+                                    keep[((25 + k) * cube + lane) as usize] = trial[k as usize];
+                                }
+                            }
                             let ft = normal::<F>(
-                                data, grid, ctx, ct, &d, &mut jtj2, &mut jtr2, &mut jac, model,
+                                data, &curve, grid, ctx, ct, cht, &d, &mut jtj2, &mut jtr2,
+                                &mut jac, model,
                             );
+                            if comptime!(stash) {
+                                #[unroll]
+                                for k in 0..15u32 {
+                                    jtj[k as usize] = keep[(k * cube + lane) as usize];
+                                }
+                                #[unroll]
+                                for k in 0..np {
+                                    jtr[k as usize] = keep[((15 + k) * cube + lane) as usize];
+                                    x[k as usize] = keep[((20 + k) * cube + lane) as usize];
+                                    trial[k as usize] = keep[((25 + k) * cube + lane) as usize];
+                                }
+                            }
                             if ft < cost {
                                 let mut step_small = true;
                                 #[unroll]
@@ -962,7 +1199,7 @@ pub fn levenberg_marquardt_kernel<F: Float + CubeElement>(
                                 copy::<F>(&mut x, &trial, np);
                                 cost = ft;
                                 #[unroll]
-                                for k in 0..25u32 {
+                                for k in 0..15u32 {
                                     jtj[k as usize] = jtj2[k as usize];
                                 }
                                 copy::<F>(&mut jtr, &jtr2, np);
@@ -1042,10 +1279,10 @@ fn check<F: KernelFloat>(
             format!("buffers too short for {v} voxels x {nt} time points"),
         ));
     }
-    if ![32, 64, 128, 256, 512].contains(&p.cube) {
+    if !CUBES.contains(&p.cube) {
         return Err(invalid(
             name,
-            format!("cube of {} units; use 32 to 512, a power of two", p.cube),
+            format!("cube of {} units; use one of {CUBES:?}", p.cube),
         ));
     }
     Ok(())
@@ -1069,12 +1306,23 @@ pub fn nelder_mead<R: Runtime, F: KernelFloat>(
         return Ok(());
     }
     let (gs, gstep, gcount) = p.grid.unwrap_or((0.0, 1.0, 0));
-    let count = gpu.cube_count_1d(name, p.voxels as usize, p.cube)?;
+    let shared_nt = p.shared_nt(gpu.client().properties().hardware.max_shared_memory_size);
+    let (units, word) = if shared_nt > 0 {
+        (
+            p.voxels.min(p.units),
+            p.model_word() | SHARED_CURVE | cube_word(p.cube),
+        )
+    } else {
+        (p.voxels, p.model_word())
+    };
+    let counter = gpu.upload(&[0u32])?;
+    let count = gpu.cube_count_1d(name, units as usize, p.cube)?;
     let f = F::from_f64;
     gpu.launch(name, count, |count| {
-        // SAFETY: lengths checked above; unit v < voxels reads data[t * voxels + v] for
-        // t < nt, grid[..6 nt], setup[..15], and writes out[q * voxels + v] for q < np + 2
-        // and status[v].
+        // SAFETY: lengths checked above; voxel v < voxels (a unit's own, or one taken from
+        // the counter) reads data[t * voxels + v] for t < nt, grid[..6 nt], setup[..15], and
+        // writes out[q * voxels + v] for q < np + 2 and status[v]; a unit's shared column
+        // holds shared_nt >= nt samples.
         unsafe {
             nelder_mead_kernel::launch_unchecked::<F, R>(
                 gpu.client(),
@@ -1085,7 +1333,9 @@ pub fn nelder_mead<R: Runtime, F: KernelFloat>(
                 setup.arg(),
                 out.arg(),
                 status.arg(),
+                ArrayArg::from_raw_parts(counter.handle().clone(), 1),
                 p.voxels,
+                units,
                 p.nt,
                 p.free_mask,
                 f(p.rate_scale),
@@ -1102,8 +1352,9 @@ pub fn nelder_mead<R: Runtime, F: KernelFloat>(
                 f(f64::INFINITY),
                 f(f64::NAN),
                 f(f64::from(f32::MAX)),
-                p.model_word(),
+                word,
                 p.n_free(),
+                shared_nt,
             );
         };
     })
@@ -1124,6 +1375,14 @@ pub fn levenberg_marquardt<R: Runtime, F: KernelFloat>(
     if p.voxels == 0 {
         return Ok(());
     }
+    // The stash takes 30 values per unit; use it where two cubes' fit in shared memory.
+    let stash_bytes = 30 * p.cube as usize * std::mem::size_of::<F>();
+    let max_shared = gpu.client().properties().hardware.max_shared_memory_size;
+    let word = if p.persistent && 2 * stash_bytes <= max_shared {
+        p.model_word() | LM_STASH | cube_word(p.cube)
+    } else {
+        p.model_word()
+    };
     let (gs, gstep, gcount) = p.grid.unwrap_or((0.0, 1.0, 0));
     let count = gpu.cube_count_1d(name, p.voxels as usize, p.cube)?;
     let f = F::from_f64;
@@ -1163,14 +1422,16 @@ pub fn levenberg_marquardt<R: Runtime, F: KernelFloat>(
                 f(f64::INFINITY),
                 f(f64::NAN),
                 f(f64::from(f32::MAX)),
-                p.model_word(),
+                word,
             );
         };
     })
 }
 
 /// This module's kernels as the wrappers configure them: both methods for every model in
-/// f64 (CUDA), and the dual-input model in f32 (wgpu), all parameters free.
+/// f64 (CUDA), and the dual-input model in f32 (wgpu), all parameters free, cube 128,
+/// Nelder-Mead with persistent units (curves of up to 128 samples in shared memory), and
+/// the dual-input Nelder-Mead in f64 also one voxel per unit (`nm_dual_input_f64_one`).
 pub(crate) fn catalog<R: Runtime>(client: &ComputeClient<R>) -> Vec<CatalogEntry> {
     let mut entries = Vec::new();
     let names = ["dual_input", "tofts", "extended_tofts", "patlak", "2cxm"];
@@ -1182,6 +1443,7 @@ pub(crate) fn catalog<R: Runtime>(client: &ComputeClient<R>) -> Vec<CatalogEntry
             n,
             names[model as usize],
             "f64",
+            true,
         ));
         entries.push(lm_entry::<R, f64>(
             client,
@@ -1190,12 +1452,21 @@ pub(crate) fn catalog<R: Runtime>(client: &ComputeClient<R>) -> Vec<CatalogEntry
             "f64",
         ));
     }
+    entries.push(nm_entry::<R, f64>(
+        client,
+        MODEL_DUAL_INPUT,
+        5,
+        "dual_input",
+        "f64_one",
+        false,
+    ));
     entries.push(nm_entry::<R, f32>(
         client,
         MODEL_DUAL_INPUT,
         5,
         "dual_input",
         "f32",
+        true,
     ));
     entries.push(lm_entry::<R, f32>(
         client,
@@ -1216,7 +1487,16 @@ fn nm_entry<R: Runtime, F: KernelFloat>(
     n_free: u32,
     name: &str,
     ty: &str,
+    persistent: bool,
 ) -> CatalogEntry {
+    let (word, shared_nt) = if persistent {
+        (
+            model | UNIFORM_GRID | SHARED_CURVE | cube_word(CUBE_FIT),
+            128,
+        )
+    } else {
+        (model | UNIFORM_GRID, 0)
+    };
     let k = nelder_mead_kernel::NelderMeadKernel::<F, R>::new(
         settings_1d(CUBE_FIT),
         client.clone(),
@@ -1225,6 +1505,7 @@ fn nm_entry<R: Runtime, F: KernelFloat>(
         array(),
         array(),
         array(),
+        array(),
         (),
         (),
         (),
@@ -1242,8 +1523,10 @@ fn nm_entry<R: Runtime, F: KernelFloat>(
         (),
         (),
         (),
-        model | UNIFORM_GRID,
+        (),
+        word,
         n_free,
+        shared_nt,
     );
     entry("perfusion", leak(format!("nm_{name}_{ty}")), k)
 }
@@ -1286,7 +1569,7 @@ fn lm_entry<R: Runtime, F: KernelFloat>(
         (),
         (),
         (),
-        model | UNIFORM_GRID,
+        model | UNIFORM_GRID | LM_STASH | cube_word(CUBE_FIT),
     );
     entry("perfusion", leak(format!("lm_{name}_{ty}")), k)
 }

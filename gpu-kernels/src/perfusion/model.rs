@@ -8,6 +8,9 @@
 // condition would turn it into a runtime branch.
 #![allow(clippy::collapsible_if, clippy::collapsible_else_if)]
 #![allow(clippy::neg_cmp_op_on_partial_ord)]
+// Shared memory is a zero-sized handle on the host side; #[cube] functions take it by
+// reference like the arrays.
+#![allow(clippy::trivially_copy_pass_by_ref)]
 
 use super::{MODEL_2CXM, MODEL_DUAL_INPUT, MODEL_EXTENDED_TOFTS, MODEL_PATLAK, MODEL_TOFTS};
 use cubecl::prelude::*;
@@ -23,6 +26,41 @@ pub(crate) const UNIFORM_GRID: u32 = 0x100;
 
 pub(crate) const fn uniform(model: u32) -> bool {
     model & UNIFORM_GRID != 0
+}
+
+/// Set in the comptime model word when each unit reads its voxel's curve from shared memory
+/// (persistent units): `curve[i * cube + lane]`, `cube = 32 (model >> CUBE_SHIFT & 31)`.
+pub(crate) const SHARED_CURVE: u32 = 0x200;
+pub(crate) const CUBE_SHIFT: u32 = 12;
+
+pub(crate) const fn shared_curve(model: u32) -> bool {
+    model & SHARED_CURVE != 0
+}
+
+/// Units per cube recorded in the model word (persistent units).
+pub(crate) const fn cube_of(model: u32) -> u32 {
+    32 * ((model >> CUBE_SHIFT) & 31)
+}
+
+/// Sample `i` of the voxel's curve: from the unit's column of shared memory (persistent
+/// units) or from the time-major curves (`data[i * voxels + voxel]`, coalesced in a warp).
+#[cube]
+pub(crate) fn datum<F: Float>(
+    data: &Array<f32>,
+    curve: &SharedMemory<f32>,
+    ctx: Ctx<F>,
+    i: u32,
+    #[comptime] model: u32,
+) -> F {
+    #[allow(unused_assignments)]
+    let mut d = F::new(0.0);
+    if comptime!(shared_curve(model)) {
+        let stride = comptime!(cube_of(model));
+        d = F::cast_from(curve[(i * stride + ctx.lane) as usize]);
+    } else {
+        d = F::cast_from(data[(i * ctx.nvox + ctx.voxel) as usize]);
+    }
+    d
 }
 
 /// Number of parameters of `model` (perfusion-core's `Model::n_params`).
@@ -54,6 +92,8 @@ const SERIES_TERMS: u32 = 17;
 #[derive(CubeType, Clone, Copy)]
 pub(crate) struct Ctx<F: Float> {
     pub voxel: u32,
+    /// The unit's position in its cube (its column of the shared curves).
+    pub lane: u32,
     pub nvox: u32,
     pub nt: u32,
     pub rate_scale: F,
@@ -165,36 +205,47 @@ pub(crate) fn canonical<F: Float>(x: &Array<F>, scale: F, #[comptime] model: u32
     c
 }
 
-/// d(canonical)/d(theta) into `d[c * 5 + p]` (perfusion-core's `chain`).
+/// The non-zero, non-unit entries of d(canonical)/d(theta) for the models whose chain is
+/// nearly constant (perfusion-core's `chain`): `scale` (rate unit) everywhere, and for the
+/// Tofts models d(k1)/d(Ktrans) = `d00`, d(k1)/d(ve) = `d01`. The Jacobian rows of these
+/// models are written out per model (see [`normal`]); only the 2CXM needs the general matrix.
+#[derive(CubeType, Clone, Copy)]
+pub(crate) struct Chain<F: Float> {
+    pub scale: F,
+    pub d00: F,
+    pub d01: F,
+}
+
 #[cube]
-pub(crate) fn chain<F: Float>(x: &Array<F>, scale: F, d: &mut Array<F>, #[comptime] model: u32) {
-    #[unroll]
-    for i in 0..40u32 {
-        d[i as usize] = F::new(0.0);
-    }
-    if comptime!(model_id(model) == MODEL_DUAL_INPUT) {
-        d[2] = scale;
-        d[5] = scale;
-        d[5 + 5 + 1] = scale;
-        d[6 * 5 + 3] = F::new(1.0);
-        d[7 * 5 + 4] = F::new(1.0);
-    } else if comptime!(model_id(model) == MODEL_TOFTS || model_id(model) == MODEL_EXTENDED_TOFTS) {
+pub(crate) fn chain_small<F: Float>(x: &Array<F>, scale: F, #[comptime] model: u32) -> Chain<F> {
+    let mut ch = Chain::<F> {
+        scale,
+        d00: F::new(0.0),
+        d01: F::new(0.0),
+    };
+    if comptime!(model_id(model) == MODEL_TOFTS || model_id(model) == MODEL_EXTENDED_TOFTS) {
         let k = x[0] * scale;
         let ve = x[1];
-        d[0] = scale / ve;
-        d[1] = -(k / ve) / ve;
-        d[5] = scale;
-        if comptime!(model_id(model) == MODEL_EXTENDED_TOFTS) {
-            d[5 * 5 + 2] = F::new(1.0);
-            d[6 * 5 + 3] = F::new(1.0);
-        } else {
-            d[6 * 5 + 2] = F::new(1.0);
+        ch.d00 = scale / ve;
+        ch.d01 = -(k / ve) / ve;
+    }
+    ch
+}
+
+/// Size of the general chain matrix a model needs (1 where [`Chain`] suffices).
+pub(crate) const fn chain_len(model: u32) -> usize {
+    if two_exp(model) { 40 } else { 1 }
+}
+
+/// d(canonical)/d(theta) into `d[c * 5 + p]` (perfusion-core's `chain`), 2CXM only (the
+/// other models use [`Chain`]).
+#[cube]
+pub(crate) fn chain<F: Float>(x: &Array<F>, scale: F, d: &mut Array<F>, #[comptime] model: u32) {
+    if comptime!(two_exp(model)) {
+        #[unroll]
+        for i in 0..40u32 {
+            d[i as usize] = F::new(0.0);
         }
-    } else if comptime!(model_id(model) == MODEL_PATLAK) {
-        d[5] = scale;
-        d[5 * 5 + 1] = F::new(1.0);
-        d[6 * 5 + 2] = F::new(1.0);
-    } else {
         let ve = x[2];
         let vp = x[3];
         let e = exchange::<F>(x[0], x[1], ve, vp, scale);
@@ -332,7 +383,7 @@ pub(crate) struct Sample<F: Float> {
 }
 
 /// Linear interpolation of input `which` (0: arterial, 1: portal) at `x`, from pointer `j0`
-/// (perfusion-core's `Sampler::at`). On a uniform grid the interval is found directly.
+/// (perfusion-core's `Sampler::at`), on a non-uniform grid: uniform grids use [`Shift`].
 #[cube]
 pub(crate) fn sample<F: Float>(
     grid: &Array<F>,
@@ -340,27 +391,16 @@ pub(crate) fn sample<F: Float>(
     which: u32,
     j0: u32,
     x: F,
-    #[comptime] model: u32,
 ) -> Sample<F> {
     let nt = ctx.nt;
     let mut j = j0;
-    if comptime!(uniform(model)) {
-        let q = (x - grid[0]) * ctx.inv_dt;
-        j = 0u32;
-        if q >= F::cast_from(nt - 1) {
-            j = nt - 1;
-        } else if q > F::new(0.0) {
-            j = u32::cast_from(q);
-        }
-    } else {
-        // lavapipe counts every loop iteration of an invocation, and every loop entered,
-        // against a budget of 65,535; uniform grids never come here.
-        // (`grid[nt]`, read when j + 1 = nt, is the first interval: in bounds, unused.)
-        let mut go = j + 1 < nt && grid[(j + 1) as usize] <= x;
-        while go {
-            j += 1;
-            go = j + 1 < nt && grid[(j + 1) as usize] <= x;
-        }
+    // lavapipe counts every loop iteration of an invocation, and every loop entered,
+    // against a budget of 65,535.
+    // (`grid[nt]`, read when j + 1 = nt, is the first interval: in bounds, unused.)
+    let mut go = j + 1 < nt && grid[(j + 1) as usize] <= x;
+    while go {
+        j += 1;
+        go = j + 1 < nt && grid[(j + 1) as usize] <= x;
     }
     let u = (2 + 2 * which) * nt;
     let s = u + nt;
@@ -379,6 +419,226 @@ pub(crate) fn sample<F: Float>(
         out.slope = sl;
     }
     out
+}
+
+/// A delayed input on a uniform grid (perfusion-core's `Shift`): step `i` reads the interval
+/// `i + m` at the fraction `fr`, the same for every step, so an evaluation walks each input
+/// with a sliding pair of samples (one load per step) instead of locating every sample.
+#[derive(CubeType, Clone, Copy)]
+pub(crate) struct Shift<F: Float> {
+    pub m: i32,
+    pub fr: F,
+}
+
+/// `m = floor(-tau / dt)` clamped to `[-nt, nt]` (fraction 0 there), `fr = q - m` (exact;
+/// NaN for a NaN delay), as perfusion-core's `Shift::new`.
+#[cube]
+pub(crate) fn shift<F: Float>(tau: F, inv_dt: F, nt: u32) -> Shift<F> {
+    let q = -tau * inv_dt;
+    let fl = F::floor(q);
+    let lim = F::cast_from(nt);
+    let n = i32::cast_from(nt);
+    let mut out = Shift::<F> {
+        m: -n,
+        fr: F::new(0.0),
+    };
+    if fl > lim {
+        out.m = n;
+    } else if fl >= -lim {
+        out.m = i32::cast_from(fl);
+        out.fr = q - fl;
+    } else if !(fl < -lim) {
+        // NaN delay: a NaN curve.
+        out.fr = q - fl;
+    }
+    out
+}
+
+/// Sample `k` of the input block starting at `base`, clamped to the grid (perfusion-core's
+/// `clamped`).
+#[cube]
+pub(crate) fn at<F: Float>(grid: &Array<F>, base: u32, k: i32, nt: u32) -> F {
+    let last = i32::cast_from(nt - 1);
+    let kk = min(max(k, 0i32), last);
+    grid[(base + u32::cast_from(kk)) as usize]
+}
+
+/// The slope of interval `j` of the slope block at `base`: 0 before the grid (and after it,
+/// where the stored last slope is 0); on a sample (`fr = 0`), where the interpolant has a
+/// kink, the slope of interval `j - 1`, i.e. the derivative for an increasing delay
+/// (perfusion-core's `normal`).
+#[cube]
+pub(crate) fn slope_at<F: Float>(grid: &Array<F>, base: u32, j: i32, fr: F, nt: u32) -> F {
+    let right = select(j >= 0i32, at::<F>(grid, base, j, nt), F::new(0.0));
+    let left = select(j >= 1i32, at::<F>(grid, base, j - 1i32, nt), F::new(0.0));
+    select(fr == F::new(0.0), left, right)
+}
+
+/// Per-evaluation coefficients of the inputs on a uniform grid: each use of an input enters
+/// as `A u[j] + B u[j+1]`, `A = coef (1 - fr)`, `B = coef fr` (perfusion-core's
+/// `evaluate_uniform`).
+#[derive(CubeType, Clone, Copy)]
+pub(crate) struct Mix<F: Float> {
+    pub a1: F,
+    pub b1: F,
+    pub a2: F,
+    pub b2: F,
+    pub ae: F,
+    pub be: F,
+    pub av: F,
+    pub bv: F,
+}
+
+/// The running state of [`sse_uniform`]: the sample pairs of both inputs, the recursions,
+/// the previous inputs and the cost.
+#[derive(CubeType, Clone, Copy)]
+pub(crate) struct UniState<F: Float> {
+    p1: F,
+    q1: F,
+    p2: F,
+    q2: F,
+    y1: F,
+    y2: F,
+    f1p: F,
+    f2p: F,
+    total: F,
+}
+
+/// Time step `i >= 1` of [`sse_uniform`]; `o1`, `o2` are the shifts plus one.
+#[cube]
+fn uni_step<F: Float>(
+    st: &mut UniState<F>,
+    w1: Weights<F>,
+    w2: Weights<F>,
+    mx: Mix<F>,
+    data: &Array<f32>,
+    curve: &SharedMemory<f32>,
+    grid: &Array<F>,
+    ctx: Ctx<F>,
+    o1: i32,
+    o2: i32,
+    i: u32,
+    #[comptime] model: u32,
+) {
+    let nt = ctx.nt;
+    let k = i32::cast_from(i);
+    st.p1 = st.q1;
+    st.q1 = at::<F>(grid, 2 * nt, k + o1, nt);
+    let mut f1 = mx.a1 * st.p1 + mx.b1 * st.q1;
+    if comptime!(two_inputs(model)) {
+        st.p2 = st.q2;
+        st.q2 = at::<F>(grid, 4 * nt, k + o2, nt);
+        f1 = f1 + mx.a2 * st.p2 + mx.b2 * st.q2;
+    }
+    st.y1 = w1.e * st.y1 + (w1.wa * st.f1p + w1.wb * f1);
+    st.f1p = f1;
+    let mut y = st.y1;
+    if comptime!(two_exp(model)) {
+        let f2 = mx.ae * st.p1 + mx.be * st.q1;
+        st.y2 = w2.e * st.y2 + (w2.wa * st.f2p + w2.wb * f2);
+        st.f2p = f2;
+        y += st.y2;
+    }
+    if comptime!(vascular(model)) {
+        y += mx.av * st.p1 + mx.bv * st.q1;
+    }
+    let r = y - datum::<F>(data, curve, ctx, i, model);
+    st.total += r * r;
+}
+
+/// [`sse`] on a uniform grid (perfusion-core's `evaluate_uniform`): weights once, inputs
+/// through [`Shift`]s, per step two loads (one per input), the input mix, one recursion
+/// step and the residual.
+#[cube]
+fn sse_uniform<F: Float>(
+    data: &Array<f32>,
+    curve: &SharedMemory<f32>,
+    grid: &Array<F>,
+    ctx: Ctx<F>,
+    c: Canon<F>,
+    #[comptime] model: u32,
+) -> F {
+    let nt = ctx.nt;
+    let zero = F::new(0.0);
+    let one = F::new(1.0);
+    let h = grid[nt as usize];
+    let w1 = weights::<F>(c.k1, h, false);
+    let mut w2 = w1;
+    if comptime!(two_exp(model)) {
+        let b = weights::<F>(c.k2, h, false);
+        set_weights::<F>(&mut w2, b);
+    }
+    let s1 = shift::<F>(c.tau1, ctx.inv_dt, nt);
+    let mut s2 = s1;
+    if comptime!(two_inputs(model)) {
+        let x = shift::<F>(c.tau2, ctx.inv_dt, nt);
+        s2.m = x.m;
+        s2.fr = x.fr;
+    }
+    let mx = Mix::<F> {
+        a1: c.g1 * (one - s1.fr),
+        b1: c.g1 * s1.fr,
+        a2: c.h1 * (one - s2.fr),
+        b2: c.h1 * s2.fr,
+        ae: c.g2 * (one - s1.fr),
+        be: c.g2 * s1.fr,
+        av: c.v * (one - s1.fr),
+        bv: c.v * s1.fr,
+    };
+    let mut st = UniState::<F> {
+        p1: at::<F>(grid, 2 * nt, s1.m, nt),
+        q1: at::<F>(grid, 2 * nt, s1.m + 1i32, nt),
+        p2: zero,
+        q2: zero,
+        y1: zero,
+        y2: zero,
+        f1p: zero,
+        f2p: zero,
+        total: zero,
+    };
+    st.f1p = mx.a1 * st.p1 + mx.b1 * st.q1;
+    if comptime!(two_inputs(model)) {
+        st.p2 = at::<F>(grid, 4 * nt, s2.m, nt);
+        st.q2 = at::<F>(grid, 4 * nt, s2.m + 1i32, nt);
+        st.f1p = st.f1p + mx.a2 * st.p2 + mx.b2 * st.q2;
+    }
+    if comptime!(two_exp(model)) {
+        st.f2p = mx.ae * st.p1 + mx.be * st.q1;
+    }
+    let mut y = zero;
+    if comptime!(vascular(model)) {
+        y += mx.av * st.p1 + mx.bv * st.q1;
+    }
+    let r0 = y - datum::<F>(data, curve, ctx, 0u32, model);
+    st.total = r0 * r0;
+    let o1 = s1.m + 1i32;
+    let o2 = s2.m + 1i32;
+    let blocks = (nt - 1) / UNROLL;
+    for b in 0..blocks {
+        #[unroll]
+        for k in 0..UNROLL {
+            uni_step::<F>(
+                &mut st,
+                w1,
+                w2,
+                mx,
+                data,
+                curve,
+                grid,
+                ctx,
+                o1,
+                o2,
+                1 + b * UNROLL + k,
+                model,
+            );
+        }
+    }
+    for i in 1 + blocks * UNROLL..nt {
+        uni_step::<F>(
+            &mut st, w1, w2, mx, data, curve, grid, ctx, o1, o2, i, model,
+        );
+    }
+    st.total
 }
 
 /// Time steps per turn of the time loops: lavapipe ends an invocation's loops after 65,535
@@ -406,6 +666,7 @@ fn sse_step<F: Float>(
     w1: &mut Weights<F>,
     w2: &mut Weights<F>,
     data: &Array<f32>,
+    curve: &SharedMemory<f32>,
     grid: &Array<F>,
     ctx: Ctx<F>,
     c: Canon<F>,
@@ -424,11 +685,11 @@ fn sse_step<F: Float>(
         st.dtp = h;
     }
     let ti = grid[i as usize];
-    let s = sample::<F>(grid, ctx, 0, st.j1, ti - c.tau1, model);
+    let s = sample::<F>(grid, ctx, 0, st.j1, ti - c.tau1);
     st.j1 = s.j;
     let mut f1 = c.g1 * s.value;
     if comptime!(two_inputs(model)) {
-        let s2 = sample::<F>(grid, ctx, 1, st.j2, ti - c.tau2, model);
+        let s2 = sample::<F>(grid, ctx, 1, st.j2, ti - c.tau2);
         st.j2 = s2.j;
         f1 += c.h1 * s2.value;
     }
@@ -444,7 +705,7 @@ fn sse_step<F: Float>(
     if comptime!(vascular(model)) {
         y += c.v * s.value;
     }
-    let r = y - F::cast_from(data[(i * ctx.nvox + ctx.voxel) as usize]);
+    let r = y - datum::<F>(data, curve, ctx, i, model);
     st.total += r * r;
 }
 
@@ -452,6 +713,27 @@ fn sse_step<F: Float>(
 #[cube]
 pub(crate) fn sse<F: Float>(
     data: &Array<f32>,
+    curve: &SharedMemory<f32>,
+    grid: &Array<F>,
+    ctx: Ctx<F>,
+    c: Canon<F>,
+    #[comptime] model: u32,
+) -> F {
+    #[allow(unused_assignments)]
+    let mut total = F::new(0.0);
+    if comptime!(uniform(model)) {
+        total = sse_uniform::<F>(data, curve, grid, ctx, c, model);
+    } else {
+        total = sse_grid::<F>(data, curve, grid, ctx, c, model);
+    }
+    total
+}
+
+/// [`sse`] on a non-uniform grid: samples located by pointers, weights per interval.
+#[cube]
+fn sse_grid<F: Float>(
+    data: &Array<f32>,
+    curve: &SharedMemory<f32>,
     grid: &Array<F>,
     ctx: Ctx<F>,
     c: Canon<F>,
@@ -460,7 +742,7 @@ pub(crate) fn sse<F: Float>(
     let nt = ctx.nt;
     let t0 = grid[0];
     let zero = F::new(0.0);
-    let s = sample::<F>(grid, ctx, 0, 0u32, t0 - c.tau1, model);
+    let s = sample::<F>(grid, ctx, 0, 0u32, t0 - c.tau1);
     let mut st = SseState::<F> {
         j1: s.j,
         j2: 0u32,
@@ -472,7 +754,7 @@ pub(crate) fn sse<F: Float>(
         total: zero,
     };
     if comptime!(two_inputs(model)) {
-        let s2 = sample::<F>(grid, ctx, 1, 0u32, t0 - c.tau2, model);
+        let s2 = sample::<F>(grid, ctx, 1, 0u32, t0 - c.tau2);
         st.j2 = s2.j;
         st.f1p += c.h1 * s2.value;
     }
@@ -483,7 +765,7 @@ pub(crate) fn sse<F: Float>(
     if comptime!(vascular(model)) {
         y += c.v * s.value;
     }
-    let r0 = y - F::cast_from(data[ctx.voxel as usize]);
+    let r0 = y - datum::<F>(data, curve, ctx, 0u32, model);
     st.total = r0 * r0;
     let mut w1 = weights_zero::<F>();
     let mut w2 = weights_zero::<F>();
@@ -496,6 +778,7 @@ pub(crate) fn sse<F: Float>(
                 &mut w1,
                 &mut w2,
                 data,
+                curve,
                 grid,
                 ctx,
                 c,
@@ -505,7 +788,9 @@ pub(crate) fn sse<F: Float>(
         }
     }
     for i in 1 + blocks * UNROLL..nt {
-        sse_step::<F>(&mut st, &mut w1, &mut w2, data, grid, ctx, c, i, model);
+        sse_step::<F>(
+            &mut st, &mut w1, &mut w2, data, curve, grid, ctx, c, i, model,
+        );
     }
     st.total
 }
@@ -574,7 +859,103 @@ fn set_weights<F: Float>(dst: &mut Weights<F>, src: Weights<F>) {
     dst.dwb = src.dwb;
 }
 
-/// The running state of [`normal`].
+/// Index of `(q, w)`, `q <= w < 5`, in the packed upper triangle of J^T J (15 values).
+pub(crate) const fn tri(q: u32, w: u32) -> usize {
+    (q * (9 - q) / 2 + w) as usize
+}
+
+/// One row of the Jacobian in the model's parameters (perfusion-core's `normal`, whose
+/// general product with the chain matrix reduces to these terms: its other entries are
+/// zero, and its unit entries give the term itself). Only the 2CXM needs the matrix `d`.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn jac_row<F: Float>(
+    b1: Branch<F>,
+    b2: Branch<F>,
+    s: Samples<F>,
+    c: Canon<F>,
+    ch: Chain<F>,
+    d: &Array<F>,
+    jac: &mut Array<F>,
+    #[comptime] model: u32,
+) {
+    let np = comptime!(n_params(model));
+    let mut pt = c.g1 * b1.d1;
+    if comptime!(two_exp(model)) {
+        pt += c.g2 * b2.d1;
+    }
+    if comptime!(vascular(model)) {
+        pt += c.v * s.du1;
+    }
+    if comptime!(model_id(model) == MODEL_DUAL_INPUT) {
+        jac[0] = b1.c1 * ch.scale;
+        jac[1] = b1.c2 * ch.scale;
+        jac[2] = b1.dk * ch.scale;
+        jac[3] = pt;
+        jac[4] = c.h1 * b1.d2;
+    } else if comptime!(model_id(model) == MODEL_TOFTS || model_id(model) == MODEL_EXTENDED_TOFTS) {
+        jac[0] = b1.dk * ch.d00 + b1.c1 * ch.scale;
+        jac[1] = b1.dk * ch.d01;
+        if comptime!(model_id(model) == MODEL_EXTENDED_TOFTS) {
+            jac[2] = s.u1;
+            jac[3] = pt;
+        } else {
+            jac[2] = pt;
+        }
+    } else if comptime!(model_id(model) == MODEL_PATLAK) {
+        jac[0] = b1.c1 * ch.scale;
+        jac[1] = s.u1;
+        jac[2] = pt;
+    } else {
+        #[unroll]
+        for q in 0..np {
+            let mut v = b1.dk * d[q as usize] + b1.c1 * d[(5 + q) as usize];
+            v += b2.dk * d[(3 * 5 + q) as usize] + b2.c1 * d[(4 * 5 + q) as usize];
+            v += pt * d[(6 * 5 + q) as usize];
+            jac[q as usize] = v;
+        }
+    }
+}
+
+/// The residual of step `i` (returned) and its Jacobian row added to J^T J (packed upper
+/// triangle) and J^T r.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn accumulate<F: Float>(
+    b1: Branch<F>,
+    b2: Branch<F>,
+    s: Samples<F>,
+    c: Canon<F>,
+    ch: Chain<F>,
+    d: &Array<F>,
+    jtj: &mut Array<F>,
+    jtr: &mut Array<F>,
+    jac: &mut Array<F>,
+    datum: F,
+    #[comptime] model: u32,
+) -> F {
+    let np = comptime!(n_params(model));
+    let mut y = b1.y;
+    if comptime!(two_exp(model)) {
+        y += b2.y;
+    }
+    if comptime!(vascular(model)) {
+        y += c.v * s.u1;
+    }
+    let r = y - datum;
+    jac_row::<F>(b1, b2, s, c, ch, d, jac, model);
+    #[unroll]
+    for q in 0..np {
+        jtr[q as usize] += jac[q as usize] * r;
+        #[unroll]
+        for w in q..np {
+            jtj[comptime!(tri(q, w))] += jac[q as usize] * jac[w as usize];
+        }
+    }
+    r
+}
+
+/// The running state of [`normal`] on a non-uniform grid.
 #[derive(CubeType, Clone, Copy)]
 pub(crate) struct NormalState<F: Float> {
     j1: u32,
@@ -585,9 +966,10 @@ pub(crate) struct NormalState<F: Float> {
     cost: F,
 }
 
-/// Time step `i` of [`normal`]: advance the convolutions (for i >= 1), then accumulate the
-/// residual and its Jacobian row.
+/// Time step `i` of [`normal`] on a non-uniform grid: advance the convolutions (for
+/// i >= 1), then accumulate the residual and its Jacobian row.
 #[cube]
+#[allow(clippy::too_many_arguments)]
 fn normal_step<F: Float>(
     st: &mut NormalState<F>,
     sp: &mut Samples<F>,
@@ -596,9 +978,11 @@ fn normal_step<F: Float>(
     w1: &mut Weights<F>,
     w2: &mut Weights<F>,
     data: &Array<f32>,
+    curve: &SharedMemory<f32>,
     grid: &Array<F>,
     ctx: Ctx<F>,
     c: Canon<F>,
+    ch: Chain<F>,
     d: &Array<F>,
     jtj: &mut Array<F>,
     jtr: &mut Array<F>,
@@ -606,9 +990,7 @@ fn normal_step<F: Float>(
     i: u32,
     #[comptime] model: u32,
 ) {
-    let np = comptime!(n_params(model));
     let nt = ctx.nt;
-
     let mut s = Samples::<F> {
         u1: sp.u1,
         u2: sp.u2,
@@ -627,12 +1009,12 @@ fn normal_step<F: Float>(
             st.dtp = h;
         }
         let ti = grid[i as usize];
-        let a = sample::<F>(grid, ctx, 0, st.j1, ti - c.tau1, model);
+        let a = sample::<F>(grid, ctx, 0, st.j1, ti - c.tau1);
         st.j1 = a.j;
         s.u1 = a.value;
         s.du1 = -a.slope;
         if comptime!(two_inputs(model)) {
-            let a2 = sample::<F>(grid, ctx, 1, st.j2, ti - c.tau2, model);
+            let a2 = sample::<F>(grid, ctx, 1, st.j2, ti - c.tau2);
             st.j2 = a2.j;
             s.u2 = a2.value;
             s.du2 = -a2.slope;
@@ -653,58 +1035,151 @@ fn normal_step<F: Float>(
         sp.du1 = s.du1;
         sp.du2 = s.du2;
     }
-    let mut y = b1.y;
-    if comptime!(two_exp(model)) {
-        y += b2.y;
-    }
-    if comptime!(vascular(model)) {
-        y += c.v * s.u1;
-    }
-    let r = y - F::cast_from(data[(i * ctx.nvox + ctx.voxel) as usize]);
-    let mut pt = c.g1 * b1.d1;
-    if comptime!(two_exp(model)) {
-        pt += c.g2 * b2.d1;
-    }
-    if comptime!(vascular(model)) {
-        pt += c.v * s.du1;
-    }
-    #[unroll]
-    for q in 0..np {
-        let mut v = b1.dk * d[q as usize] + b1.c1 * d[(5 + q) as usize];
-        if comptime!(two_inputs(model)) {
-            v += b1.c2 * d[(2 * 5 + q) as usize];
-        }
-        if comptime!(two_exp(model)) {
-            v += b2.dk * d[(3 * 5 + q) as usize] + b2.c1 * d[(4 * 5 + q) as usize];
-        }
-        if comptime!(vascular(model)) {
-            v += s.u1 * d[(5 * 5 + q) as usize];
-        }
-        v += pt * d[(6 * 5 + q) as usize];
-        if comptime!(two_inputs(model)) {
-            v += c.h1 * b1.d2 * d[(7 * 5 + q) as usize];
-        }
-        jac[q as usize] = v;
-    }
+    let datum = datum::<F>(data, curve, ctx, i, model);
+    let r = accumulate::<F>(*b1, *b2, s, c, ch, d, jtj, jtr, jac, datum, model);
     st.cost += r * r;
-    #[unroll]
-    for q in 0..np {
-        jtr[q as usize] += jac[q as usize] * r;
-        #[unroll]
-        for w in q..np {
-            jtj[(q * 5 + w) as usize] += jac[q as usize] * jac[w as usize];
-        }
-    }
 }
 
-/// Cost, J^T J (row-major 5x5, upper triangle) and J^T r (perfusion-core's `normal`);
-/// returns the cost. `d` holds the chain matrix, `jac` is scratch.
+/// The running state of [`normal`] on a uniform grid: sample pairs, previous inputs, cost.
+#[derive(CubeType, Clone, Copy)]
+pub(crate) struct NormalUni<F: Float> {
+    p1: F,
+    q1: F,
+    p2: F,
+    q2: F,
+    f1p: F,
+    f2p: F,
+    cost: F,
+}
+
+/// The inputs of step `i` (intervals `i + m`) on a uniform grid from the sliding pairs
+/// (perfusion-core's `normal`: value `u[j] + fr (u[j+1] - u[j])`, d/dtau minus the stored
+/// slope of interval j, 0 outside the grid: differences of rounded samples would lose the
+/// slope's digits in f32).
 #[cube]
-pub(crate) fn normal<F: Float>(
+fn uni_samples<F: Float>(
+    st: NormalUni<F>,
+    grid: &Array<F>,
+    sh1: Shift<F>,
+    sh2: Shift<F>,
+    i: u32,
+    nt: u32,
+    #[comptime] model: u32,
+) -> Samples<F> {
+    let k = i32::cast_from(i);
+    let mut s = Samples::<F> {
+        u1: st.p1 + sh1.fr * (st.q1 - st.p1),
+        u2: F::new(0.0),
+        du1: -slope_at::<F>(grid, 3 * nt, k + sh1.m, sh1.fr, nt),
+        du2: F::new(0.0),
+    };
+    if comptime!(two_inputs(model)) {
+        s.u2 = st.p2 + sh2.fr * (st.q2 - st.p2);
+        s.du2 = -slope_at::<F>(grid, 5 * nt, k + sh2.m, sh2.fr, nt);
+    }
+    s
+}
+
+/// Time step `i >= 1` of [`normal`] on a uniform grid.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn normal_uni_step<F: Float>(
+    st: &mut NormalUni<F>,
+    sp: &mut Samples<F>,
+    b1: &mut Branch<F>,
+    b2: &mut Branch<F>,
+    w1: Weights<F>,
+    w2: Weights<F>,
     data: &Array<f32>,
+    curve: &SharedMemory<f32>,
     grid: &Array<F>,
     ctx: Ctx<F>,
     c: Canon<F>,
+    ch: Chain<F>,
+    d: &Array<F>,
+    jtj: &mut Array<F>,
+    jtr: &mut Array<F>,
+    jac: &mut Array<F>,
+    sh1: Shift<F>,
+    sh2: Shift<F>,
+    i: u32,
+    #[comptime] model: u32,
+) {
+    let nt = ctx.nt;
+    let k = i32::cast_from(i) + 1i32;
+    st.p1 = st.q1;
+    st.q1 = at::<F>(grid, 2 * nt, k + sh1.m, nt);
+    if comptime!(two_inputs(model)) {
+        st.p2 = st.q2;
+        st.q2 = at::<F>(grid, 4 * nt, k + sh2.m, nt);
+    }
+    let s = uni_samples::<F>(*st, grid, sh1, sh2, i, nt, model);
+    let mut f1 = c.g1 * s.u1;
+    if comptime!(two_inputs(model)) {
+        f1 += c.h1 * s.u2;
+    }
+    step_branch::<F>(b1, w1, st.f1p, f1, *sp, s, comptime!(two_inputs(model)));
+    st.f1p = f1;
+    if comptime!(two_exp(model)) {
+        let f2 = c.g2 * s.u1;
+        step_branch::<F>(b2, w2, st.f2p, f2, *sp, s, false);
+        st.f2p = f2;
+    }
+    sp.u1 = s.u1;
+    sp.u2 = s.u2;
+    sp.du1 = s.du1;
+    sp.du2 = s.du2;
+    let datum = datum::<F>(data, curve, ctx, i, model);
+    let r = accumulate::<F>(*b1, *b2, s, c, ch, d, jtj, jtr, jac, datum, model);
+    st.cost += r * r;
+}
+
+/// Cost, J^T J (packed upper triangle, [`tri`]) and J^T r (perfusion-core's `normal`);
+/// returns the cost. `ch` and, for the 2CXM, `d` hold the chain; `jac` is scratch.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn normal<F: Float>(
+    data: &Array<f32>,
+    curve: &SharedMemory<f32>,
+    grid: &Array<F>,
+    ctx: Ctx<F>,
+    c: Canon<F>,
+    ch: Chain<F>,
+    d: &Array<F>,
+    jtj: &mut Array<F>,
+    jtr: &mut Array<F>,
+    jac: &mut Array<F>,
+    #[comptime] model: u32,
+) -> F {
+    let zero = F::new(0.0);
+    #[unroll]
+    for q in 0..5u32 {
+        jtr[q as usize] = zero;
+    }
+    #[unroll]
+    for q in 0..15u32 {
+        jtj[q as usize] = zero;
+    }
+    #[allow(unused_assignments)]
+    let mut cost = zero;
+    if comptime!(uniform(model)) {
+        cost = normal_uniform::<F>(data, curve, grid, ctx, c, ch, d, jtj, jtr, jac, model);
+    } else {
+        cost = normal_grid::<F>(data, curve, grid, ctx, c, ch, d, jtj, jtr, jac, model);
+    }
+    cost
+}
+
+/// [`normal`] on a uniform grid: weights once, inputs through [`Shift`]s.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn normal_uniform<F: Float>(
+    data: &Array<f32>,
+    curve: &SharedMemory<f32>,
+    grid: &Array<F>,
+    ctx: Ctx<F>,
+    c: Canon<F>,
+    ch: Chain<F>,
     d: &Array<F>,
     jtj: &mut Array<F>,
     jtr: &mut Array<F>,
@@ -713,18 +1188,103 @@ pub(crate) fn normal<F: Float>(
 ) -> F {
     let nt = ctx.nt;
     let zero = F::new(0.0);
-    #[unroll]
-    for q in 0..5u32 {
-        jtr[q as usize] = zero;
+    let h = grid[nt as usize];
+    let w1 = weights::<F>(c.k1, h, true);
+    let mut w2 = w1;
+    if comptime!(two_exp(model)) {
+        let b = weights::<F>(c.k2, h, true);
+        set_weights::<F>(&mut w2, b);
+    }
+    let sh1 = shift::<F>(c.tau1, ctx.inv_dt, nt);
+    let mut sh2 = sh1;
+    if comptime!(two_inputs(model)) {
+        let x = shift::<F>(c.tau2, ctx.inv_dt, nt);
+        sh2.m = x.m;
+        sh2.fr = x.fr;
+    }
+    let mut st = NormalUni::<F> {
+        p1: at::<F>(grid, 2 * nt, sh1.m, nt),
+        q1: at::<F>(grid, 2 * nt, sh1.m + 1i32, nt),
+        p2: zero,
+        q2: zero,
+        f1p: zero,
+        f2p: zero,
+        cost: zero,
+    };
+    if comptime!(two_inputs(model)) {
+        st.p2 = at::<F>(grid, 4 * nt, sh2.m, nt);
+        st.q2 = at::<F>(grid, 4 * nt, sh2.m + 1i32, nt);
+    }
+    let mut sp = uni_samples::<F>(st, grid, sh1, sh2, 0u32, nt, model);
+    st.f1p = c.g1 * sp.u1;
+    if comptime!(two_inputs(model)) {
+        st.f1p += c.h1 * sp.u2;
+    }
+    st.f2p = c.g2 * sp.u1;
+    let mut b1 = branch_zero::<F>();
+    let mut b2 = branch_zero::<F>();
+    let datum = datum::<F>(data, curve, ctx, 0u32, model);
+    let r0 = accumulate::<F>(b1, b2, sp, c, ch, d, jtj, jtr, jac, datum, model);
+    st.cost += r0 * r0;
+    let blocks = (nt - 1) / UNROLL;
+    for b in 0..blocks {
         #[unroll]
-        for w in 0..5u32 {
-            jtj[(q * 5 + w) as usize] = zero;
+        for k in 0..UNROLL {
+            normal_uni_step::<F>(
+                &mut st,
+                &mut sp,
+                &mut b1,
+                &mut b2,
+                w1,
+                w2,
+                data,
+                curve,
+                grid,
+                ctx,
+                c,
+                ch,
+                d,
+                jtj,
+                jtr,
+                jac,
+                sh1,
+                sh2,
+                1 + b * UNROLL + k,
+                model,
+            );
         }
     }
+    for i in 1 + blocks * UNROLL..nt {
+        normal_uni_step::<F>(
+            &mut st, &mut sp, &mut b1, &mut b2, w1, w2, data, curve, grid, ctx, c, ch, d, jtj, jtr,
+            jac, sh1, sh2, i, model,
+        );
+    }
+    st.cost
+}
+
+/// [`normal`] on a non-uniform grid.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn normal_grid<F: Float>(
+    data: &Array<f32>,
+    curve: &SharedMemory<f32>,
+    grid: &Array<F>,
+    ctx: Ctx<F>,
+    c: Canon<F>,
+    ch: Chain<F>,
+    d: &Array<F>,
+    jtj: &mut Array<F>,
+    jtr: &mut Array<F>,
+    jac: &mut Array<F>,
+    #[comptime] model: u32,
+) -> F {
+    let nt = ctx.nt;
+    let zero = F::new(0.0);
     let mut b1 = branch_zero::<F>();
     let mut b2 = branch_zero::<F>();
     let t0 = grid[0];
-    let s0 = sample::<F>(grid, ctx, 0, 0u32, t0 - c.tau1, model);
+    let s0 = sample::<F>(grid, ctx, 0, 0u32, t0 - c.tau1);
     let mut sp = Samples::<F> {
         u1: s0.value,
         u2: zero,
@@ -740,7 +1300,7 @@ pub(crate) fn normal<F: Float>(
         cost: zero,
     };
     if comptime!(two_inputs(model)) {
-        let s2 = sample::<F>(grid, ctx, 1, 0u32, t0 - c.tau2, model);
+        let s2 = sample::<F>(grid, ctx, 1, 0u32, t0 - c.tau2);
         st.j2 = s2.j;
         sp.u2 = s2.value;
         sp.du2 = -s2.slope;
@@ -764,9 +1324,11 @@ pub(crate) fn normal<F: Float>(
                 &mut w1,
                 &mut w2,
                 data,
+                curve,
                 grid,
                 ctx,
                 c,
+                ch,
                 d,
                 jtj,
                 jtr,
@@ -778,8 +1340,8 @@ pub(crate) fn normal<F: Float>(
     }
     for i in blocks * UNROLL..nt {
         normal_step::<F>(
-            &mut st, &mut sp, &mut b1, &mut b2, &mut w1, &mut w2, data, grid, ctx, c, d, jtj, jtr,
-            jac, i, model,
+            &mut st, &mut sp, &mut b1, &mut b2, &mut w1, &mut w2, data, curve, grid, ctx, c, ch, d,
+            jtj, jtr, jac, i, model,
         );
     }
     st.cost
