@@ -30,9 +30,16 @@ use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 /// Most pipeline workers.
 const MAX_WORKERS: usize = 16;
 
+/// Names the number of pipeline workers (1 = sequential).
+const WORKERS_ENV: &str = "BIOGPU_FLIM_WORKERS";
+
+/// Workers for a transfer-bound kernel on a page-locked cube: a 134 MB cube is eight
+/// chunks of 16 MiB.
+const DIRECT_WORKERS: usize = 8;
+
 /// Pipeline workers (chunks in flight); `BIOGPU_FLIM_WORKERS` overrides (1 = sequential).
 pub fn workers() -> usize {
-    std::env::var("BIOGPU_FLIM_WORKERS")
+    std::env::var(WORKERS_ENV)
         .ok()
         .and_then(|v| v.parse().ok())
         .filter(|&w| (1..=MAX_WORKERS).contains(&w))
@@ -165,10 +172,24 @@ pub(crate) fn run_pixels<R: KnownRuntime, T: Count>(
     let pixels = h * w;
     let px_bytes = cube.bins() * std::mem::size_of::<T>();
     let per_px = (px_bytes + job.planes * 4 + 4) as u64;
-    let nworkers = workers();
     if pixels == 0 {
         return Ok(());
     }
+    // Raw copies (CUDA): pinned slots, written in place into each worker's device buffers.
+    let raw = gpu.can_write_in_place();
+    let bytes: &[u8] = bytemuck::cast_slice(cube.as_slice());
+    // A page-locked cube goes up straight from its own memory: no staging copy.
+    let direct = (raw && cube.is_pinned()).then_some(bytes);
+    let nworkers = match direct {
+        // Nothing to stage and a cheap kernel: the link alone sets the pace, so every chunk
+        // gets a worker of its own and all uploads are in flight together. (With fewer
+        // workers they upload, compute and download in lockstep, and the link idles while
+        // all of them compute.)
+        Some(_) if job.min_chunk_pixels == 0 && std::env::var_os(WORKERS_ENV).is_none() => {
+            DIRECT_WORKERS
+        }
+        _ => workers(),
+    };
     // Even pixel counts keep u16 chunks word-aligned; all workers' chunks fit together.
     let fit = gpu
         .budget()
@@ -184,11 +205,6 @@ pub(crate) fn run_pixels<R: KnownRuntime, T: Count>(
         .step_by(chunk)
         .map(|s| s..(s + chunk).min(pixels))
         .collect();
-    // Raw copies (CUDA): pinned slots, written in place into each worker's device buffers.
-    let raw = gpu.can_write_in_place();
-    let bytes: &[u8] = bytemuck::cast_slice(cube.as_slice());
-    // A page-locked cube goes up straight from its own memory: no staging copy.
-    let direct = (raw && cube.is_pinned()).then_some(bytes);
     let in_bytes = if direct.is_some() {
         4
     } else {

@@ -282,6 +282,7 @@ impl<R: KnownRuntime> Gpu<R> {
     /// (a [`HostStaging`] or memory under a [`crate::HostPin`]); CUDA only, like
     /// [`Gpu::upload_staged_into`].
     pub fn upload_bytes_into<T: CubeElement>(&self, src: &[u8], dst: &GpuArray<T>) -> Result<()> {
+        let _span = tracing::debug_span!("upload_bytes_into", bytes = src.len()).entered();
         let room = dst.len() * std::mem::size_of::<T>();
         if src.len() > room {
             return Err(Error::InvalidLaunch {
