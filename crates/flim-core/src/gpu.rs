@@ -678,3 +678,6 @@ pub fn fit_on<T: Count>(
         .collect();
     Ok(FitMaps::from_pixels(h, w, k, &fits))
 }
+
+mod global;
+pub use global::fit_global_on;
