@@ -6,11 +6,12 @@
 //! more pixels than the cube has units). A segment starts from the fit of its summed decay,
 //! which [`global_fit`] runs first with the per-pixel fit kernel (one "pixel" per segment),
 //! and from per-pixel amplitudes by weighted linear least squares at those lifetimes, as
-//! flim-core does. Each Levenberg-Marquardt iteration then has two cube-wide reductions in
+//! flim-core does. Each Levenberg-Marquardt iteration then has cube-wide reductions in
 //! shared memory (tree reductions, independent of the plane width: lavapipe's planes have 8
 //! lanes, NVIDIA's 32):
 //! 1. every unit eliminates its pixels' amplitude blocks (Schur complement, as variable
-//!    projection does) and the cube sums the reduced system of the shared parameters;
+//!    projection does) and the cube sums the reduced system of the shared parameters:
+//!    undamped once per new point (the stopping rule), damped for the step;
 //! 2. every unit solves that small system itself (all units get the same step, so no
 //!    broadcast is needed), steps its pixels, evaluates model, objective and normal
 //!    equations at the trial point, and the cube sums the trial objective and the shared
@@ -18,7 +19,9 @@
 //!
 //! Per-pixel normal equations live in a global scratch buffer (two slots: current and
 //! trial), field-major so that a cube's loads coalesce; nothing per pixel is kept in
-//! registers across iterations, so a unit can stride over any number of pixels.
+//! registers across iterations, so a unit can stride over any number of pixels. The model
+//! is evaluated at one call site (the start is the first "trial"), which keeps the kernel
+//! small: lavapipe compiles it in ~2 s.
 //!
 //! Segments come as CSR (offsets into a compact, segment-ordered copy of the fitted pixels'
 //! decays), so runs, label images and the whole image all work. Launches are grouped by
@@ -27,15 +30,16 @@
 //! A single segment runs on one multiprocessor: the whole-image analysis of a large image is
 //! therefore far slower than GA-32 (see docs/flim-methods.md).
 //!
-//! **f32 versus flim-core's f64.** A segment's objective is summed as an unevaluated pair of
-//! f32 values (per-pixel compensated sums, then two-sums up the tree), so decreases of
-//! ~1e-4 absolute stay visible in the objective of a whole image. A step that lowers the
-//! objective by less than `max(tol, 1e-6 / n)` relative (the per-pixel kernel's 1e-6 of one
-//! pixel's objective) converges; as in the per-pixel kernel, an iteration also ends the
-//! fit when every free parameter's remaining step (shared: from the segment's sums; local:
-//! per pixel) is below 1e-2 standard errors, and a fit that no step improves any more has
-//! converged when the shared parameters' remaining step is below 0.1 standard errors
-//! (flim-core: 1e-3, its f64 objective resolves more).
+//! **f32 versus flim-core's f64** (flim-core's rule in parentheses). A segment's objective
+//! is summed as an unevaluated pair of f32 values (per-pixel compensated sums, then
+//! two-sums up the tree). A step that lowers it by less than `max(tol, 1e-6 / n)` relative
+//! converges (`tol`): the per-pixel kernel's 1e-6 of one pixel's objective. At each new
+//! point the fit has converged when every free shared parameter's remaining Newton step is
+//! below 1e-2 standard errors of the segment's fit (from the undamped reduced system) and
+//! every local one's below 1e-2 of its own (`|g| / sqrt(H)`, per pixel) (no such rule);
+//! when no step lowers the objective, when all are below 0.1 (the shared gradient below
+//! 1e-3), and then without damping on to 1e16. A shared remaining step below
+//! [`SHARED_RESOLUTION`] counts as stationary whatever its standard error.
 
 // CubeCL evaluates `if comptime!(..)` at expansion time; merging it with a runtime
 // condition would turn it into a runtime branch.

@@ -1,6 +1,7 @@
-//! FLIM kernels, one unit (thread) per pixel, f32: the non-iterative lifetime methods
-//! ([`lifetimes`]), the fast bi-exponential methods ([`fret`]), per-pixel iterative fits
-//! ([`fit`]) and global analysis ([`global`], one cube per segment). flim-core holds the formulas and the f64 CPU references.
+//! FLIM kernels, f32: the non-iterative lifetime methods ([`lifetimes`]), the fast
+//! bi-exponential methods ([`fret`]) and per-pixel iterative fits ([`fit`]), one unit
+//! (thread) per pixel, and global analysis ([`global`], one cube per segment). flim-core
+//! holds the formulas and the f64 CPU references.
 //!
 //! Decays are read in the instrument's layout (pixel after pixel, bins contiguous) as
 //! 32-bit words: two u16 counts, one u32 or one f32 per word.
