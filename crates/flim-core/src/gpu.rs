@@ -743,3 +743,6 @@ pub fn fit_on<T: Count>(
     .map_err(gpu_error)?;
     Ok(maps)
 }
+
+mod global;
+pub use global::fit_global_on;

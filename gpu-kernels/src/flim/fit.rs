@@ -35,11 +35,11 @@ pub const FIT_FAILED: u32 = 2;
 pub const F32_TOLERANCE: f32 = 1e-6;
 /// Remaining step (standard errors) below which a fit is stationary. The CPU uses 1e-3;
 /// f32 objectives cannot confirm decreases much below (1e-2)^2 of a standard error.
-const STATIONARY: f32 = 1e-2;
+pub(crate) const STATIONARY: f32 = 1e-2;
 /// Remaining step (standard errors) below which a fit that no step can improve any more is
 /// converged: at high counts (~1e5 photons) the f32 objective's rounding (~1e-3 absolute on a
 /// chi^2 of a few hundred) hides decreases of steps below ~0.03 standard errors.
-const STUCK: f32 = 0.1;
+pub(crate) const STUCK: f32 = 0.1;
 /// Smallest model value in the Pearson and Poisson objectives.
 const Y_FLOOR: f32 = 1e-10;
 
@@ -81,18 +81,18 @@ fn phi(x: f32) -> f32 {
 
 /// Geometry and fixed settings of one pixel's fit.
 #[derive(CubeType, Clone, Copy)]
-struct Geo {
+pub(crate) struct Geo {
     /// Element index of the pixel's bin 0.
-    base: u32,
-    first: u32,
-    m: u32,
-    bins: u32,
-    h: f32,
-    period_bins: f32,
-    ln_tau_lo: f32,
-    ln_tau_hi: f32,
-    offset: f32,
-    shift: f32,
+    pub(crate) base: u32,
+    pub(crate) first: u32,
+    pub(crate) m: u32,
+    pub(crate) bins: u32,
+    pub(crate) h: f32,
+    pub(crate) period_bins: f32,
+    pub(crate) ln_tau_lo: f32,
+    pub(crate) ln_tau_hi: f32,
+    pub(crate) offset: f32,
+    pub(crate) shift: f32,
 }
 
 /// One bin's objective, gradient weight and curvature weight (flim-core's `lm::term`),
@@ -202,7 +202,7 @@ fn irf_at(irf: &Array<f32>, q: i32, bins: u32) -> f32 {
 /// Evaluate the model at `theta` over the fit range and accumulate (see [`accumulate`]);
 /// returns the objective. Per-component state lives in `st` (16 values per component).
 #[cube]
-fn evaluate(
+pub(crate) fn evaluate(
     words: &Array<u32>,
     irf: &Array<f32>,
     geo: Geo,
@@ -403,7 +403,7 @@ fn evaluate(
 
 /// Keep `theta` in bounds (flim-core's `ModelSetup::project`).
 #[cube]
-fn project(
+pub(crate) fn project(
     geo: Geo,
     theta: &mut Array<f32>,
     #[comptime] k: u32,
@@ -427,7 +427,7 @@ fn project(
 
 /// Whether parameter `u` sits on a bound the descent direction leaves.
 #[cube]
-fn blocked(
+pub(crate) fn blocked(
     geo: Geo,
     theta: &Array<f32>,
     g: &Array<f32>,

@@ -1,6 +1,7 @@
-//! FLIM kernels, one unit (thread) per pixel, f32: the non-iterative lifetime methods
-//! ([`lifetimes`]), the fast bi-exponential methods ([`fret`]), and per-pixel and global
-//! iterative fits ([`fit`]). flim-core holds the formulas and the f64 CPU references.
+//! FLIM kernels, f32: the non-iterative lifetime methods ([`lifetimes`]), the fast
+//! bi-exponential methods ([`fret`]) and per-pixel iterative fits ([`fit`]), one unit
+//! (thread) per pixel, and global analysis ([`global`], one cube per segment). flim-core
+//! holds the formulas and the f64 CPU references.
 //!
 //! Decays are read in the instrument's layout (pixel after pixel, bins contiguous) as
 //! 32-bit words: two u16 counts, one u32 or one f32 per word.
@@ -13,6 +14,7 @@
 
 pub mod fit;
 pub mod fret;
+pub mod global;
 pub mod lifetimes;
 
 pub use lifetimes::{LifetimeParams, lifetimes};
@@ -173,5 +175,6 @@ pub(crate) fn catalog<R: Runtime>(client: &ComputeClient<R>) -> Vec<CatalogEntry
     let mut all = lifetimes::catalog(client);
     all.extend(fret::catalog(client));
     all.extend(fit::catalog(client));
+    all.extend(global::catalog(client));
     all
 }

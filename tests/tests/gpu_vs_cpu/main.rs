@@ -3,6 +3,7 @@
 
 mod base_kernels;
 mod flim;
+mod flim_global;
 mod montecarlo;
 mod perfusion;
 mod speckle;

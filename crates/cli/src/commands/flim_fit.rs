@@ -1,13 +1,13 @@
 //! The fitting methods of `biogpu flim fit`: BCMM (and the phasor method for FRET), least
-//! squares and maximum likelihood per pixel (GPU kernel on a GPU device, f64 CPU
-//! otherwise), and global analysis (CPU). Options come from the command line and the
+//! squares and maximum likelihood per pixel, and global analysis (each: GPU kernel on a GPU
+//! device, f64 CPU otherwise). Options come from the command line and the
 //! preprocessing; results are a [`MapSet`] whose first map is the main lifetime.
 
 use super::flim::{Method, Model};
 use anyhow::{Context, bail};
 use flim_core::fit::{self, Estimator, FitMaps, FitOptions, FitStatus, Offset, Segments, Shift};
 use flim_core::fret::Donor;
-use flim_core::gpu::{analyse_fret_on, fit_on};
+use flim_core::gpu::{analyse_fret_on, fit_global_on, fit_on};
 use flim_core::methods::STATUS_OK;
 use flim_core::output::MapSet;
 use flim_core::preprocess::{FitRange, Irf};
@@ -88,9 +88,13 @@ pub fn run_fit_method(
             let maps = if method == Method::Global {
                 let segments = parse_segments(&args.segments)?;
                 if device.is_gpu() {
-                    tracing::info!("global analysis runs on the CPU (no GPU kernel yet)");
+                    tracing::info!(
+                        "global analysis on {device} (f32 kernel, one cube per segment)"
+                    );
+                } else {
+                    tracing::info!("global analysis on the CPU (f64)");
                 }
-                with_any(input.cube, |c| c.fit_global(&opts, &segments))?
+                with_any(input.cube, |c| c.fit_global_on(&opts, &segments, device))?
             } else {
                 with_any(input.cube, |c| c.fit_on(&opts, device))?
             };
@@ -115,7 +119,12 @@ fn with_any<R>(
 /// The fits over any count type, as trait objects (so that [`with_any`] takes one closure).
 trait AnyFit {
     fn fit_on(&self, opts: &FitOptions, device: &Device) -> flim_core::Result<FitMaps>;
-    fn fit_global(&self, opts: &FitOptions, s: &Segments) -> flim_core::Result<FitMaps>;
+    fn fit_global_on(
+        &self,
+        opts: &FitOptions,
+        s: &Segments,
+        device: &Device,
+    ) -> flim_core::Result<FitMaps>;
     fn fret_on(
         &self,
         a: &Analysis,
@@ -128,8 +137,13 @@ impl<T: flim_core::Count> AnyFit for flim_core::Cube<T> {
     fn fit_on(&self, opts: &FitOptions, device: &Device) -> flim_core::Result<FitMaps> {
         fit_on(self, opts, device)
     }
-    fn fit_global(&self, opts: &FitOptions, s: &Segments) -> flim_core::Result<FitMaps> {
-        fit::fit_global(self, opts, s)
+    fn fit_global_on(
+        &self,
+        opts: &FitOptions,
+        s: &Segments,
+        device: &Device,
+    ) -> flim_core::Result<FitMaps> {
+        fit_global_on(self, opts, s, device)
     }
     fn fret_on(
         &self,

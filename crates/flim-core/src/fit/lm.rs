@@ -13,7 +13,7 @@
 //! lowers the objective away from a stationary point, the numbers stop being finite, or a
 //! lifetime ends on its bound.
 
-use super::model::{MAX_PARAMS, ModelSetup, Work};
+use super::model::{MAX_PARAMS, ModelSetup, Shift, Work};
 use super::{Estimator, FitStatus};
 
 /// Result of one pixel's fit.
@@ -281,7 +281,10 @@ pub(crate) fn initial_guess(
         theta[i] = z0;
     }
     if let Some(i) = su.shift_index() {
-        theta[i] = su.shift_of(&theta);
+        // The options' start (reading it back from `theta` would give 0).
+        theta[i] = match su.shift {
+            Shift::Fixed(s) | Shift::Fitted(s) => s,
+        };
     }
     // Mono-exponential lifetime from the tail after the peak (all of it without an IRF).
     let start = if su.irf.is_some() {
@@ -350,4 +353,35 @@ pub(crate) fn initial_guess(
         };
     }
     theta
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fit::Offset;
+
+    /// A fitted IRF shift starts from the options' value (the GPU kernels do too).
+    #[test]
+    fn a_fitted_shift_starts_from_the_given_shift() {
+        let irf: Vec<f64> = (0..64)
+            .map(|i| (-0.5 * ((f64::from(i) - 12.0) / 2.0).powi(2)).exp())
+            .collect();
+        let su = ModelSetup::new(
+            1,
+            0,
+            64,
+            64,
+            0.1,
+            6.4,
+            Some(&irf),
+            Offset::Fixed(0.0),
+            Shift::Fitted(3.5),
+        )
+        .unwrap();
+        let counts: Vec<f64> = (0..64)
+            .map(|j| 100.0 * (-f64::from(j) / 20.0).exp())
+            .collect();
+        let theta = initial_guess(&su, &mut Work::default(), &counts, None);
+        assert_eq!(theta[su.shift_index().unwrap()], 3.5);
+    }
 }

@@ -404,6 +404,13 @@ impl MapPixel {
         .chain((0..k).flat_map(|i| [self.tau[i], self.amplitude[i], self.fraction[i]]))
     }
 
+    /// The same pixel with reduced chi^2 `chi2_red` (global analysis counts its degrees of
+    /// freedom per segment).
+    pub(crate) fn with_chi2_red(mut self, chi2_red: f64) -> Self {
+        self.chi2_red = chi2_red as f32;
+        self
+    }
+
     pub(crate) fn masked(intensity: f64) -> Self {
         let nan = [f32::NAN; MAX_COMPONENTS];
         MapPixel {
