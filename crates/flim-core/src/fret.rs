@@ -448,15 +448,17 @@ const BCMM2_INNER_TOL: f64 = 1e-3;
 /// before a root; [`BCMM2_EVALUATIONS`] window-sum evaluations spent.
 pub(crate) fn bcmm_unknown(s: &FretSums, m: f64) -> Option<(f64, f64, f64, f64)> {
     let xmin = ln_a_min(m);
-    // The paper's closed form, else the mono-exponential rate spread by e^{+-0.4}.
+    // The paper's closed form, else the mono-exponential rate of the mean bin (untruncated,
+    // `ln(1 + 1/mean)`; no iterations) spread by e^{+-0.4}.
     let (x0, y0) = if let Some((af, ad)) = bcmm_closed_form(s) {
         (ad.ln(), af.ln())
     } else {
-        let mono = crate::methods::cmm_rate(s.s1 / s.s0, m);
-        if !(mono > 0.0) {
+        let mean = s.s1 / s.s0;
+        if !(mean > 0.0 && mean < 0.5 * (m - 1.0)) {
             return None;
         }
-        (mono.ln() - 0.4, mono.ln() + 0.4)
+        let ym = (1.0 / mean).ln_1p().ln();
+        (ym - 0.4, ym + 0.4)
     };
     // x = ln a_D (outer), y = ln a_F (inner).
     let (mut x, mut y) = (x0.clamp(xmin, LN_A_MAX - 1.0), y0);

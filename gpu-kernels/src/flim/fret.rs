@@ -4,7 +4,6 @@
 //! holds, one window-sum evaluation per loop pass; flim-core's `fret` line by line) and the
 //! paper's PM.
 
-use super::lifetimes::cmm_rate;
 use super::{
     KIND_F32, KIND_U16, TILE, TILE_ROW, count, cube_first_pixel, decays, fetch_tile, holds_decays,
     invalid, store_tile, tile_count, u16_pairs,
@@ -608,7 +607,8 @@ pub fn fret_kernel(
                 found = bcmm_known(s, a_d, mf, &mut sol);
             } else {
                 // The paper's closed form (integrals to infinity, trapezoid) as the start,
-                // else the mono-exponential rate spread by e^{+-0.4}.
+                // else the mono-exponential rate of the mean bin, untruncated, spread by
+                // e^{+-0.4}.
                 let kk = s.k;
                 let nn = s.s0 - 0.5f32 * s.k;
                 let xx = s.s1;
@@ -629,15 +629,12 @@ pub fn fret_kernel(
                         start = true;
                     }
                 }
-                let mu = s.s1 / s.s0;
-                if !start && mu > 0.0f32 && mu < 0.5f32 * (mf - 1.0f32) {
-                    let mono = cmm_rate(mu, mf);
-                    if mono > 0.0f32 {
-                        let ym = f32::ln(mono);
-                        x0 = ym - 0.4f32;
-                        y0 = ym + 0.4f32;
-                        start = true;
-                    }
+                let mean = s.s1 / s.s0;
+                if !start && mean > 0.0f32 && mean < 0.5f32 * (mf - 1.0f32) {
+                    let ym = f32::ln(f32::ln(1.0f32 + 1.0f32 / mean));
+                    x0 = ym - 0.4f32;
+                    y0 = ym + 0.4f32;
+                    start = true;
                 }
                 if start {
                     found = bcmm_unknown(s, x0, y0, mf, &mut sol);
