@@ -14,9 +14,12 @@
 //! window). Here the same equations are solved exactly for the sampled decay in the actual
 //! window: bin counts of a bin-integrated, periodic exponential are exactly geometric,
 //! `N_j = c r^j`, `r = e^{-h/tau}`, whose window sums have closed forms (`s_k(a)`, `a = h/tau`,
-//! computed without cancellation). BCMM1 solves one equation in `a_F` (bracketed secant),
-//! BCMM2 two in `(a_F, a_D)` (Newton from the paper's closed form). Same statistics, same
-//! noise as the paper's method, no window bias.
+//! computed without cancellation). BCMM1 solves one equation in `a_F` (bracketed Newton;
+//! whether it has a root is known beforehand), BCMM2 two in `(a_F, a_D)`: Newton in `a_D`
+//! along the curve where the S1 equation holds, from the paper's closed form, with an
+//! analytic Jacobian and a fixed budget (at most 64 window-sum evaluations a pixel, 17 on
+//! average on the paper's phantom). Same statistics, same noise as the paper's method, no
+//! window bias.
 //!
 //! **PM** (donor lifetime known): with the calibrated phasor `(u, v)` at `omega`,
 //! `tau_F = (1 - u - v tau_D omega) / (omega (v - u tau_D omega))` and the paper's `f_D`,
@@ -37,7 +40,7 @@
 
 use crate::cube::{Count, Cube};
 use crate::error::{Result, invalid};
-use crate::methods::{Analysis, STATUS_MASKED, STATUS_OK, Setup, b_deriv, mean_bin};
+use crate::methods::{Analysis, STATUS_MASKED, STATUS_OK, Setup};
 use ndarray::Array2;
 use rayon::prelude::*;
 
@@ -213,8 +216,13 @@ pub(crate) fn fret_sums(v: &[f64], su: &FretSetup) -> FretSums {
         s0 += c;
         s1 += jf * c;
         s2 += jf * jf * c;
-        gc += b.cos_t[j] * c;
-        gs += b.sin_t[j] * c;
+    }
+    // The phasor is for PM, which needs the donor's lifetime.
+    if !su.a_d.is_nan() {
+        for ((&c, &cos), &sin) in v.iter().zip(&b.cos_t).zip(&b.sin_t) {
+            gc += cos * c;
+            gs += sin * c;
+        }
     }
     FretSums {
         s0: s0 - m * o,
@@ -226,17 +234,49 @@ pub(crate) fn fret_sums(v: &[f64], su: &FretSetup) -> FretSums {
     }
 }
 
-/// Window sums `(s0, s1, s2) = sum_{j<m} j^k e^{-a j}` of a unit geometric decay, from
-/// its count, mean and variance (no cancellation as a -> 0).
-pub(crate) fn unit_moments(a: f64, m: f64) -> [f64; 3] {
-    let s0 = if a * m < 1e-300 {
-        m
+/// `[B(x), B'(x), B''(x), 1 - e^{-x}]` for `B(x) = 1/(e^x - 1) - 1/x`: Bernoulli series
+/// below 0.1, else all four from one exponential `u = e^{-x}`
+/// (`B = u/(1-u) - 1/x`, `B' = 1/x^2 - u/(1-u)^2`, `B'' = u(1+u)/(1-u)^3 - 2/x^3`).
+fn b_terms(x: f64) -> [f64; 4] {
+    if x < 0.1 {
+        let x2 = x * x;
+        [
+            -0.5 + x * (1.0 / 12.0 - x2 * (1.0 / 720.0 - x2 * (1.0 / 30240.0 - x2 / 1_209_600.0))),
+            1.0 / 12.0 - x2 * (1.0 / 240.0 - x2 * (1.0 / 6048.0 - x2 / 172_800.0)),
+            -x * (1.0 / 120.0 - x2 * (1.0 / 1512.0 - x2 * (1.0 / 28800.0 - x2 / 665_280.0))),
+            -(-x).exp_m1(),
+        ]
     } else {
-        (-a * m).exp_m1() / (-a).exp_m1()
-    };
-    let mean = mean_bin(a, m);
-    let var = m * m * b_deriv(a * m) - b_deriv(a);
-    [s0, s0 * mean, s0 * (var + mean * mean)]
+        let u = (-x).exp();
+        let q = 1.0 - u;
+        let (r, w) = (1.0 / x, u / q);
+        [
+            w - r,
+            r * r - w / q,
+            w * (1.0 + u) / (q * q) - 2.0 * r * r * r,
+            q,
+        ]
+    }
+}
+
+/// Window sums `s_k = sum_{j<m} j^k e^{-a j}`, k = 0..3, of a unit geometric decay: the
+/// count `(1 - e^{-am}) / (1 - e^{-a})` times the raw moments from the cumulants of the
+/// truncated geometric distribution, `k1 = B(a) - m B(am)`, `k2 = m^2 B'(am) - B'(a)`,
+/// `k3 = B''(a) - m^3 B''(am)` (no cancellation as a -> 0). Two exponentials. `s_3` enters
+/// only the derivatives `d s_k / d ln a = -a s_{k+1}`.
+pub(crate) fn unit_moments(a: f64, m: f64) -> [f64; 4] {
+    let [ba, da, ea, qa] = b_terms(a);
+    let [bm, dm, em, qm] = b_terms(a * m);
+    let k1 = ba - m * bm;
+    let k2 = m * m * dm - da;
+    let k3 = ea - m * m * m * em;
+    let s0 = qm / qa;
+    [
+        s0,
+        s0 * k1,
+        s0 * (k2 + k1 * k1),
+        s0 * (k3 + k1 * (3.0 * k2 + k1 * k1)),
+    ]
 }
 
 /// Largest rate `a = h / tau` searched (as in CMM); the smallest is [`ln_a_min`].
@@ -248,67 +288,84 @@ fn ln_a_min(m: f64) -> f64 {
     (0.1 / m).ln()
 }
 
-/// Root of `f` on `[lo, hi]` (`f(lo)`, `f(hi)` of opposite signs given), by the Illinois
-/// variant of regula falsi; `None` without a sign change.
-fn bracketed_root(mut lo: f64, mut hi: f64, f: impl Fn(f64) -> f64, tol: f64) -> Option<f64> {
-    let (mut flo, mut fhi) = (f(lo), f(hi));
-    if !(flo * fhi <= 0.0) {
-        return None;
+/// The S1 equation for a donor with window sums `d` (BCMM1's equation; BCMM2's inner one).
+/// With the amplitudes fixed by K and S0 it reads `rho(a_F) = rho*`,
+/// `rho(a_F) = (s1(a_F) - d1) / (s0(a_F) - d0)`, `rho* = (S1 - K d1) / (S0 - K d0)`. `rho`
+/// is the slope of a chord of the convex curve `(s0(a), s1(a))`, monotone in `a_F`, from
+/// `d2 / d1` (`a_F -> a_D`) to `d1 / (d0 - 1)` (`a_F -> inf`): a root `a_F > a_D` exists
+/// iff `rho*` lies strictly between, with no search. `Some((rho*, d2/d1 - rho*))`, the
+/// second giving the sign of `rho - rho*` next to `a_D`.
+fn s1_equation(s: &FretSums, d: &[f64; 4]) -> Option<(f64, f64)> {
+    let target = (s.s1 - s.k * d[1]) / (s.s0 - s.k * d[0]);
+    let near = d[2] / d[1] - target;
+    let far = d[1] / (d[0] - 1.0) - target;
+    // False for NaN.
+    (near * far < 0.0).then_some((target, near))
+}
+
+/// One bracketed Newton step on `rho(y) = rho*`, `y = ln a_F`, from the sums `f` at `y`:
+/// shrinks the bracket `[lo, hi]` (`near` from [`s1_equation`]) and returns the next point
+/// and the Newton step's length (`d s_k / dy = -a s_{k+1}`).
+fn s1_step(
+    y: f64,
+    f: &[f64; 4],
+    d: &[f64; 4],
+    target: f64,
+    near: f64,
+    lo: &mut f64,
+    hi: &mut f64,
+) -> (f64, f64) {
+    let a = y.exp();
+    let den = f[0] - d[0];
+    let h = (f[1] - d[1]) / den - target;
+    let slope = a * (f[1] * (f[1] - d[1]) - f[2] * den) / (den * den);
+    if (h > 0.0) == (near > 0.0) {
+        *lo = y;
+    } else {
+        *hi = y;
     }
-    let mut side = 0i8;
-    for _ in 0..200 {
-        let mut x = (lo * fhi - hi * flo) / (fhi - flo);
-        if !(x > lo && x < hi) {
-            x = 0.5 * (lo + hi);
-        }
-        let fx = f(x);
-        if fx == 0.0 || hi - lo <= tol * (1.0 + x.abs()) {
-            return Some(x);
-        }
-        if (fx > 0.0) == (fhi > 0.0) {
-            hi = x;
-            fhi = fx;
-            if side == 1 {
-                flo *= 0.5;
-            }
-            side = 1;
-        } else {
-            lo = x;
-            flo = fx;
-            if side == -1 {
-                fhi *= 0.5;
-            }
-            side = -1;
-        }
+    let step = -h / slope;
+    let mut next = y + step;
+    if !(next > *lo && next < *hi) {
+        next = 0.5 * (*lo + *hi);
     }
-    Some(0.5 * (lo + hi))
+    (next, if h == 0.0 { 0.0 } else { step.abs() })
 }
 
 /// BCMM1: rate `a_F > a_D` and amplitudes `(alpha, beta)` of the geometric decay
-/// `alpha r_F^j + beta r_D^j` with the sums `s`, `a_D` known.
+/// `alpha r_F^j + beta r_D^j` with the sums `s`, `a_D` known: [`s1_equation`] by bracketed
+/// Newton in `ln a_F` from the paper's closed form. A root on the search bound
+/// (`a_F = 60`) is the bound, not a solution.
 pub(crate) fn bcmm_known(s: &FretSums, a_d: f64, m: f64) -> Option<(f64, f64, f64)> {
     let d = unit_moments(a_d, m);
-    let mean_d = d[1] / d[0];
-    // Combinations free of the donor: L0 = alpha (s0F - s0D), L1 = alpha s0F (mF - mD).
-    let l0 = s.s0 - s.k * d[0];
-    let l1 = s.s1 - mean_d * s.s0;
-    let target = l1 / l0;
-    if !target.is_finite() {
+    let (target, near) = s1_equation(s, &d)?;
+    let (mut lo, mut hi) = (a_d.ln(), LN_A_MAX);
+    // The paper's tau_F = (tau_D N - X) / (tau_D K - N) (bins; N by the trapezoid).
+    let n = s.s0 - 0.5 * s.k;
+    let mut y = ((s.k / a_d - n) / (n / a_d - s.s1)).ln();
+    if !(y > lo && y < hi) {
+        y = 0.5 * (lo + hi);
+    }
+    let mut f = unit_moments(y.exp(), m);
+    for _ in 0..BCMM1_ITERATIONS {
+        let (next, step) = s1_step(y, &f, &d, target, near, &mut lo, &mut hi);
+        if step <= TOL_LN_A * (1.0 + y.abs()) || hi - lo <= TOL_LN_A * (1.0 + y.abs()) {
+            break;
+        }
+        y = next;
+        f = unit_moments(y.exp(), m);
+    }
+    if !(y < LN_A_MAX - 1e-9) {
         return None;
     }
-    // psi(a_F) = s0F (mF - mD) / (s0F - s0D) falls from var_D / m_D (a_F -> a_D) to
-    // m_D / (s0D - 1) (a_F -> infinity).
-    let psi = |y: f64| {
-        let f = unit_moments(y.exp(), m);
-        f[0] * (f[1] / f[0] - mean_d) / (f[0] - d[0]) - target
-    };
-    let lo = a_d.ln() + 1e-7;
-    let y = bracketed_root(lo, LN_A_MAX, psi, 1e-14)?;
-    let a_f = y.exp();
-    let f = unit_moments(a_f, m);
-    let alpha = l0 / (f[0] - d[0]);
-    Some((a_f, alpha, s.k - alpha))
+    let alpha = (s.s0 - s.k * d[0]) / (f[0] - d[0]);
+    Some((y.exp(), alpha, s.k - alpha))
 }
+
+/// Newton steps of BCMM1 at most (bracketed: bisection where Newton leaves the bracket).
+const BCMM1_ITERATIONS: usize = 60;
+/// Convergence of a Newton step in `ln a`, relative to `1 + |ln a|`.
+const TOL_LN_A: f64 = 1e-12;
 
 /// The paper's BCMM2 closed form on sums in bins (integrals to infinity): rates
 /// `(a_F, a_D)`, `a_F > a_D`, if real and positive.
@@ -326,97 +383,187 @@ pub(crate) fn bcmm_closed_form(s: &FretSums) -> Option<(f64, f64)> {
     (tf > 0.0).then(|| (1.0 / tf, 1.0 / td))
 }
 
-/// Residuals of the S1 and S2 equations (relative) at log-rates `(yf, yd)`, with the
-/// amplitudes fixed by K and S0; and the amplitudes.
-fn bcmm_residuals(s: &FretSums, yf: f64, yd: f64, m: f64) -> ([f64; 2], f64, f64) {
-    let f = unit_moments(yf.exp(), m);
-    let d = unit_moments(yd.exp(), m);
-    let alpha = (s.s0 - s.k * d[0]) / (f[0] - d[0]);
+/// Residuals of the S1 and S2 equations (relative, model minus data) at `(ln a_F, ln a_D)`
+/// with the amplitudes fixed by K and S0, their Jacobian in `(ln a_F, ln a_D)` (analytic:
+/// `d s_k / d ln a = -a s_{k+1}`), and the amplitudes.
+struct Bcmm2Point {
+    r: [f64; 2],
+    j: [[f64; 2]; 2],
+    alpha: f64,
+    beta: f64,
+}
+
+fn bcmm2_point(s: &FretSums, yf: f64, yd: f64, f: &[f64; 4], d: &[f64; 4]) -> Bcmm2Point {
+    let (af, ad) = (yf.exp(), yd.exp());
+    let den = f[0] - d[0];
+    let alpha = (s.s0 - s.k * d[0]) / den;
     let beta = s.k - alpha;
-    (
-        [
-            (alpha * f[1] + beta * d[1] - s.s1) / s.s1,
-            (alpha * f[2] + beta * d[2] - s.s2) / s.s2,
+    // d alpha / d ln a_F and d alpha / d ln a_D (beta = K - alpha).
+    let alpha_f = alpha * af * f[1] / den;
+    let alpha_d = beta * ad * d[1] / den;
+    let (u1, u2) = (1.0 / s.s1, 1.0 / s.s2);
+    Bcmm2Point {
+        r: [
+            (alpha * f[1] + beta * d[1] - s.s1) * u1,
+            (alpha * f[2] + beta * d[2] - s.s2) * u2,
+        ],
+        j: [
+            [
+                (alpha_f * (f[1] - d[1]) - alpha * af * f[2]) * u1,
+                (alpha_d * (f[1] - d[1]) - beta * ad * d[2]) * u1,
+            ],
+            [
+                (alpha_f * (f[2] - d[2]) - alpha * af * f[3]) * u2,
+                (alpha_d * (f[2] - d[2]) - beta * ad * d[3]) * u2,
+            ],
         ],
         alpha,
         beta,
-    )
+    }
 }
 
-/// BCMM2: rates `a_F > a_D` and amplitudes solving the K, S0, S1, S2 equations exactly
-/// (damped Newton on the log-rates from the paper's closed form).
+/// BCMM2's budget: window-sum evaluations (one rate each) per pixel.
+pub(crate) const BCMM2_EVALUATIONS: usize = 64;
+/// Steps out of the domain of the donor rate (where the S1 equation has no root) that
+/// BCMM2 takes back before giving up: the end of the curve is no solution.
+const BCMM2_EXITS: u32 = 4;
+/// BCMM2's inner (S1) solve stops at this Newton step in `ln a_F`: the outer step corrects
+/// for the remaining S1 residual to first order.
+const BCMM2_INNER_TOL: f64 = 1e-3;
+
+/// BCMM2: rates `a_F > a_D` and amplitudes solving the K, S0, S1, S2 equations exactly.
+///
+/// Along the curve where the S1 equation holds ([`s1_equation`], solved for `a_F` given
+/// `a_D`), the S2 residual `g(ln a_D)` is a function of one variable: Newton on it, with
+/// the derivative `det J / J_11` from the analytic Jacobian, from the paper's closed form
+/// (else from the mono-exponential rate spread by e^{+-0.4}). The inner solve is loose
+/// (Newton steps to 1e-3): `g` is taken on the curve to first order,
+/// `r2 - (J_21 / J_11) r1`, which makes the outer step the full 2D Newton step; converged
+/// when that step is below 1e-10 in both log-rates. Safeguards: steps of at most 1 in
+/// `ln a_D`; a sign change of `g` brackets the root (bisection where Newton leaves the
+/// bracket); a donor rate where the S1 equation has no root is stepped back from, halfway
+/// to the last good point, at most [`BCMM2_EXITS`] times. Verdicts (no solution, NaN): the
+/// Newton step points below the smallest rate from the smallest rate; the step changes
+/// direction with no sign change of `g` (an extremum of `g` short of zero); the curve ends
+/// before a root; [`BCMM2_EVALUATIONS`] window-sum evaluations spent.
 pub(crate) fn bcmm_unknown(s: &FretSums, m: f64) -> Option<(f64, f64, f64, f64)> {
-    // The paper's closed form first; where the window makes it fail, spreads around the
-    // mono-exponential rate (which lies between the two): factors e^{0.4 i}, i = 1..4.
-    let mono = crate::methods::cmm_rate(s.s1 / s.s0, m);
-    let starts = bcmm_closed_form(s)
-        .into_iter()
-        .chain([0.4f64, 0.8, 1.2, 1.6].map(|k| (mono * k.exp(), mono / k.exp())));
-    for (af, ad) in starts {
-        if let Some(found) = bcmm_newton(s, af, ad, m) {
-            return Some(found);
+    let xmin = ln_a_min(m);
+    // The paper's closed form, else the mono-exponential rate of the mean bin (untruncated,
+    // `ln(1 + 1/mean)`; no iterations) spread by e^{+-0.4}.
+    let (x0, y0) = if let Some((af, ad)) = bcmm_closed_form(s) {
+        (ad.ln(), af.ln())
+    } else {
+        let mean = s.s1 / s.s0;
+        if !(mean > 0.0 && mean < 0.5 * (m - 1.0)) {
+            return None;
         }
+        let ym = (1.0 / mean).ln_1p().ln();
+        (ym - 0.4, ym + 0.4)
+    };
+    // x = ln a_D (outer), y = ln a_F (inner).
+    let (mut x, mut y) = (x0.clamp(xmin, LN_A_MAX - 1.0), y0);
+    let mut d = [0.0; 4];
+    let (mut target, mut near, mut lo, mut hi) = (0.0, 0.0, 0.0, 0.0);
+    // The donor's sums are due at x (else an inner step at y).
+    let mut at_x = true;
+    // The last point of the curve: x, the S1 slope dy/dx and first-order S1 correction of y.
+    let (mut has_good, mut good, mut slope, mut correction) = (false, 0.0, 0.0, 0.0);
+    // Steps out of the domain, the last point found outside.
+    let (mut exits, mut has_out, mut outside) = (0, false, 0.0);
+    // A root bracket (a, b) with g(a) = ga; the previous point, its g and step.
+    let (mut bracket, mut ra, mut ga, mut rb) = (false, 0.0, 0.0, 0.0);
+    let (mut has_prev, mut px, mut pg, mut pstep) = (false, 0.0, 0.0, 0.0);
+    for _ in 0..BCMM2_EVALUATIONS {
+        if at_x {
+            d = unit_moments(x.exp(), m);
+            if let Some((t, n)) = s1_equation(s, &d) {
+                (target, near, lo, hi) = (t, n, x, LN_A_MAX);
+                if has_good {
+                    y += slope * (x - good) + correction;
+                }
+                if !(y > lo && y < hi) {
+                    y = (x + 1.0).min(0.5 * (x + LN_A_MAX));
+                }
+                at_x = false;
+            } else if !has_good {
+                // The start lies outside the domain: try the smallest rate once.
+                if x <= xmin {
+                    return None;
+                }
+                x = xmin;
+            } else {
+                exits += 1;
+                if exits > BCMM2_EXITS {
+                    return None; // the curve ends short of a root
+                }
+                // A bracket with a point outside the domain inside spans a gap.
+                if bracket && (x - ra) * (x - rb) < 0.0 {
+                    (bracket, has_prev) = (false, false);
+                }
+                (has_out, outside) = (true, x);
+                x = 0.5 * (x + good);
+            }
+            continue;
+        }
+        let f = unit_moments(y.exp(), m);
+        let (next, step) = s1_step(y, &f, &d, target, near, &mut lo, &mut hi);
+        let tol = BCMM2_INNER_TOL * (1.0 + y.abs());
+        if !(step <= tol || hi - lo <= tol) {
+            y = next;
+            continue;
+        }
+        // A point of the curve (to first order in the S1 residual).
+        let p = bcmm2_point(s, y, x, &f, &d);
+        let j = p.j;
+        let det = j[0][0] * j[1][1] - j[0][1] * j[1][0];
+        let g = p.r[1] - j[1][0] / j[0][0] * p.r[0];
+        let dx = -g * j[0][0] / det;
+        let dy = -(j[1][1] * p.r[0] - j[0][1] * p.r[1]) / det;
+        if !(dx.is_finite() && dy.is_finite()) {
+            return None;
+        }
+        let norm = p.r[0].hypot(p.r[1]);
+        if norm <= 1e-13
+            || (dx.abs() <= TOL_STEP * (1.0 + x.abs()) && dy.abs() <= TOL_STEP * (1.0 + y.abs()))
+        {
+            // A solution on the search bound is the bound, not a solution.
+            return (norm < 1e-9 && x > xmin + 1e-9).then(|| (y.exp(), x.exp(), p.alpha, p.beta));
+        }
+        (has_good, good, slope, correction) = (true, x, -j[0][1] / j[0][0], -p.r[0] / j[0][0]);
+        let mut next = x + dx.clamp(-1.0, 1.0);
+        if bracket || (has_prev && (g > 0.0) != (pg > 0.0)) {
+            if !bracket {
+                (bracket, ra, ga, rb) = (true, px, pg, x);
+            } else if (g > 0.0) == (ga > 0.0) {
+                (ra, ga) = (x, g);
+            } else {
+                rb = x;
+            }
+            if !(next > ra.min(rb) && next < ra.max(rb)) {
+                next = 0.5 * (ra + rb);
+            }
+        } else {
+            if has_prev && (next - x) * pstep < 0.0 {
+                return None; // turned back with no sign change: an extremum of g short of 0
+            }
+            if x <= xmin && next <= xmin {
+                return None; // the root would lie below the smallest rate
+            }
+            next = next.max(xmin);
+        }
+        // Not past a point known to lie outside the domain.
+        if has_out && (next - outside) * (x - outside) <= 0.0 {
+            next = 0.5 * (x + outside);
+        }
+        (has_prev, px, pg, pstep) = (true, x, g, next - x);
+        x = next;
+        at_x = true;
     }
     None
 }
 
-/// Damped Newton for BCMM2 from the rates `(af, ad)`.
-fn bcmm_newton(s: &FretSums, af: f64, ad: f64, m: f64) -> Option<(f64, f64, f64, f64)> {
-    if !(af > ad && ad > 0.0) {
-        return None;
-    }
-    let (mut yf, mut yd) = (
-        af.ln().clamp(ln_a_min(m), LN_A_MAX),
-        ad.ln().clamp(ln_a_min(m), LN_A_MAX),
-    );
-    let norm = |r: [f64; 2]| r[0].hypot(r[1]);
-    let (mut r, _, _) = bcmm_residuals(s, yf, yd, m);
-    for _ in 0..60 {
-        if !(norm(r) > 1e-13) {
-            break;
-        }
-        let e = 1e-6;
-        let (rf, _, _) = bcmm_residuals(s, yf + e, yd, m);
-        let (rd, _, _) = bcmm_residuals(s, yf, yd + e, m);
-        let j = [
-            [(rf[0] - r[0]) / e, (rd[0] - r[0]) / e],
-            [(rf[1] - r[1]) / e, (rd[1] - r[1]) / e],
-        ];
-        let det = j[0][0] * j[1][1] - j[0][1] * j[1][0];
-        if !(det.abs() > 0.0) || !det.is_finite() {
-            return None;
-        }
-        let df = -(j[1][1] * r[0] - j[0][1] * r[1]) / det;
-        let dd = -(-j[1][0] * r[0] + j[0][0] * r[1]) / det;
-        // Halve the step until the residual falls (and the order a_F > a_D holds).
-        let mut t = 1.0;
-        let mut accepted = false;
-        for _ in 0..30 {
-            let (nf, nd) = (
-                (yf + t * df).clamp(ln_a_min(m), LN_A_MAX),
-                (yd + t * dd).clamp(ln_a_min(m), LN_A_MAX),
-            );
-            let (nr, _, _) = bcmm_residuals(s, nf, nd, m);
-            if nf > nd && norm(nr) < norm(r) {
-                yf = nf;
-                yd = nd;
-                r = nr;
-                accepted = true;
-                break;
-            }
-            t *= 0.5;
-        }
-        if !accepted {
-            break;
-        }
-    }
-    // A solution on the search bound is the bound, not a solution.
-    if !(norm(r) < 1e-9) || yd <= ln_a_min(m) + 1e-9 {
-        return None;
-    }
-    let (_, alpha, beta) = bcmm_residuals(s, yf, yd, m);
-    Some((yf.exp(), yd.exp(), alpha, beta))
-}
+/// BCMM2's convergence: the Newton step in both log-rates, relative to `1 + |ln a|`.
+const TOL_STEP: f64 = 1e-10;
 
 /// Amplitude fraction of the first component at the start of the range from the sample
 /// amplitudes of `alpha r_F^j + beta r_D^j`: undo binning (`tau (1 - e^{-h/tau})`) and
@@ -576,20 +723,61 @@ mod tests {
 
     #[test]
     fn unit_moments_match_direct_sums() {
-        for &a in &[1e-5, 0.01, 0.3, 2.0, 30.0] {
+        for &a in &[1e-5, 0.01, 0.099, 0.101, 0.3, 2.0, 30.0] {
             for &m in &[4usize, 33, 256] {
-                let (mut s0, mut s1, mut s2) = (0.0, 0.0, 0.0);
+                let mut want = [0.0f64; 4];
                 for j in 0..m {
-                    let e = (-a * j as f64).exp();
-                    s0 += e;
-                    s1 += j as f64 * e;
-                    s2 += (j * j) as f64 * e;
+                    let (e, jf) = ((-a * j as f64).exp(), j as f64);
+                    for (k, w) in want.iter_mut().enumerate() {
+                        *w += jf.powi(k as i32) * e;
+                    }
                 }
                 let u = unit_moments(a, m as f64);
-                for (got, want) in u.iter().zip([s0, s1, s2]) {
+                for (got, want) in u.iter().zip(want) {
                     assert!(
                         (got - want).abs() <= 1e-9 * want.abs() + 1e-12,
                         "a {a} m {m}: {got} vs {want}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// BCMM2's analytic Jacobian (from `d s_k / d ln a = -a s_{k+1}`) against central
+    /// differences of its residuals, for rates across the search range.
+    #[test]
+    fn bcmm2_jacobian_matches_differences() {
+        let m = 200.0;
+        let s = FretSums {
+            s0: 5e4,
+            k: 900.0,
+            s1: 1.1e6,
+            s2: 5.2e7,
+            ..FretSums::default()
+        };
+        for (yf, yd) in [
+            (-1.0, -3.5),
+            (-2.5, -4.0),
+            (0.5, -6.0),
+            (-3.9, -4.0),
+            (3.0, 1.0),
+        ] {
+            let at = |yf: f64, yd: f64| {
+                let f = unit_moments(yf.exp(), m);
+                let d = unit_moments(yd.exp(), m);
+                bcmm2_point(&s, yf, yd, &f, &d)
+            };
+            let p = at(yf, yd);
+            let e = 1e-6;
+            for (c, (df, dd)) in [(e, 0.0), (0.0, e)].into_iter().enumerate() {
+                let (hi, lo) = (at(yf + df, yd + dd), at(yf - df, yd - dd));
+                for r in 0..2 {
+                    let numeric = (hi.r[r] - lo.r[r]) / (2.0 * e);
+                    let scale = p.j[r][0].abs().max(p.j[r][1].abs());
+                    assert!(
+                        (numeric - p.j[r][c]).abs() <= 1e-6 * scale,
+                        "({yf}, {yd}) J[{r}][{c}]: {} vs {numeric}",
+                        p.j[r][c]
                     );
                 }
             }

@@ -1,9 +1,9 @@
 //! BCMM and the phasor method for FRET (flim-core's `fret`), one unit per pixel, in f32:
 //! the sums `S0, K, S1, S2` and the phasor in one pass, then the window-exact BCMM solve
-//! (BCMM1: bracketed secant in ln a_F; BCMM2: damped Newton in (ln a_F, ln a_D) from the
-//! paper's closed form or spreads around the mono-exponential rate) and the paper's PM.
+//! (BCMM1: bracketed Newton in ln a_F; BCMM2: Newton along the curve where the S1 equation
+//! holds, one window-sum evaluation per loop pass; flim-core's `fret` line by line) and the
+//! paper's PM.
 
-use super::lifetimes::{b_deriv, b_fn, cmm_rate};
 use super::{
     KIND_F32, KIND_U16, TILE, TILE_ROW, count, cube_first_pixel, decays, fetch_tile, holds_decays,
     invalid, store_tile, tile_count, u16_pairs,
@@ -18,10 +18,20 @@ pub const FRET_PLANES: usize = 8;
 
 /// Largest `ln a`, `a = h / tau` (as flim-core); the smallest is `ln(0.1 / m)`.
 const LN_A_MAX: f32 = 4.094_345;
-/// Root and step tolerance on ln a (f32).
+/// Convergence of a Newton step in ln a, relative to `1 + |ln a|` (f32).
 const TOL: f32 = 1e-6;
+/// BCMM2 has converged where the relative S1 and S2 residuals are this small (f32 sums).
+const RESIDUAL_FLOOR: f32 = 1e-6;
 /// A BCMM2 solution must reproduce S1 and S2 to this relative residual (f32 sums).
 const RESIDUAL: f32 = 1e-4;
+/// Newton steps of BCMM1 at most (flim-core: 60 in f64).
+const BCMM1_STEPS: u32 = 30;
+/// BCMM2's budget of window-sum evaluations per pixel (flim-core's `BCMM2_EVALUATIONS`).
+const BCMM2_EVALUATIONS: u32 = 64;
+/// Steps out of the donor rate's domain BCMM2 takes back (flim-core's `BCMM2_EXITS`).
+const BCMM2_EXITS: u32 = 4;
+/// BCMM2's inner (S1) solve stops at this Newton step (flim-core's `BCMM2_INNER_TOL`).
+const BCMM2_INNER_TOL: f32 = 1e-3;
 
 /// e^x - 1 for x <= 0 without cancellation near 0.
 #[cube]
@@ -38,23 +48,74 @@ fn expm1(x: f32) -> f32 {
     r
 }
 
-/// Window sums `sum_{j<m} j^k e^{-a j}`, k = 0, 1, 2 (flim-core's `fret::unit_moments`).
+/// `B(x) = 1/(e^x - 1) - 1/x`, `B'`, `B''` and `1 - e^{-x}` (flim-core's `fret::b_terms`;
+/// series below 1 in f32, as the lifetimes kernel's `b_fn`, else one exponential).
+#[derive(CubeType, Clone, Copy)]
+struct BTerms {
+    b: f32,
+    d: f32,
+    e: f32,
+    q: f32,
+}
+
+#[cube]
+#[allow(unused_assignments)] // CubeCL has no if-expressions: declared, then set per branch
+fn b_terms(x: f32) -> BTerms {
+    let mut b = 0.0f32;
+    let mut d = 0.0f32;
+    let mut e = 0.0f32;
+    let mut q = 0.0f32;
+    if x < 1.0f32 {
+        let x2 = x * x;
+        b = -0.5f32
+            + x * (f32::new(1.0 / 12.0)
+                - x2 * (f32::new(1.0 / 720.0)
+                    - x2 * (f32::new(1.0 / 30240.0)
+                        - x2 * (f32::new(1.0 / 1_209_600.0) - x2 * f32::new(1.0 / 47_900_160.0)))));
+        d = f32::new(1.0 / 12.0)
+            - x2 * (f32::new(1.0 / 240.0)
+                - x2 * (f32::new(1.0 / 6048.0)
+                    - x2 * (f32::new(1.0 / 172_800.0) - x2 * f32::new(1.0 / 5_322_240.0))));
+        e = -x
+            * (f32::new(1.0 / 120.0)
+                - x2 * (f32::new(1.0 / 1512.0)
+                    - x2 * (f32::new(1.0 / 28800.0)
+                        - x2 * (f32::new(1.0 / 665_280.0) - x2 * f32::new(1.0 / 17_203_978.0)))));
+        q = -expm1(-x);
+    } else {
+        let u = f32::exp(-x);
+        q = 1.0f32 - u;
+        let r = 1.0f32 / x;
+        let w = u / q;
+        b = w - r;
+        d = r * r - w / q;
+        e = w * (1.0f32 + u) / (q * q) - 2.0f32 * r * r * r;
+    }
+    BTerms { b, d, e, q }
+}
+
+/// Window sums `sum_{j<m} j^k e^{-a j}`, k = 0..3 (flim-core's `fret::unit_moments`).
 #[derive(CubeType, Clone, Copy)]
 struct Mom {
     s0: f32,
     s1: f32,
     s2: f32,
+    s3: f32,
 }
 
 #[cube]
 fn unit_moments(a: f32, m: f32) -> Mom {
-    let s0 = expm1(-a * m) / expm1(-a);
-    let mean = b_fn(a) - m * b_fn(a * m);
-    let var = m * m * b_deriv(a * m) - b_deriv(a);
+    let ta = b_terms(a);
+    let tm = b_terms(a * m);
+    let k1 = ta.b - m * tm.b;
+    let k2 = m * m * tm.d - ta.d;
+    let k3 = ta.e - m * m * m * tm.e;
+    let s0 = tm.q / ta.q;
     Mom {
         s0,
-        s1: s0 * mean,
-        s2: s0 * (var + mean * mean),
+        s1: s0 * k1,
+        s2: s0 * (k2 + k1 * k1),
+        s3: s0 * (k3 + k1 * (3.0f32 * k2 + k1 * k1)),
     }
 }
 
@@ -109,101 +170,319 @@ fn add_element(
     }
 }
 
-/// BCMM1's equation in `y = ln a_F`: `psi(a_F) - target`.
-#[cube]
-fn psi(y: f32, d: Mom, mean_d: f32, target: f32, m: f32) -> f32 {
-    let f = unit_moments(f32::exp(y), m);
-    f.s0 * (f.s1 / f.s0 - mean_d) / (f.s0 - d.s0) - target
+/// The S1 equation for a donor with window sums `d` (flim-core's `fret::s1_equation`):
+/// `rho(a_F) = (s1(a_F) - d1) / (s0(a_F) - d0) = target`, a root `a_F > a_D` iff `target`
+/// lies strictly between `d2 / d1` (`a_F -> a_D`) and `d1 / (d0 - 1)` (`a_F -> inf`);
+/// `near = d2 / d1 - target`.
+#[derive(CubeType, Clone, Copy)]
+struct S1Equation {
+    target: f32,
+    near: f32,
+    solvable: bool,
 }
 
-/// Relative residuals of the S1 and S2 equations at `(yf, yd)`, amplitudes from K and S0.
+#[cube]
+fn s1_equation(s: Sums, d: Mom) -> S1Equation {
+    let target = (s.s1 - s.k * d.s1) / (s.s0 - s.k * d.s0);
+    let near = d.s2 / d.s1 - target;
+    let far = d.s1 / (d.s0 - 1.0f32) - target;
+    S1Equation {
+        target,
+        near,
+        // False for NaN.
+        solvable: near * far < 0.0f32,
+    }
+}
+
+/// A bracket `[lo, hi]` in ln a_F.
 #[derive(CubeType, Clone, Copy)]
-struct Res {
+struct Bracket {
+    lo: f32,
+    hi: f32,
+}
+
+/// The next point of a bracketed Newton step on the S1 equation and the Newton step's
+/// length (flim-core's `fret::s1_step`).
+#[derive(CubeType, Clone, Copy)]
+struct Step {
+    next: f32,
+    len: f32,
+}
+
+#[cube]
+fn s1_step(y: f32, f: Mom, d: Mom, eq: S1Equation, br: &mut Bracket) -> Step {
+    let a = f32::exp(y);
+    let den = f.s0 - d.s0;
+    let h = (f.s1 - d.s1) / den - eq.target;
+    let slope = a * (f.s1 * (f.s1 - d.s1) - f.s2 * den) / (den * den);
+    if (h > 0.0f32) == (eq.near > 0.0f32) {
+        br.lo = y;
+    } else {
+        br.hi = y;
+    }
+    let step = -h / slope;
+    let mut next = y + step;
+    if !(next > br.lo && next < br.hi) {
+        next = 0.5f32 * (br.lo + br.hi);
+    }
+    let mut len = f32::abs(step);
+    if h == 0.0f32 {
+        len = 0.0f32;
+    }
+    Step { next, len }
+}
+
+/// Relative residuals of the S1 and S2 equations at `(yf, yd)` (amplitudes from K and S0),
+/// their analytic Jacobian in the log-rates, and the amplitudes (flim-core's
+/// `fret::bcmm2_point`).
+#[derive(CubeType, Clone, Copy)]
+struct Point {
     r1: f32,
     r2: f32,
+    j00: f32,
+    j01: f32,
+    j10: f32,
+    j11: f32,
     alpha: f32,
     beta: f32,
 }
 
 #[cube]
-fn residuals(s: Sums, yf: f32, yd: f32, m: f32) -> Res {
-    let f = unit_moments(f32::exp(yf), m);
-    let d = unit_moments(f32::exp(yd), m);
-    let alpha = (s.s0 - s.k * d.s0) / (f.s0 - d.s0);
+fn bcmm2_point(s: Sums, yf: f32, yd: f32, f: Mom, d: Mom) -> Point {
+    let af = f32::exp(yf);
+    let ad = f32::exp(yd);
+    let den = f.s0 - d.s0;
+    let alpha = (s.s0 - s.k * d.s0) / den;
     let beta = s.k - alpha;
-    Res {
-        r1: (alpha * f.s1 + beta * d.s1 - s.s1) / s.s1,
-        r2: (alpha * f.s2 + beta * d.s2 - s.s2) / s.s2,
+    let alpha_f = alpha * af * f.s1 / den;
+    let alpha_d = beta * ad * d.s1 / den;
+    let u1 = 1.0f32 / s.s1;
+    let u2 = 1.0f32 / s.s2;
+    Point {
+        r1: (alpha * f.s1 + beta * d.s1 - s.s1) * u1,
+        r2: (alpha * f.s2 + beta * d.s2 - s.s2) * u2,
+        j00: (alpha_f * (f.s1 - d.s1) - alpha * af * f.s2) * u1,
+        j01: (alpha_d * (f.s1 - d.s1) - beta * ad * d.s2) * u1,
+        j10: (alpha_f * (f.s2 - d.s2) - alpha * af * f.s3) * u2,
+        j11: (alpha_d * (f.s2 - d.s2) - beta * ad * d.s3) * u2,
         alpha,
         beta,
     }
 }
 
-/// One damped Newton run for BCMM2 from `(yf, yd)`; writes the log-rates into `sol` and
-/// returns whether they solve the equations.
+/// BCMM1 (flim-core's `fret::bcmm_known`): `(ln a_F, ln a_D, alpha, beta)` into `sol`;
+/// whether a solution was found.
 #[cube]
-fn bcmm_newton(s: Sums, yf0: f32, yd0: f32, m: f32, sol: &mut Array<f32>) -> bool {
-    let ln_a_min = f32::ln(0.1f32 / m);
-    let mut yf = f32::clamp(yf0, ln_a_min, LN_A_MAX);
-    let mut yd = f32::clamp(yd0, ln_a_min, LN_A_MAX);
-    let r0 = residuals(s, yf, yd, m);
-    // CubeCL cannot reassign a struct: the residual state as scalars.
-    let mut r1 = r0.r1;
-    let mut r2 = r0.r2;
-    let mut alpha = r0.alpha;
-    let mut beta = r0.beta;
-    let mut norm = f32::sqrt(r1 * r1 + r2 * r2);
-    let mut running = yf > yd;
-    for _ in 0..40u32 {
-        if running {
-            let e = 1e-3f32;
-            let rf = residuals(s, yf + e, yd, m);
-            let rd = residuals(s, yf, yd + e, m);
-            let j00 = (rf.r1 - r1) / e;
-            let j01 = (rd.r1 - r1) / e;
-            let j10 = (rf.r2 - r2) / e;
-            let j11 = (rd.r2 - r2) / e;
-            let det = j00 * j11 - j01 * j10;
-            let df = -(j11 * r1 - j01 * r2) / det;
-            let dd = -(-j10 * r1 + j00 * r2) / det;
-            let mut t = 1.0f32;
-            let mut accepted = false;
-            for _ in 0..20u32 {
-                if !accepted {
-                    let nf = f32::clamp(yf + t * df, ln_a_min, LN_A_MAX);
-                    let nd = f32::clamp(yd + t * dd, ln_a_min, LN_A_MAX);
-                    let nr = residuals(s, nf, nd, m);
-                    let nn = f32::sqrt(nr.r1 * nr.r1 + nr.r2 * nr.r2);
-                    // False for NaN.
-                    if nf > nd && nn < norm {
-                        // Converged when the full Newton step is small (a step cut short
-                        // by backtracking says nothing about convergence).
-                        let step = f32::abs(df) + f32::abs(dd);
-                        yf = nf;
-                        yd = nd;
-                        r1 = nr.r1;
-                        r2 = nr.r2;
-                        alpha = nr.alpha;
-                        beta = nr.beta;
-                        norm = nn;
-                        accepted = true;
-                        if step <= TOL * (f32::abs(yf) + f32::abs(yd) + 1.0f32) {
-                            running = false;
-                        }
-                    }
-                    t *= 0.5f32;
-                }
-            }
-            if !accepted {
+fn bcmm_known(s: Sums, a_d: f32, m: f32, sol: &mut Array<f32>) -> bool {
+    let d = unit_moments(a_d, m);
+    let eq = s1_equation(s, d);
+    let mut found = false;
+    if eq.solvable {
+        let mut br = Bracket {
+            lo: f32::ln(a_d),
+            hi: LN_A_MAX,
+        };
+        // The paper's tau_F = (tau_D N - X) / (tau_D K - N) (bins; N by the trapezoid).
+        let n = s.s0 - 0.5f32 * s.k;
+        let mut y = f32::ln((s.k / a_d - n) / (n / a_d - s.s1));
+        if !(y > br.lo && y < br.hi) {
+            y = 0.5f32 * (br.lo + br.hi);
+        }
+        let mut f0 = 0.0f32;
+        let mut steps = 0u32;
+        let mut running = true;
+        while running {
+            let f = unit_moments(f32::exp(y), m);
+            let st = s1_step(y, f, d, eq, &mut br);
+            steps += 1u32;
+            let tol = TOL * (1.0f32 + f32::abs(y));
+            if st.len <= tol || br.hi - br.lo <= tol || steps >= BCMM1_STEPS {
+                f0 = f.s0;
                 running = false;
+            } else {
+                y = st.next;
             }
         }
+        if y < LN_A_MAX - 1e-5f32 {
+            let alpha = (s.s0 - s.k * d.s0) / (f0 - d.s0);
+            sol[0] = y;
+            sol[1] = f32::ln(a_d);
+            sol[2] = alpha;
+            sol[3] = s.k - alpha;
+            found = true;
+        }
     }
-    sol[0] = yf;
-    sol[1] = yd;
-    sol[2] = alpha;
-    sol[3] = beta;
-    norm < RESIDUAL && yd > ln_a_min + 1e-5f32
+    found
+}
+
+/// BCMM2 (flim-core's `fret::bcmm_unknown`, line by line in f32) from the start
+/// `(x0, y0) = (ln a_D, ln a_F)`: Newton on the S2 residual along the curve where the S1
+/// equation holds, one window-sum evaluation per loop pass (at the donor rate x or an inner
+/// step at y), so that the units of a warp do the same work each pass. Writes
+/// `(ln a_F, ln a_D, alpha, beta)` into `sol`; whether they solve the equations. Unlike
+/// flim-core (f64, steps to 1e-10), a point whose residuals are below [`RESIDUAL`] is kept
+/// when f32 rounding stops the steps from shrinking within the budget.
+#[cube]
+#[allow(clippy::too_many_lines)]
+fn bcmm_unknown(s: Sums, x0: f32, y0: f32, m: f32, sol: &mut Array<f32>) -> bool {
+    let xmin = f32::ln(0.1f32 / m);
+    let mut x = f32::clamp(x0, xmin, LN_A_MAX - 1.0f32);
+    let mut y = y0;
+    let mut d = Mom {
+        s0: 0.0f32,
+        s1: 0.0f32,
+        s2: 0.0f32,
+        s3: 0.0f32,
+    };
+    let mut eq = S1Equation {
+        target: 0.0f32,
+        near: 0.0f32,
+        solvable: false,
+    };
+    let mut br = Bracket {
+        lo: 0.0f32,
+        hi: 0.0f32,
+    };
+    let mut at_x = true;
+    let mut has_good = false;
+    let mut good = 0.0f32;
+    let mut slope = 0.0f32;
+    let mut correction = 0.0f32;
+    let mut exits = 0u32;
+    let mut has_out = false;
+    let mut outside = 0.0f32;
+    let mut bracket = false;
+    let mut ra = 0.0f32;
+    let mut ga = 0.0f32;
+    let mut rb = 0.0f32;
+    let mut has_prev = false;
+    let mut px = 0.0f32;
+    let mut pg = 0.0f32;
+    let mut pstep = 0.0f32;
+    // The last point of the curve's residual norm (sol holds the point).
+    let mut last_norm = f32::new(1.0e30);
+    let mut evals = 0u32;
+    let mut running = true;
+    while running {
+        let mo = unit_moments(f32::exp(select(at_x, x, y)), m);
+        evals += 1u32;
+        if at_x {
+            d.s0 = mo.s0;
+            d.s1 = mo.s1;
+            d.s2 = mo.s2;
+            d.s3 = mo.s3;
+            let e = s1_equation(s, d);
+            if e.solvable {
+                eq.target = e.target;
+                eq.near = e.near;
+                br.lo = x;
+                br.hi = LN_A_MAX;
+                if has_good {
+                    y += slope * (x - good) + correction;
+                }
+                if !(y > br.lo && y < br.hi) {
+                    y = f32::min(x + 1.0f32, 0.5f32 * (x + LN_A_MAX));
+                }
+                at_x = false;
+            } else if !has_good {
+                // The start lies outside the domain: try the smallest rate once.
+                if x <= xmin {
+                    running = false;
+                } else {
+                    x = xmin;
+                }
+            } else {
+                exits += 1u32;
+                if exits > BCMM2_EXITS {
+                    // The curve ends short of a root.
+                    last_norm = f32::new(1.0e30);
+                    running = false;
+                } else {
+                    if bracket && (x - ra) * (x - rb) < 0.0f32 {
+                        bracket = false;
+                        has_prev = false;
+                    }
+                    has_out = true;
+                    outside = x;
+                    x = 0.5f32 * (x + good);
+                }
+            }
+        } else {
+            let st = s1_step(y, mo, d, eq, &mut br);
+            let tol = BCMM2_INNER_TOL * (1.0f32 + f32::abs(y));
+            if !(st.len <= tol || br.hi - br.lo <= tol) {
+                y = st.next;
+            } else {
+                let p = bcmm2_point(s, y, x, mo, d);
+                let det = p.j00 * p.j11 - p.j01 * p.j10;
+                let g = p.r2 - p.j10 / p.j00 * p.r1;
+                let dx = -g * p.j00 / det;
+                let dy = -(p.j11 * p.r1 - p.j01 * p.r2) / det;
+                let norm = f32::sqrt(p.r1 * p.r1 + p.r2 * p.r2);
+                sol[0] = y;
+                sol[1] = x;
+                sol[2] = p.alpha;
+                sol[3] = p.beta;
+                last_norm = norm;
+                // False for NaN and infinities.
+                if !(f32::abs(dx) < 1.0e30f32 && f32::abs(dy) < 1.0e30f32) {
+                    last_norm = f32::new(1.0e30);
+                    running = false;
+                } else if norm <= RESIDUAL_FLOOR
+                    || (f32::abs(dx) <= TOL * (1.0f32 + f32::abs(x))
+                        && f32::abs(dy) <= TOL * (1.0f32 + f32::abs(y)))
+                {
+                    running = false;
+                } else {
+                    has_good = true;
+                    good = x;
+                    slope = -p.j01 / p.j00;
+                    correction = -p.r1 / p.j00;
+                    let mut next = x + f32::clamp(dx, -1.0f32, 1.0f32);
+                    if bracket || (has_prev && (g > 0.0f32) != (pg > 0.0f32)) {
+                        if !bracket {
+                            bracket = true;
+                            ra = px;
+                            ga = pg;
+                            rb = x;
+                        } else if (g > 0.0f32) == (ga > 0.0f32) {
+                            ra = x;
+                            ga = g;
+                        } else {
+                            rb = x;
+                        }
+                        if !(next > f32::min(ra, rb) && next < f32::max(ra, rb)) {
+                            next = 0.5f32 * (ra + rb);
+                        }
+                    } else if (has_prev && (next - x) * pstep < 0.0f32)
+                        || (x <= xmin && next <= xmin)
+                    {
+                        // Turned back with no sign change, or the root lies below the
+                        // smallest rate: no solution.
+                        last_norm = f32::new(1.0e30);
+                        running = false;
+                    } else {
+                        next = f32::max(next, xmin);
+                    }
+                    if has_out && (next - outside) * (x - outside) <= 0.0f32 {
+                        next = 0.5f32 * (x + outside);
+                    }
+                    has_prev = true;
+                    px = x;
+                    pg = g;
+                    pstep = next - x;
+                    x = next;
+                    at_x = true;
+                }
+            }
+        }
+        if evals >= BCMM2_EVALUATIONS {
+            running = false;
+        }
+    }
+    // A solution on the search bound is the bound, not a solution. Converged or with the
+    // budget spent, the last point of the curve counts if its residuals pass.
+    last_norm < RESIDUAL && sol[1] > xmin + 1e-5f32
 }
 
 /// Amplitude fraction of the first component from sample amplitudes (binning and pile-up
@@ -325,54 +604,11 @@ pub fn fret_kernel(
             let mut sol = Array::<f32>::new(4usize);
             let mut found = false;
             if comptime!(donor_known) {
-                let d = unit_moments(a_d, mf);
-                let mean_d = d.s1 / d.s0;
-                let l0 = s.s0 - s.k * d.s0;
-                let target = (s.s1 - mean_d * s.s0) / l0;
-                // Illinois regula falsi on ln a_F in (ln a_D, ln 60].
-                let mut lo = f32::ln(a_d) + 1e-4f32;
-                let mut hi = f32::new(4.094_345); // LN_A_MAX
-                let mut flo = psi(lo, d, mean_d, target, mf);
-                let mut fhi = psi(hi, d, mean_d, target, mf);
-                if flo * fhi <= 0.0f32 {
-                    let mut side = u32::new(0);
-                    let mut x = 0.5f32 * (lo + hi);
-                    let mut done = false;
-                    for _ in 0..100u32 {
-                        if !done {
-                            x = (lo * fhi - hi * flo) / (fhi - flo);
-                            if !(x > lo && x < hi) {
-                                x = 0.5f32 * (lo + hi);
-                            }
-                            let fx = psi(x, d, mean_d, target, mf);
-                            if fx == 0.0f32 || hi - lo <= TOL * (1.0f32 + f32::abs(x)) {
-                                done = true;
-                            } else if (fx > 0.0f32) == (fhi > 0.0f32) {
-                                hi = x;
-                                fhi = fx;
-                                if side == 1u32 {
-                                    flo *= 0.5f32;
-                                }
-                                side = 1u32;
-                            } else {
-                                lo = x;
-                                flo = fx;
-                                if side == 2u32 {
-                                    fhi *= 0.5f32;
-                                }
-                                side = 2u32;
-                            }
-                        }
-                    }
-                    let f = unit_moments(f32::exp(x), mf);
-                    sol[0] = x;
-                    sol[1] = f32::ln(a_d);
-                    sol[2] = l0 / (f.s0 - d.s0);
-                    sol[3] = s.k - sol[2];
-                    found = true;
-                }
+                found = bcmm_known(s, a_d, mf, &mut sol);
             } else {
-                // The paper's closed form (integrals to infinity, trapezoid) first.
+                // The paper's closed form (integrals to infinity, trapezoid) as the start,
+                // else the mono-exponential rate of the mean bin, untruncated, spread by
+                // e^{+-0.4}.
                 let kk = s.k;
                 let nn = s.s0 - 0.5f32 * s.k;
                 let xx = s.s1;
@@ -380,22 +616,28 @@ pub fn fret_kernel(
                 let g = (kk * yy - nn * xx) / (kk * xx - nn * nn);
                 let pp = (nn * g - xx) / kk;
                 let disc = g * g - 4.0f32 * pp;
+                let mut start = false;
+                let mut x0 = 0.0f32;
+                let mut y0 = 0.0f32;
                 if disc >= 0.0f32 && pp > 0.0f32 && g > 0.0f32 {
                     let root = f32::sqrt(disc);
                     let t1 = 0.5f32 * (g - root);
                     let t2 = 0.5f32 * (g + root);
                     if t1 > 0.0f32 {
-                        found = bcmm_newton(s, -f32::ln(t1), -f32::ln(t2), mf, &mut sol);
+                        x0 = -f32::ln(t2);
+                        y0 = -f32::ln(t1);
+                        start = true;
                     }
                 }
-                let mono = cmm_rate(s.s1 / s.s0, mf);
-                let ym = f32::ln(mono);
-                // Spreads around the mono-exponential rate: e^{0.4 i}, i = 1..4.
-                for i in 1..5u32 {
-                    if !found && mono > 0.0f32 {
-                        let k = 0.4f32 * f32::cast_from(i);
-                        found = bcmm_newton(s, ym + k, ym - k, mf, &mut sol);
-                    }
+                let mean = s.s1 / s.s0;
+                if !start && mean > 0.0f32 && mean < 0.5f32 * (mf - 1.0f32) {
+                    let ym = f32::ln(f32::ln(1.0f32 + 1.0f32 / mean));
+                    x0 = ym - 0.4f32;
+                    y0 = ym + 0.4f32;
+                    start = true;
+                }
+                if start {
+                    found = bcmm_unknown(s, x0, y0, mf, &mut sol);
                 }
             }
             if found {
