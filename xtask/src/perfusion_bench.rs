@@ -13,8 +13,8 @@ use anyhow::Result;
 use gpu_runtime::{Backend, Device, Timing, bench};
 use perfusion_core::sim::Simulation;
 use perfusion_core::{
-    CHUNKS_ENV, FitOptions, FitStatus, Fits, Method, Model, PERSISTENT_ENV, Precision, fit_on,
-    kernel_times, mean_evaluations, pipeline_chunks,
+    FitOptions, FitStatus, Fits, Method, Model, PERSISTENT_ENV, Precision, fit_on,
+    fit_on_in_launches, kernel_times, mean_evaluations,
 };
 
 const PAPER_START: [f64; 5] = [10.0, 80.0, 200.0, 2.0, 3.0];
@@ -92,36 +92,59 @@ fn gpu(device: &Device, opts: &Options) -> Result<Vec<Measurement>> {
     for &precision in &precisions {
         for method in [Method::NelderMead, Method::LevenbergMarquardt] {
             let o = options(method, precision);
-            let mut last = None;
             let reps = if opts.quick { 2 } else { 5 };
-            let t = bench(1, reps, || {
-                last = Some(fit_on(curves, &sim.problem, &o, device).map_err(as_err)?);
-                Ok(())
-            })?;
-            let fits = last.expect("ran");
-            let rate = voxels as f64 / (t.median_ms / 1e3);
             let target = match method {
                 Method::NelderMead => 100.0,
                 Method::LevenbergMarquardt => 30.0,
             };
-            out.push(measurement(
-                "perfusion",
-                &format!("{} {} {voxels} voxels Nt 128 end to end", method.name(), fits.precision),
-                rate,
-                "voxels/s",
-                t,
-                format!(
-                    "{id}; curves up, maps down, pipelined in {} chunks ({CHUNKS_ENV}; 1 = one launch, no overlap); NM persistent units {} ({PERSISTENT_ENV}); {:.0}x the paper's 11,600 voxels/s; target {target} ms for 626,400 voxels; {}",
-                    pipeline_chunks(),
-                    std::env::var(PERSISTENT_ENV).unwrap_or_else(|_| "on CUDA by default".into()),
-                    rate / PAPER_RATE,
-                    summary(&fits)
-                ),
-            ));
+            // End to end as `fit_on` runs it, then (full runs) with the work split into
+            // 1, 2, 4 and 8 launches: each launch's curves go up while the previous one runs,
+            // but each launch of persistent units ends in a tail. Chooses the default.
+            let splits: &[Option<usize>] = if opts.quick {
+                &[None]
+            } else {
+                &[None, Some(1), Some(2), Some(4), Some(8)]
+            };
+            let mut fits = None;
+            for &launches in splits {
+                let mut last = None;
+                let t = bench(1, reps, || {
+                    last = Some(
+                        match launches {
+                            None => fit_on(curves, &sim.problem, &o, device),
+                            Some(k) => fit_on_in_launches(curves, &sim.problem, &o, device, k),
+                        }
+                        .map_err(as_err)?,
+                    );
+                    Ok(())
+                })?;
+                let f = last.expect("ran");
+                let rate = voxels as f64 / (t.median_ms / 1e3);
+                let how = match launches {
+                    None => "end to end".to_string(),
+                    Some(k) => format!("end to end in {k} launch(es)"),
+                };
+                out.push(measurement(
+                    "perfusion",
+                    &format!("{} {} {voxels} voxels Nt 128 {how}", method.name(), f.precision),
+                    rate,
+                    "voxels/s",
+                    t,
+                    format!(
+                        "{id}; curves up (pieces packed while the previous one is copied; launch k + 1's during launch k), maps down; default: one launch for persistent NM units, else 4; NM persistent units {} ({PERSISTENT_ENV}); {:.0}x the paper's 11,600 voxels/s; target {target} ms for 626,400 voxels; {}",
+                        std::env::var(PERSISTENT_ENV).unwrap_or_else(|_| "on CUDA by default".into()),
+                        rate / PAPER_RATE,
+                        summary(&f)
+                    ),
+                ));
+                fits.get_or_insert(f);
+            }
+            let fits = fits.expect("ran");
             // The kernel alone, in several cube shapes (curves already on the device).
             // On CUDA the cube size also caps registers (`__launch_bounds__`): 384 units leave
             // 170 registers per unit, 512 leave 128 (`cargo xtask build-ptx` reports what each
-            // kernel uses at 128: NM f64 164, LM f64 250 on sm_90), spilling the rest.
+            // kernel uses at 128), spilling the rest. Persistent Nelder-Mead at 512 falls back
+            // to one voxel per unit at Nt 128 (512 shared curves need 256 KiB).
             let cubes: &[u32] = match (opts.quick, device.backend()) {
                 (true, _) => &[128],
                 (false, Backend::Cuda) => &[64, 128, 256, 384, 512],

@@ -111,8 +111,18 @@ pub trait RawTransfers: Runtime {
     }
     /// Copy `src` into the device memory of `dst`; `Ok(false)` when not supported.
     fn copy_to_device(
+        client: &ComputeClient<Self>,
+        dst: &cubecl::server::Handle,
+        src: &[u8],
+    ) -> std::result::Result<bool, String> {
+        Self::copy_to_device_at(client, dst, 0, src)
+    }
+    /// Copy `src` into the device memory of `dst` from byte `offset` on; `Ok(false)` when
+    /// not supported.
+    fn copy_to_device_at(
         _client: &ComputeClient<Self>,
         _dst: &cubecl::server::Handle,
+        _offset: usize,
         _src: &[u8],
     ) -> std::result::Result<bool, String> {
         Ok(false)
@@ -138,19 +148,20 @@ impl RawTransfers for cubecl::cuda::CudaRuntime {
         NonNull::new(ptr.cast::<u8>())
     }
 
-    fn copy_to_device(
+    fn copy_to_device_at(
         client: &ComputeClient<Self>,
         dst: &cubecl::server::Handle,
+        offset: usize,
         src: &[u8],
     ) -> std::result::Result<bool, String> {
         let res = client
             .get_resource(dst.clone())
             .map_err(|e| e.to_string())?;
-        let ptr = res.resource().ptr;
+        let ptr = res.resource().ptr + offset as u64;
         copy_stream::run(|stream| {
             // SAFETY: `ptr` addresses at least `src.len()` bytes of the handle's allocation
-            // (the callers size the handle from `src`); `run` synchronises the stream before
-            // `src` can be touched again.
+            // (the callers check `offset + src.len()` against the array); `run`
+            // synchronises the stream before `src` can be touched again.
             unsafe { cudarc::driver::result::memcpy_htod_async(ptr, src, stream) }
         })?;
         Ok(true)
@@ -301,6 +312,39 @@ impl<R: KnownRuntime> Gpu<R> {
                 self.info().id
             ),
         })
+    }
+
+    /// Copy `src` into device array `dst` from byte `offset` on **without** draining
+    /// CubeCL's queue first, so that the copy overlaps the kernels queued before it (the
+    /// copy itself has ended when this returns). `Ok(false)`, having copied nothing, where
+    /// the runtime has no raw copies (wgpu): use [`Gpu::upload_staged`] there.
+    ///
+    /// # Safety
+    ///
+    /// No queued or running work may read or write those bytes of `dst`: e.g. `dst` was
+    /// allocated before the queued launches and none of them takes it.
+    pub unsafe fn upload_bytes_at_unsynced<T: CubeElement>(
+        &self,
+        src: &[u8],
+        dst: &GpuArray<T>,
+        offset: usize,
+    ) -> Result<bool> {
+        let room = dst.len() * std::mem::size_of::<T>();
+        if offset.checked_add(src.len()).is_none_or(|end| end > room) {
+            return Err(Error::InvalidLaunch {
+                kernel: "upload_bytes_at_unsynced".into(),
+                why: format!(
+                    "{} bytes at offset {offset} into a device array of {room}",
+                    src.len()
+                ),
+            });
+        }
+        if !R::RAW {
+            return Ok(false);
+        }
+        let _span =
+            tracing::debug_span!("upload_unsynced", bytes = src.len(), offset).entered();
+        self.with_context(|| R::copy_to_device_at(self.client(), dst.handle(), offset, src))
     }
 
     /// Whether [`Gpu::upload_staged_into`] is available (raw copies, i.e. CUDA).

@@ -1,9 +1,10 @@
-//! The GPU path: curves to the device in chunks that fit (time-major, f32, through
-//! page-locked staging kept between calls), one `gpu_kernels::perfusion` fit per voxel in
-//! f64 (CUDA) or f32 (wgpu), maps back.
+//! The GPU path: curves to the device (time-major, f32, packed on all cores into
+//! page-locked pieces while earlier pieces cross the link), one `gpu_kernels::perfusion` fit
+//! per voxel in f64 (CUDA) or f32 (wgpu), maps back.
 //!
-//! `BIOGPU_PERFUSION_CUBE` (32, 64, 128, 256, 384, 512) sets the units per cube, to compare
-//! launch shapes on a GPU in one run (the benchmark reports the shape it used).
+//! Launch shape settings for tests and benchmarks (docs/perfusion.md): `BIOGPU_PERFUSION_CUBE`
+//! (32, 64, 128, 256, 384, 512 units per cube), `BIOGPU_PERFUSION_PERSISTENT=0|1` and
+//! `BIOGPU_PERFUSION_UNITS=N` (persistent Nelder-Mead units; CI runs lavapipe with them on).
 
 use crate::error::{Error, Result};
 use crate::fit::{
@@ -16,30 +17,26 @@ use gpu_kernels::perfusion::{self as kernels, CUBE_FIT, FitParams, KernelFloat};
 use gpu_runtime::{Device, Gpu, GpuArray, HostStaging, KnownRuntime, par_copy, with_gpu};
 use ndarray::{ArrayView2, Axis, s};
 use rayon::prelude::*;
+use std::ops::Range;
 use std::time::Duration;
 
 /// Environment variable selecting the units per cube of the fit kernels.
 pub const CUBE_ENV: &str = "BIOGPU_PERFUSION_CUBE";
 
-/// Most voxels per launch: chunks report progress and check for Ctrl-C between them.
+/// Most voxels per launch: `i * voxels + v` indexes the curves in 32 bits.
 const MAX_CHUNK: usize = 1 << 20;
-/// Large jobs run in at least this many chunks so that the host work of one chunk (packing
-/// the curves into page-locked memory, converting the maps) overlaps the kernel of another;
-/// `BIOGPU_PERFUSION_CHUNKS` overrides it (1: one launch, no overlap).
+/// Launches per round where units fit one voxel each (LM, and Nelder-Mead without persistent
+/// units): the curves of launch k + 1 cross the link while launch k runs. Persistent
+/// Nelder-Mead runs a round in one launch: every launch ends with a tail in which the
+/// last voxels' units finish alone.
 const PIPELINE_CHUNKS: usize = 4;
-/// Environment variable setting the pipeline's chunk count.
-pub const CHUNKS_ENV: &str = "BIOGPU_PERFUSION_CHUNKS";
-
-/// Chunks a large job is split into: `BIOGPU_PERFUSION_CHUNKS` or [`PIPELINE_CHUNKS`].
-pub fn pipeline_chunks() -> usize {
-    std::env::var(CHUNKS_ENV)
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .filter(|&c: &usize| c >= 1)
-        .unwrap_or(PIPELINE_CHUNKS)
-}
-/// Chunks are not made smaller than this for the pipeline (a launch must still fill the GPU).
+/// Launches are not made smaller than this for the pipeline (a launch must still fill the
+/// GPU); an explicit launch count (benchmarks, tests) is taken as given.
 const MIN_PIPELINE_CHUNK: usize = 1 << 16;
+/// The curves go up in pieces of about this many bytes (whole time rows of a launch's
+/// time-major block): one piece is packed on all cores while the previous one crosses the
+/// link, so packing and the copy overlap.
+const PIECE_BYTES: usize = 16 << 20;
 
 /// Tolerances below f32 rounding would never be met: the f32 kernels use at least these.
 const F32_TOL: f64 = 1e-6;
@@ -53,6 +50,11 @@ pub const PERSISTENT_ENV: &str = "BIOGPU_PERFUSION_PERSISTENT";
 /// `BIOGPU_PERFUSION_UNITS=N`: at most N persistent units per launch (default: 2048 per
 /// streaming multiprocessor, all a GPU can keep resident).
 pub const UNITS_ENV: &str = "BIOGPU_PERFUSION_UNITS";
+
+/// Units per cube of persistent Nelder-Mead in f64 (H100, 2026-11-26: 4.75 M voxels/s against
+/// 4.56 M at 128; 12 warps per multiprocessor either way, the shared curves allow no more
+/// at Nt 128, and 384 caps registers at 170).
+const CUBE_NM_F64_PERSISTENT: u32 = 384;
 
 fn env_u32(name: &str) -> Option<u32> {
     std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
@@ -71,12 +73,16 @@ fn persistent_units(info: &gpu_runtime::DeviceInfo) -> (bool, u32) {
     (on, units)
 }
 
-/// Units per cube: `BIOGPU_PERFUSION_CUBE` or the kernels' default.
-pub fn cube_units() -> u32 {
-    std::env::var(CUBE_ENV)
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(CUBE_FIT)
+/// Units per cube: `BIOGPU_PERFUSION_CUBE`, else [`CUBE_NM_F64_PERSISTENT`] for persistent
+/// Nelder-Mead in f64 and the kernels' default otherwise.
+fn cube_units(method: Method, f64: bool, persistent: bool) -> u32 {
+    env_u32(CUBE_ENV).unwrap_or(
+        if method == Method::NelderMead && f64 && persistent {
+            CUBE_NM_F64_PERSISTENT
+        } else {
+            CUBE_FIT
+        },
+    )
 }
 
 /// The launch settings of `setup` for arithmetic `F`.
@@ -127,18 +133,16 @@ fn params<F: KernelFloat>(
         delays: [delay(setup.delays[0]), delay(setup.delays[1])],
         uniform: problem.is_uniform(),
         inv_dt: problem.inv_dt,
-        cube: cube_units(),
+        cube: cube_units(setup.method, !f32_path, persistent),
         persistent,
         units,
     }
 }
 
-/// The shared grid: times, intervals, arterial input and slopes, portal input and slopes.
+/// The shared grid: times, intervals, inputs and slopes, and the inputs padded for the
+/// uniform-grid walk (`gpu_kernels::perfusion::grid_values`).
 fn grid_values<F: KernelFloat>(p: &Problem) -> Vec<F> {
-    [&p.t, &p.dt, &p.u1, &p.s1, &p.u2, &p.s2]
-        .iter()
-        .flat_map(|v| v.iter().map(|&x| F::from_f64(x)))
-        .collect()
+    kernels::grid_values::<F>([&p.t, &p.dt, &p.u1, &p.s1, &p.u2, &p.s2])
 }
 
 /// Start, lower and upper bounds (fixed parameters: their value three times).
@@ -162,10 +166,11 @@ mod staging_cache {
     use gpu_runtime::{Gpu, HostStaging, KnownRuntime};
     use std::cell::RefCell;
 
-    /// Slots: 0 and 1 curves (two chunks in flight), 2-5 maps and statuses of two chunks.
-    pub const SLOTS_N: usize = 6;
+    /// Slots: 0 and 1 upload pieces, 2 a whole launch's curves (no raw copies: wgpu),
+    /// 3 and 4 maps and statuses.
+    pub const SLOTS_N: usize = 5;
 
-    thread_local!(static SLOTS: RefCell<[Option<HostStaging>; SLOTS_N]> = const { RefCell::new([None, None, None, None, None, None]) });
+    thread_local!(static SLOTS: RefCell<[Option<HostStaging>; SLOTS_N]> = const { RefCell::new([None, None, None, None, None]) });
 
     pub fn take<R: KnownRuntime>(gpu: &Gpu<R>, slot: usize, len: usize) -> HostStaging {
         let cached = SLOTS.with_borrow_mut(|s| s[slot].take());
@@ -180,13 +185,13 @@ mod staging_cache {
     }
 }
 
-/// Curves `range` of `curves` (voxels x time) into `dst` time-major, as f32 bytes, on all
-/// cores: one parallel copy in 1 MiB pieces when the range is one contiguous time-major
-/// block (a whole time-major series), else per time row (split in pieces as well when the
-/// row is contiguous).
-fn pack(curves: ArrayView2<f32>, range: std::ops::Range<usize>, dst: &mut [u8]) {
+/// Time rows `rows` of curves `range` (voxels x time) into `dst`, time-major as f32 bytes
+/// (row t at `(t - rows.start) * range.len() * 4`), on all cores: one parallel copy in
+/// 1 MiB pieces when the part is one contiguous time-major block (a whole time-major
+/// series), else per time row (split in pieces as well when the row is contiguous).
+fn pack(curves: ArrayView2<f32>, range: Range<usize>, rows: Range<usize>, dst: &mut [u8]) {
     let n = range.len();
-    let part = curves.slice(s![range, ..]);
+    let part = curves.slice(s![range, rows]);
     let by_time = part.t();
     if let Some(all) = by_time.as_slice() {
         par_copy(&mut dst[..all.len() * 4], bytemuck::cast_slice(all));
@@ -205,7 +210,8 @@ fn pack(curves: ArrayView2<f32>, range: std::ops::Range<usize>, dst: &mut [u8]) 
         });
 }
 
-/// Fit every voxel on the GPU `device` in f64 (`use_f64`) or f32.
+/// Fit every voxel on the GPU `device` in f64 (`use_f64`) or f32; `launches` overrides the
+/// kernel launches per round (benchmarks, tests).
 pub(crate) fn fit(
     curves: ArrayView2<f32>,
     problem: &Problem,
@@ -213,12 +219,34 @@ pub(crate) fn fit(
     device: &Device,
     use_f64: bool,
     control: &Control,
+    launches: Option<usize>,
 ) -> Result<Fits> {
     if use_f64 {
-        run::<f64>(curves, problem, setup, device, control)
+        run::<f64>(curves, problem, setup, device, control, launches)
     } else {
-        run::<f32>(curves, problem, setup, device, control)
+        run::<f32>(curves, problem, setup, device, control, launches)
     }
+}
+
+/// Launches a round of `round` voxels is split into: `launches` if given, else one for
+/// persistent Nelder-Mead and [`PIPELINE_CHUNKS`] (of at least [`MIN_PIPELINE_CHUNK`]
+/// voxels) otherwise; never more than [`MAX_CHUNK`] voxels a launch.
+fn split(round: Range<usize>, launches: Option<usize>, persistent_nm: bool) -> Vec<Range<usize>> {
+    let n = round.len();
+    let len = match launches {
+        Some(k) => n.div_ceil(k.max(1)),
+        None if persistent_nm => n,
+        None => n
+            .div_ceil(PIPELINE_CHUNKS)
+            .next_multiple_of(1024)
+            .max(MIN_PIPELINE_CHUNK),
+    }
+    .clamp(1, MAX_CHUNK);
+    round
+        .clone()
+        .step_by(len)
+        .map(|s| s..(s + len).min(round.end))
+        .collect()
 }
 
 fn run<F: KernelFloat>(
@@ -227,161 +255,253 @@ fn run<F: KernelFloat>(
     setup: &Setup,
     device: &Device,
     control: &Control,
+    launches: Option<usize>,
 ) -> Result<Fits> {
     let n = curves.nrows();
     let nt = problem.len();
     let np = setup.model.n_params();
-    let mut fits = Fits::new_for(setup, n, device.info().id.clone(), F::NAME);
+    let new_fits = || Fits::new_for(setup, n, device.info().id.clone(), F::NAME);
     if n == 0 {
-        return Ok(fits);
+        return Ok(new_fits());
     }
     let fsize = std::mem::size_of::<F>() as u64;
+    let mut fits = None;
     with_gpu!(device, |gpu| {
         let grid = gpu.upload(&grid_values::<F>(problem))?;
         let setup_dev = gpu.upload(&setup_values::<F>(setup))?;
         let per_voxel = nt as u64 * 4 + (np as u64 + 2) * fsize + 4;
         let fixed = grid.len() as u64 * fsize + 1024;
-        // Four times the bytes per voxel: two chunks in flight, and room for the memory
-        // pool's rounding and earlier buffers.
-        let plan = gpu.budget().plan(n, 4 * per_voxel, fixed)?;
-        let chunk = chunk_len(n, plan.chunk_len());
-        let ranges: Vec<_> = (0..n)
-            .step_by(chunk)
-            .map(|s| s..(s + chunk).min(n))
-            .collect();
-        pipeline::<_, F>(
-            gpu, curves, &ranges, problem, setup, &grid, &setup_dev, &mut fits, control,
-        )
+        // A round's buffers are all on the device at once; twice the bytes per voxel leave
+        // room for the memory pool's rounding and earlier buffers.
+        let round = gpu.budget().plan(n, 2 * per_voxel, fixed)?.chunk_len();
+        let p = params::<F>(setup, problem, 0, gpu.info());
+        let persistent_nm = setup.method == Method::NelderMead
+            && p.shared_nt(gpu.client().properties().hardware.max_shared_memory_size) > 0;
+        for start in (0..n).step_by(round) {
+            if control.stopped() {
+                break;
+            }
+            let chunks = split(start..(start + round).min(n), launches, persistent_nm);
+            let queued = queue_round::<_, F>(
+                gpu, curves, &chunks, problem, setup, &grid, &setup_dev, control,
+            )?;
+            // The first round's results are allocated while its kernels run.
+            let fits = fits.get_or_insert_with(new_fits);
+            finish_round::<_, F>(gpu, queued, np, fits, control, n)?;
+        }
+        Ok(())
     })
     .map_err(Error::from)?;
-    Ok(fits)
+    Ok(fits.unwrap_or_else(new_fits))
 }
 
-/// Voxels per chunk: what fits (and at most [`MAX_CHUNK`]), and for large jobs at most
-/// 1 / [`pipeline_chunks`] of them (not below [`MIN_PIPELINE_CHUNK`]), rounded up to 1024.
-fn chunk_len(n: usize, fits: usize) -> usize {
-    let pipelined = n
-        .div_ceil(pipeline_chunks())
-        .next_multiple_of(1024)
-        .max(MIN_PIPELINE_CHUNK);
-    fits.min(MAX_CHUNK).min(pipelined).max(1)
-}
-
-/// One chunk on the device: its curves, maps and statuses.
-struct InFlight<F: KernelFloat> {
-    range: std::ops::Range<usize>,
-    /// Held until the chunk's maps are down, so its memory is not reused under the kernel.
+/// One launch on the device: its voxels, curves, maps, statuses and counter.
+struct Launched<F: KernelFloat> {
+    range: Range<usize>,
+    /// Held until the maps are down, so that their memory is not reused under the kernel.
     _data: GpuArray<f32>,
     out: GpuArray<F>,
     status: GpuArray<u32>,
+    _counter: GpuArray<u32>,
 }
 
-/// Fit `ranges` in order, two chunks in flight: while the GPU fits chunk k, the host packs
-/// the curves of chunk k + 1 into page-locked memory; chunk k's maps come down as soon as
-/// its kernel ends, chunk k + 1 is launched, and chunk k's maps are converted while it runs.
-/// (CubeCL's queue is one stream: a transfer waits for every queued kernel, hence this
-/// order.) Progress and Ctrl-C are checked between chunks.
+/// Queue the launches of one round. Every buffer of the round is allocated first, so that
+/// on CUDA the curves of launch k + 1 can be copied without waiting for the queue: they
+/// cross the link (in pieces, each packed on all cores while the previous one is copied)
+/// while launch k runs. Elsewhere (wgpu: no raw copies) each launch's curves go up whole,
+/// after the queued work. Returns the launches queued (fewer when stopped).
 #[allow(clippy::too_many_arguments)]
-fn pipeline<R: KnownRuntime, F: KernelFloat>(
+fn queue_round<R: KnownRuntime, F: KernelFloat>(
     gpu: &Gpu<R>,
     curves: ArrayView2<f32>,
-    ranges: &[std::ops::Range<usize>],
+    chunks: &[Range<usize>],
     problem: &Problem,
     setup: &Setup,
     grid: &GpuArray<F>,
     setup_dev: &GpuArray<F>,
-    fits: &mut Fits,
     control: &Control,
-) -> gpu_runtime::Result<()> {
+) -> gpu_runtime::Result<Vec<Launched<F>>> {
+    let _span = tracing::debug_span!("perfusion_round", launches = chunks.len()).entered();
     let nt = problem.len();
     let np = setup.model.n_params();
-    let fsize = std::mem::size_of::<F>();
-    let n = curves.nrows();
-    let longest = ranges.iter().map(ExactSizeIterator::len).max().unwrap_or(0);
-    let mut input = [
-        staging_cache::take(gpu, 0, longest * nt * 4),
-        staging_cache::take(gpu, 1, longest * nt * 4),
-    ];
-    let mut maps = [
-        staging_cache::take(gpu, 2, (np + 2) * fsize * longest),
-        staging_cache::take(gpu, 3, (np + 2) * fsize * longest),
-    ];
-    let mut words = [
-        staging_cache::take(gpu, 4, 4 * longest),
-        staging_cache::take(gpu, 5, 4 * longest),
-    ];
-    let launch_chunk = |range: &std::ops::Range<usize>,
-                        staged: &HostStaging|
-     -> gpu_runtime::Result<InFlight<F>> {
-        let len = range.len();
-        let data = gpu.upload_staged::<f32>(staged, len * nt)?;
-        let out = gpu.empty::<F>((np + 2) * len)?;
-        let status = gpu.empty::<u32>(len)?;
-        let p = params::<F>(setup, problem, len, gpu.info());
-        launch::<R, F>(gpu, setup.method, &data, grid, setup_dev, &p, &out, &status)?;
-        Ok(InFlight {
-            range: range.clone(),
-            _data: data,
-            out,
-            status,
-        })
-    };
-    let mut result = Ok(());
-    if let Some(first) = ranges.first().filter(|_| !control.stopped()) {
-        pack(curves, first.clone(), input[0].as_bytes_mut());
+    let raw = gpu.can_write_in_place();
+    let mut bufs = Vec::with_capacity(chunks.len());
+    {
+        let _span = tracing::debug_span!("allocate").entered();
+        for r in chunks {
+            let len = r.len();
+            let data = if raw {
+                Some(gpu.empty::<f32>(len * nt)?)
+            } else {
+                None
+            };
+            let out = gpu.empty::<F>((np + 2) * len)?;
+            let status = gpu.empty::<u32>(len)?;
+            // (A new upload waits for the queue: made now, before any launch of the round.)
+            let counter = gpu.upload(&[0u32])?;
+            bufs.push((data, out, status, counter));
+        }
     }
-    let mut current: Option<InFlight<F>> = None;
-    let mut slot = 0;
-    for (k, range) in ranges.iter().enumerate() {
+    let longest = chunks.iter().map(ExactSizeIterator::len).max().unwrap_or(0);
+    let rows_per_piece = (PIECE_BYTES / (4 * longest).max(1)).clamp(1, nt);
+    let mut ring = if raw {
+        let bytes = rows_per_piece * longest * 4;
+        Some([
+            staging_cache::take(gpu, 0, bytes),
+            staging_cache::take(gpu, 1, bytes),
+        ])
+    } else {
+        None
+    };
+    let mut whole = (!raw).then(|| staging_cache::take(gpu, 2, longest * nt * 4));
+    let mut queued = Vec::with_capacity(chunks.len());
+    let mut result = Ok(());
+    for (range, (data, out, status, counter)) in chunks.iter().zip(bufs) {
         if control.stopped() {
             break;
         }
-        let running = match current.take() {
-            Some(c) => c,
-            None => match launch_chunk(range, &input[slot]) {
-                Ok(c) => c,
-                Err(e) => {
-                    result = Err(e);
-                    break;
-                }
-            },
+        let len = range.len();
+        let data = match (data, ring.as_mut(), whole.as_mut()) {
+            (Some(data), Some(ring), _) => {
+                upload_pieces(gpu, curves, range, nt, rows_per_piece, &data, ring).map(|()| data)
+            }
+            (_, _, Some(staging)) => {
+                pack(curves, range.clone(), 0..nt, staging.as_bytes_mut());
+                gpu.upload_staged::<f32>(staging, len * nt)
+            }
+            _ => unreachable!("raw copies have a ring, others a whole staging buffer"),
         };
-        let next = ranges.get(k + 1).filter(|_| !control.stopped());
-        if let Some(next) = next {
-            pack(curves, next.clone(), input[1 - slot].as_bytes_mut());
+        let launched = data.and_then(|data| {
+            let _span = tracing::debug_span!("launch", voxels = len).entered();
+            let p = params::<F>(setup, problem, len, gpu.info());
+            launch::<R, F>(
+                gpu,
+                setup.method,
+                &data,
+                grid,
+                setup_dev,
+                &p,
+                &out,
+                &status,
+                &counter,
+            )?;
+            Ok(Launched {
+                range: range.clone(),
+                _data: data,
+                out,
+                status,
+                _counter: counter,
+            })
+        });
+        match launched {
+            Ok(l) => queued.push(l),
+            Err(e) => {
+                result = Err(e);
+                break;
+            }
         }
-        // Maps of chunk k down (waits for its kernel), then chunk k + 1 up and launched.
-        let down = gpu
-            .download_staged(&running.out, &mut maps[slot])
-            .and_then(|()| gpu.download_staged(&running.status, &mut words[slot]));
+    }
+    if let Some([a, b]) = ring {
+        staging_cache::put(0, a);
+        staging_cache::put(1, b);
+    }
+    if let Some(w) = whole {
+        staging_cache::put(2, w);
+    }
+    match result {
+        Ok(()) => Ok(queued),
+        Err(e) => {
+            // Let what was queued finish before its buffers go.
+            let _ = gpu.sync();
+            Err(e)
+        }
+    }
+}
+
+/// Curves `range` into `data` (time-major), `rows` time rows a piece: piece j + 1 is packed
+/// on the other cores while piece j is copied, through the two page-locked `ring` buffers.
+/// The copies do not wait for the queue: `data` is used by no queued launch.
+fn upload_pieces<R: KnownRuntime>(
+    gpu: &Gpu<R>,
+    curves: ArrayView2<f32>,
+    range: &Range<usize>,
+    nt: usize,
+    rows: usize,
+    data: &GpuArray<f32>,
+    ring: &mut [HostStaging; 2],
+) -> gpu_runtime::Result<()> {
+    let _span = tracing::debug_span!("upload_curves", voxels = range.len()).entered();
+    let row_bytes = range.len() * 4;
+    let pieces: Vec<Range<usize>> = (0..nt).step_by(rows).map(|r| r..(r + rows).min(nt)).collect();
+    {
+        let _span = tracing::debug_span!("pack_first").entered();
+        pack(curves, range.clone(), pieces[0].clone(), ring[0].as_bytes_mut());
+    }
+    for (j, piece) in pieces.iter().enumerate() {
+        let [a, b] = ring;
+        let (cur, next) = if j % 2 == 0 { (a, b) } else { (b, a) };
+        let src = &cur.as_bytes()[..piece.len() * row_bytes];
+        let following = pieces.get(j + 1).cloned();
+        let dst = next.as_bytes_mut();
+        let copied = rayon::in_place_scope(|sc| {
+            if let Some(rows) = following {
+                let range = range.clone();
+                sc.spawn(move |_| pack(curves, range, rows, dst));
+            }
+            // SAFETY: `data` was allocated for this launch before any launch of the round
+            // was queued, and no queued launch takes it.
+            unsafe { gpu.upload_bytes_at_unsynced(src, data, piece.start * row_bytes) }
+        })?;
+        if !copied {
+            return Err(gpu_runtime::Error::InvalidLaunch {
+                kernel: "perfusion upload".into(),
+                why: "no raw copies on this device".into(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Wait for a round's launches, then bring each launch's maps down and store them (the
+/// results were allocated while the kernels ran). Progress is reported per launch.
+fn finish_round<R: KnownRuntime, F: KernelFloat>(
+    gpu: &Gpu<R>,
+    queued: Vec<Launched<F>>,
+    np: usize,
+    fits: &mut Fits,
+    control: &Control,
+    n: usize,
+) -> gpu_runtime::Result<()> {
+    let fsize = std::mem::size_of::<F>();
+    let longest = queued.iter().map(|l| l.range.len()).max().unwrap_or(0);
+    let mut maps = staging_cache::take(gpu, 3, (np + 2) * fsize * longest);
+    let mut words = staging_cache::take(gpu, 4, 4 * longest);
+    let mut result = Ok(());
+    {
+        let _span = tracing::debug_span!("wait_kernels").entered();
+        if let Err(e) = gpu.sync() {
+            result = Err(e);
+        }
+    }
+    for l in &queued {
+        if result.is_err() {
+            break;
+        }
+        let down = {
+            let _span = tracing::debug_span!("download_maps", voxels = l.range.len()).entered();
+            gpu.download_staged(&l.out, &mut maps)
+                .and_then(|()| gpu.download_staged(&l.status, &mut words))
+        };
         if let Err(e) = down {
             result = Err(e);
             break;
         }
-        if let Some(next) = next {
-            match launch_chunk(next, &input[1 - slot]) {
-                Ok(c) => current = Some(c),
-                Err(e) => {
-                    result = Err(e);
-                    break;
-                }
-            }
-        }
-        store::<F>(&running.range, &maps[slot], &words[slot], np, fits);
-        control.report(running.range.end, n);
-        slot = 1 - slot;
+        let _span = tracing::debug_span!("store", voxels = l.range.len()).entered();
+        store::<F>(&l.range, &maps, &words, np, fits);
+        control.report(l.range.end, n);
     }
-    // Whatever happens, the staging buffers go back to the cache.
-    let [i0, i1] = input;
-    let [m0, m1] = maps;
-    let [w0, w1] = words;
-    for (k, b) in [i0, i1, m0, m1, w0, w1].into_iter().enumerate() {
-        staging_cache::put(k, b);
-    }
-    if current.is_some() {
-        // Interrupted (or failed) with a chunk still queued: let it finish before returning.
-        gpu.sync()?;
-    }
+    staging_cache::put(3, maps);
+    staging_cache::put(4, words);
     result
 }
 
@@ -437,9 +557,12 @@ fn launch<R: KnownRuntime, F: KernelFloat>(
     p: &FitParams,
     out: &GpuArray<F>,
     status: &GpuArray<u32>,
+    counter: &GpuArray<u32>,
 ) -> gpu_runtime::Result<()> {
     match method {
-        Method::NelderMead => kernels::nelder_mead(gpu, data, grid, setup, p, out, status),
+        Method::NelderMead => {
+            kernels::nelder_mead(gpu, data, grid, setup, p, out, status, counter)
+        }
         Method::LevenbergMarquardt => {
             kernels::levenberg_marquardt(gpu, data, grid, setup, p, out, status)
         }
@@ -485,44 +608,41 @@ fn time_kernel<F: KernelFloat>(
     let np = setup.model.n_params();
     with_gpu!(device, |gpu| {
         let mut staging: HostStaging = gpu.host_staging(n * nt * 4);
-        pack(curves, 0..n, staging.as_bytes_mut());
+        pack(curves, 0..n, 0..nt, staging.as_bytes_mut());
         let data = gpu.upload_staged::<f32>(&staging, n * nt)?;
         let grid = gpu.upload(&grid_values::<F>(problem))?;
         let setup_dev = gpu.upload(&setup_values::<F>(setup))?;
         let out = gpu.empty::<F>((np + 2) * n)?;
         let status = gpu.empty::<u32>(n)?;
         let mut p = params::<F>(setup, problem, n, gpu.info());
-        if let Some(c) = cube {
-            p.cube = c;
-        }
         if let Some(on) = persistent {
             p.persistent = on;
         }
-        launch(
-            gpu,
-            setup.method,
-            &data,
-            &grid,
-            &setup_dev,
-            &p,
-            &out,
-            &status,
-        )?;
+        p.cube = cube.unwrap_or_else(|| {
+            cube_units(setup.method, F::NAME == "f64", p.persistent)
+        });
+        // One zeroed counter per launch, made before the timed launches.
+        let counters = (0..=reps.max(1))
+            .map(|_| gpu.upload(&[0u32]))
+            .collect::<gpu_runtime::Result<Vec<_>>>()?;
+        let run = |k: usize| {
+            launch(
+                gpu,
+                setup.method,
+                &data,
+                &grid,
+                &setup_dev,
+                &p,
+                &out,
+                &status,
+                &counters[k],
+            )
+        };
+        run(0)?;
         gpu.sync()?;
         let mut times = Vec::with_capacity(reps);
-        for _ in 0..reps.max(1) {
-            let ((), t) = gpu.timed(|| {
-                launch(
-                    gpu,
-                    setup.method,
-                    &data,
-                    &grid,
-                    &setup_dev,
-                    &p,
-                    &out,
-                    &status,
-                )
-            })?;
+        for k in 1..=reps.max(1) {
+            let ((), t) = gpu.timed(|| run(k))?;
             times.push(t);
         }
         Ok((times, p.cube))

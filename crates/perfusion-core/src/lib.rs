@@ -30,9 +30,9 @@ pub mod sim;
 pub use conv::predict;
 pub use error::{Error, Result};
 pub use fit::{
-    Control, DelayGrid, FitOptions, FitStatus, Fits, Method, Precision, fit, fit_on, fit_with,
-    mean_evaluations,
+    Control, DelayGrid, FitOptions, FitStatus, Fits, Method, Precision, fit, fit_on,
+    fit_on_in_launches, fit_with, mean_evaluations,
 };
-pub use gpu::{CHUNKS_ENV, CUBE_ENV, PERSISTENT_ENV, UNITS_ENV, kernel_times, pipeline_chunks};
+pub use gpu::{CUBE_ENV, PERSISTENT_ENV, UNITS_ENV, kernel_times};
 pub use model::{MAX_PARAMS, Model, ParamInfo};
 pub use problem::Problem;

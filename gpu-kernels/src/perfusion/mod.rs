@@ -64,8 +64,46 @@ const fn cube_word(cube: u32) -> u32 {
 
 /// Setup array layout: start (fixed values for fixed parameters), lower, upper bounds, 5 each.
 pub const SETUP_LEN: usize = 15;
-/// Grid array blocks (times, intervals, arterial, slopes, portal, slopes).
+/// Grid array blocks (times, intervals, arterial, slopes, portal, slopes), followed by the
+/// four input blocks padded for the uniform-grid walk ([`pad_len`] values each).
 pub const GRID_BLOCKS: usize = 6;
+
+/// Values of one padded input block: sample indices `-nt - 1 ..= 2 nt`, every index a
+/// uniform-grid evaluation can reach (delays are clamped to `nt` samples either way).
+pub const fn pad_len(nt: usize) -> usize {
+    3 * nt + 2
+}
+
+/// Length of the grid array for `nt` time points.
+pub const fn grid_len(nt: usize) -> usize {
+    GRID_BLOCKS * nt + 4 * pad_len(nt)
+}
+
+/// The grid array the fit kernels take, in `F`: times, intervals, arterial input, its
+/// slopes, portal input, its slopes (`nt` values each), then the inputs and slopes again,
+/// padded: sample `j` of each at `nt + 1 + j` for `j` in `-nt - 1 ..= 2 nt`, clamped to the
+/// grid (the first value before it, the last after it; slopes 0 before it, and the last
+/// slope, 0, after it), as perfusion-core's uniform-grid walk reads them. The kernels then
+/// step through the padded blocks with no clamping per step; the values are the same.
+pub fn grid_values<F: KernelFloat>(blocks: [&[f64]; GRID_BLOCKS]) -> Vec<F> {
+    let nt = blocks[0].len();
+    let mut v = Vec::with_capacity(grid_len(nt));
+    for b in blocks {
+        v.extend(b.iter().map(|&x| F::from_f64(x)));
+    }
+    let last = nt as isize - 1;
+    for (b, slope) in [(blocks[2], false), (blocks[3], true), (blocks[4], false), (blocks[5], true)] {
+        v.extend((0..pad_len(nt)).map(|p| {
+            let j = p as isize - nt as isize - 1;
+            if slope && j < 0 {
+                F::from_f64(0.0)
+            } else {
+                F::from_f64(b[j.clamp(0, last) as usize])
+            }
+        }));
+    }
+    v
+}
 
 /// Floats the kernels run in, with the host conversion of f64 settings.
 pub trait KernelFloat: Float + CubeElement {
@@ -434,6 +472,9 @@ fn reflect<F: Float>(
     hold_fixed::<F>(pt, setup, mask, np);
 }
 
+/// Samples per turn of a persistent unit's curve copy (independent loads in flight).
+const COPY_UNROLL: u32 = 8;
+
 const S_GRID: u32 = 0;
 const S_INIT: u32 = 1;
 const S_REFLECT: u32 = 2;
@@ -556,7 +597,18 @@ pub fn nelder_mead_kernel<F: Float + CubeElement>(
                 } else {
                     ctx.voxel = voxel;
                     if comptime!(persistent) {
-                        for i in 0..nt {
+                        // Eight loads in flight per turn: the rest of the warp waits for
+                        // this copy (one voxel's curve, nt loads from device memory).
+                        let blocks = nt / COPY_UNROLL;
+                        for b in 0..blocks {
+                            #[unroll]
+                            for k in 0..COPY_UNROLL {
+                                let i = b * COPY_UNROLL + k;
+                                curve[(i * cube + lane) as usize] =
+                                    data[(i * nvox + voxel) as usize];
+                            }
+                        }
+                        for i in blocks * COPY_UNROLL..nt {
                             curve[(i * cube + lane) as usize] = data[(i * nvox + voxel) as usize];
                         }
                     }
@@ -1269,7 +1321,7 @@ fn check<F: KernelFloat>(
         return Err(invalid(name, "no free parameter".into()));
     }
     if data.len() < v * nt
-        || grid.len() < GRID_BLOCKS * nt
+        || grid.len() < grid_len(nt)
         || setup.len() < SETUP_LEN
         || out.len() < (np + 2) * v
         || status.len() < v
@@ -1277,6 +1329,12 @@ fn check<F: KernelFloat>(
         return Err(invalid(
             name,
             format!("buffers too short for {v} voxels x {nt} time points"),
+        ));
+    }
+    if v as u64 * nt as u64 > u64::from(u32::MAX) {
+        return Err(invalid(
+            name,
+            format!("{v} voxels x {nt} time points: more than 2^32 samples in one launch"),
         ));
     }
     if !CUBES.contains(&p.cube) {
@@ -1289,8 +1347,11 @@ fn check<F: KernelFloat>(
 }
 
 /// Launch [`nelder_mead_kernel`]: `data` holds `nt * voxels` f32 values (time-major),
-/// `grid` the shared grid, `setup` start/lower/upper; `out` receives `(np + 2) * voxels`
-/// values, `status` one word per voxel (status | iterations << 8).
+/// `grid` the shared grid ([`grid_values`]), `setup` start/lower/upper; `out` receives
+/// `(np + 2) * voxels` values, `status` one word per voxel (status | iterations << 8).
+/// `counter` (one word, zero) hands voxels to persistent units; it is not read otherwise.
+/// (Passed in rather than made here: a new buffer would wait for the queued work.)
+#[allow(clippy::too_many_arguments)]
 pub fn nelder_mead<R: Runtime, F: KernelFloat>(
     gpu: &Gpu<R>,
     data: &GpuArray<f32>,
@@ -1299,9 +1360,13 @@ pub fn nelder_mead<R: Runtime, F: KernelFloat>(
     p: &FitParams,
     out: &GpuArray<F>,
     status: &GpuArray<u32>,
+    counter: &GpuArray<u32>,
 ) -> Result<()> {
     let name = "perfusion_nelder_mead";
     check(name, p, data, grid, setup, out, status)?;
+    if counter.is_empty() {
+        return Err(invalid(name, "no counter word".into()));
+    }
     if p.voxels == 0 {
         return Ok(());
     }
@@ -1315,7 +1380,6 @@ pub fn nelder_mead<R: Runtime, F: KernelFloat>(
     } else {
         (p.voxels, p.model_word())
     };
-    let counter = gpu.upload(&[0u32])?;
     let count = gpu.cube_count_1d(name, units as usize, p.cube)?;
     let f = F::from_f64;
     gpu.launch(name, count, |count| {

@@ -454,24 +454,24 @@ pub(crate) fn shift<F: Float>(tau: F, inv_dt: F, nt: u32) -> Shift<F> {
     out
 }
 
-/// Sample `k` of the input block starting at `base`, clamped to the grid (perfusion-core's
-/// `clamped`).
+/// Index in the grid array of sample `m` of padded block `which` (0: arterial input,
+/// 1: its slopes, 2: portal input, 3: its slopes; see `super::grid_values`): the blocks
+/// hold every sample index from `-nt - 1` to `2 nt`, clamped to the grid as
+/// perfusion-core's `clamped` (slopes: 0 before the grid), so that the uniform-grid walk
+/// reads `grid[base + i]` at step `i` with no clamping or index arithmetic per step.
 #[cube]
-pub(crate) fn at<F: Float>(grid: &Array<F>, base: u32, k: i32, nt: u32) -> F {
-    let last = i32::cast_from(nt - 1);
-    let kk = min(max(k, 0i32), last);
-    grid[(base + u32::cast_from(kk)) as usize]
+pub(crate) fn walk_base(nt: u32, which: u32, m: i32) -> u32 {
+    let origin = 6 * nt + which * (3 * nt + 2) + nt + 1;
+    u32::cast_from(i32::cast_from(origin) + m)
 }
 
-/// The slope of interval `j` of the slope block at `base`: 0 before the grid (and after it,
-/// where the stored last slope is 0); on a sample (`fr = 0`), where the interpolant has a
-/// kink, the slope of interval `j - 1`, i.e. the derivative for an increasing delay
-/// (perfusion-core's `normal`).
+/// Where step `i` of a uniform-grid evaluation reads its slopes: `grid[s + i]` with
+/// `s = walk_base(.., m)` for the slope of interval `i + m`, or of interval `i + m - 1` on a
+/// sample itself (`fr = 0`), where the interpolant has a kink: the derivative for an
+/// increasing delay (perfusion-core's `normal`).
 #[cube]
-pub(crate) fn slope_at<F: Float>(grid: &Array<F>, base: u32, j: i32, fr: F, nt: u32) -> F {
-    let right = select(j >= 0i32, at::<F>(grid, base, j, nt), F::new(0.0));
-    let left = select(j >= 1i32, at::<F>(grid, base, j - 1i32, nt), F::new(0.0));
-    select(fr == F::new(0.0), left, right)
+pub(crate) fn slope_base<F: Float>(nt: u32, which: u32, sh: Shift<F>) -> u32 {
+    walk_base(nt, which, sh.m) - select(sh.fr == F::new(0.0), 1u32, 0u32)
 }
 
 /// Per-evaluation coefficients of the inputs on a uniform grid: each use of an input enters
@@ -504,7 +504,8 @@ pub(crate) struct UniState<F: Float> {
     total: F,
 }
 
-/// Time step `i >= 1` of [`sse_uniform`]; `o1`, `o2` are the shifts plus one.
+/// Time step `i >= 1` of [`sse_uniform`]; step `i` reads the new samples at `o1 + i`,
+/// `o2 + i` (padded blocks, [`walk_base`]).
 #[cube]
 fn uni_step<F: Float>(
     st: &mut UniState<F>,
@@ -515,19 +516,17 @@ fn uni_step<F: Float>(
     curve: &SharedMemory<f32>,
     grid: &Array<F>,
     ctx: Ctx<F>,
-    o1: i32,
-    o2: i32,
+    o1: u32,
+    o2: u32,
     i: u32,
     #[comptime] model: u32,
 ) {
-    let nt = ctx.nt;
-    let k = i32::cast_from(i);
     st.p1 = st.q1;
-    st.q1 = at::<F>(grid, 2 * nt, k + o1, nt);
+    st.q1 = grid[(o1 + i) as usize];
     let mut f1 = mx.a1 * st.p1 + mx.b1 * st.q1;
     if comptime!(two_inputs(model)) {
         st.p2 = st.q2;
-        st.q2 = at::<F>(grid, 4 * nt, k + o2, nt);
+        st.q2 = grid[(o2 + i) as usize];
         f1 = f1 + mx.a2 * st.p2 + mx.b2 * st.q2;
     }
     st.y1 = w1.e * st.y1 + (w1.wa * st.f1p + w1.wb * f1);
@@ -585,9 +584,14 @@ fn sse_uniform<F: Float>(
         av: c.v * (one - s1.fr),
         bv: c.v * s1.fr,
     };
+    let u1 = walk_base(nt, 0u32, s1.m);
+    let mut u2 = u1;
+    if comptime!(two_inputs(model)) {
+        u2 = walk_base(nt, 2u32, s2.m);
+    }
     let mut st = UniState::<F> {
-        p1: at::<F>(grid, 2 * nt, s1.m, nt),
-        q1: at::<F>(grid, 2 * nt, s1.m + 1i32, nt),
+        p1: grid[u1 as usize],
+        q1: grid[(u1 + 1) as usize],
         p2: zero,
         q2: zero,
         y1: zero,
@@ -598,8 +602,8 @@ fn sse_uniform<F: Float>(
     };
     st.f1p = mx.a1 * st.p1 + mx.b1 * st.q1;
     if comptime!(two_inputs(model)) {
-        st.p2 = at::<F>(grid, 4 * nt, s2.m, nt);
-        st.q2 = at::<F>(grid, 4 * nt, s2.m + 1i32, nt);
+        st.p2 = grid[u2 as usize];
+        st.q2 = grid[(u2 + 1) as usize];
         st.f1p = st.f1p + mx.a2 * st.p2 + mx.b2 * st.q2;
     }
     if comptime!(two_exp(model)) {
@@ -611,8 +615,8 @@ fn sse_uniform<F: Float>(
     }
     let r0 = y - datum::<F>(data, curve, ctx, 0u32, model);
     st.total = r0 * r0;
-    let o1 = s1.m + 1i32;
-    let o2 = s2.m + 1i32;
+    let o1 = u1 + 1;
+    let o2 = u2 + 1;
     let blocks = (nt - 1) / UNROLL;
     for b in 0..blocks {
         #[unroll]
@@ -1052,30 +1056,40 @@ pub(crate) struct NormalUni<F: Float> {
     cost: F,
 }
 
+/// Where a uniform-grid evaluation of [`normal`] reads its inputs: step `i` takes the new
+/// samples at `u1 + i + 1`, `u2 + i + 1` and the slopes at `s1 + i`, `s2 + i` (padded
+/// blocks, [`walk_base`], [`slope_base`]), at the fractions `fr1`, `fr2`.
+#[derive(CubeType, Clone, Copy)]
+pub(crate) struct Walk<F: Float> {
+    u1: u32,
+    s1: u32,
+    u2: u32,
+    s2: u32,
+    fr1: F,
+    fr2: F,
+}
+
 /// The inputs of step `i` (intervals `i + m`) on a uniform grid from the sliding pairs
 /// (perfusion-core's `normal`: value `u[j] + fr (u[j+1] - u[j])`, d/dtau minus the stored
-/// slope of interval j, 0 outside the grid: differences of rounded samples would lose the
+/// slope of interval j, 0 before the grid: differences of rounded samples would lose the
 /// slope's digits in f32).
 #[cube]
 fn uni_samples<F: Float>(
     st: NormalUni<F>,
     grid: &Array<F>,
-    sh1: Shift<F>,
-    sh2: Shift<F>,
+    wk: Walk<F>,
     i: u32,
-    nt: u32,
     #[comptime] model: u32,
 ) -> Samples<F> {
-    let k = i32::cast_from(i);
     let mut s = Samples::<F> {
-        u1: st.p1 + sh1.fr * (st.q1 - st.p1),
+        u1: st.p1 + wk.fr1 * (st.q1 - st.p1),
         u2: F::new(0.0),
-        du1: -slope_at::<F>(grid, 3 * nt, k + sh1.m, sh1.fr, nt),
+        du1: -grid[(wk.s1 + i) as usize],
         du2: F::new(0.0),
     };
     if comptime!(two_inputs(model)) {
-        s.u2 = st.p2 + sh2.fr * (st.q2 - st.p2);
-        s.du2 = -slope_at::<F>(grid, 5 * nt, k + sh2.m, sh2.fr, nt);
+        s.u2 = st.p2 + wk.fr2 * (st.q2 - st.p2);
+        s.du2 = -grid[(wk.s2 + i) as usize];
     }
     s
 }
@@ -1100,20 +1114,17 @@ fn normal_uni_step<F: Float>(
     jtj: &mut Array<F>,
     jtr: &mut Array<F>,
     jac: &mut Array<F>,
-    sh1: Shift<F>,
-    sh2: Shift<F>,
+    wk: Walk<F>,
     i: u32,
     #[comptime] model: u32,
 ) {
-    let nt = ctx.nt;
-    let k = i32::cast_from(i) + 1i32;
     st.p1 = st.q1;
-    st.q1 = at::<F>(grid, 2 * nt, k + sh1.m, nt);
+    st.q1 = grid[(wk.u1 + i + 1) as usize];
     if comptime!(two_inputs(model)) {
         st.p2 = st.q2;
-        st.q2 = at::<F>(grid, 4 * nt, k + sh2.m, nt);
+        st.q2 = grid[(wk.u2 + i + 1) as usize];
     }
-    let s = uni_samples::<F>(*st, grid, sh1, sh2, i, nt, model);
+    let s = uni_samples::<F>(*st, grid, wk, i, model);
     let mut f1 = c.g1 * s.u1;
     if comptime!(two_inputs(model)) {
         f1 += c.h1 * s.u2;
@@ -1196,15 +1207,24 @@ fn normal_uniform<F: Float>(
         set_weights::<F>(&mut w2, b);
     }
     let sh1 = shift::<F>(c.tau1, ctx.inv_dt, nt);
-    let mut sh2 = sh1;
+    let u1 = walk_base(nt, 0u32, sh1.m);
+    let mut wk = Walk::<F> {
+        u1,
+        s1: slope_base::<F>(nt, 1u32, sh1),
+        u2: u1,
+        s2: u1,
+        fr1: sh1.fr,
+        fr2: sh1.fr,
+    };
     if comptime!(two_inputs(model)) {
-        let x = shift::<F>(c.tau2, ctx.inv_dt, nt);
-        sh2.m = x.m;
-        sh2.fr = x.fr;
+        let sh2 = shift::<F>(c.tau2, ctx.inv_dt, nt);
+        wk.u2 = walk_base(nt, 2u32, sh2.m);
+        wk.s2 = slope_base::<F>(nt, 3u32, sh2);
+        wk.fr2 = sh2.fr;
     }
     let mut st = NormalUni::<F> {
-        p1: at::<F>(grid, 2 * nt, sh1.m, nt),
-        q1: at::<F>(grid, 2 * nt, sh1.m + 1i32, nt),
+        p1: grid[wk.u1 as usize],
+        q1: grid[(wk.u1 + 1) as usize],
         p2: zero,
         q2: zero,
         f1p: zero,
@@ -1212,10 +1232,10 @@ fn normal_uniform<F: Float>(
         cost: zero,
     };
     if comptime!(two_inputs(model)) {
-        st.p2 = at::<F>(grid, 4 * nt, sh2.m, nt);
-        st.q2 = at::<F>(grid, 4 * nt, sh2.m + 1i32, nt);
+        st.p2 = grid[wk.u2 as usize];
+        st.q2 = grid[(wk.u2 + 1) as usize];
     }
-    let mut sp = uni_samples::<F>(st, grid, sh1, sh2, 0u32, nt, model);
+    let mut sp = uni_samples::<F>(st, grid, wk, 0u32, model);
     st.f1p = c.g1 * sp.u1;
     if comptime!(two_inputs(model)) {
         st.f1p += c.h1 * sp.u2;
@@ -1247,8 +1267,7 @@ fn normal_uniform<F: Float>(
                 jtj,
                 jtr,
                 jac,
-                sh1,
-                sh2,
+                wk,
                 1 + b * UNROLL + k,
                 model,
             );
@@ -1257,7 +1276,7 @@ fn normal_uniform<F: Float>(
     for i in 1 + blocks * UNROLL..nt {
         normal_uni_step::<F>(
             &mut st, &mut sp, &mut b1, &mut b2, w1, w2, data, curve, grid, ctx, c, ch, d, jtj, jtr,
-            jac, sh1, sh2, i, model,
+            jac, wk, i, model,
         );
     }
     st.cost

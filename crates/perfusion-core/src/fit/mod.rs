@@ -726,6 +726,38 @@ pub fn fit_with(
     device: &Device,
     control: &Control,
 ) -> Result<Fits> {
+    fit_impl(curves, problem, opts, device, control, None)
+}
+
+/// [`fit_on`] with the GPU work split into `launches` kernel launches per round of voxels
+/// that fit on the device (the curves of one launch go up while the previous one runs), for
+/// benchmarks and tests; [`fit_on`] chooses (one launch for persistent Nelder-Mead units,
+/// four otherwise). Same results either way; on the CPU this is [`fit_on`].
+pub fn fit_on_in_launches(
+    curves: ArrayView2<f32>,
+    problem: &Problem,
+    opts: &FitOptions,
+    device: &Device,
+    launches: usize,
+) -> Result<Fits> {
+    fit_impl(
+        curves,
+        problem,
+        opts,
+        device,
+        &Control::default(),
+        Some(launches),
+    )
+}
+
+fn fit_impl(
+    curves: ArrayView2<f32>,
+    problem: &Problem,
+    opts: &FitOptions,
+    device: &Device,
+    control: &Control,
+    launches: Option<usize>,
+) -> Result<Fits> {
     let setup = opts.setup()?;
     problem.check_model(opts.model)?;
     if curves.ncols() != problem.len() {
@@ -745,7 +777,7 @@ pub fn fit_with(
             }
             Precision::F32 => false,
         };
-        return crate::gpu::fit(curves, problem, &setup, device, use_f64, control);
+        return crate::gpu::fit(curves, problem, &setup, device, use_f64, control, launches);
     }
     Ok(fit_cpu(curves, problem, &setup, control))
 }
