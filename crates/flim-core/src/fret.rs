@@ -89,8 +89,8 @@ pub const FRET_PLANES: [&str; 8] = [
 ];
 
 impl FretMaps {
-    fn nan(h: usize, w: usize) -> Self {
-        let z = || Array2::from_elem((h, w), f32::NAN);
+    pub(crate) fn nan(h: usize, w: usize) -> Self {
+        let z = || crate::plane::filled(h, w, f32::NAN);
         Self {
             intensity: z(),
             tau_f_bcmm: z(),
@@ -100,7 +100,7 @@ impl FretMaps {
             tau_f_pm: z(),
             f_d_pm: z(),
             tau_avg_pm: z(),
-            status: Array2::zeros((h, w)),
+            status: crate::plane::filled(h, w, 0),
         }
     }
 
@@ -116,18 +116,6 @@ impl FretMaps {
             &self.f_d_pm,
             &self.tau_avg_pm,
         ]
-    }
-
-    /// Maps from plane-major values (`planes * pixels`), status zero.
-    pub(crate) fn from_planes(h: usize, w: usize, vals: &[f32], pixels: usize) -> Self {
-        let mut maps = Self::nan(h, w);
-        for (q, plane) in maps.planes_mut().into_iter().enumerate() {
-            plane
-                .as_slice_mut()
-                .expect("standard layout")
-                .copy_from_slice(&vals[q * pixels..(q + 1) * pixels]);
-        }
-        maps
     }
 
     pub(crate) fn planes_mut(&mut self) -> [&mut Array2<f32>; 8] {

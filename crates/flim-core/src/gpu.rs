@@ -21,7 +21,6 @@ use crate::methods::{Analysis, LifetimeMaps, STATUS_MASKED, Setup};
 use gpu_kernels::flim::fret::{self as fret_kernels, FRET_PLANES, FretParams};
 use gpu_kernels::flim::lifetimes::{self as kernels, LifetimeParams, plane_of, planes};
 use gpu_runtime::{Device, Gpu, GpuArray, HostStaging, KnownRuntime, with_gpu};
-use ndarray::Array2;
 use rayon::prelude::*;
 use std::collections::VecDeque;
 use std::sync::Mutex;
@@ -32,10 +31,6 @@ const MAX_WORKERS: usize = 16;
 
 /// Names the number of pipeline workers (1 = sequential).
 const WORKERS_ENV: &str = "BIOGPU_FLIM_WORKERS";
-
-/// Workers for a transfer-bound kernel on a page-locked cube: a 134 MB cube is eight
-/// chunks of 16 MiB.
-const DIRECT_WORKERS: usize = 8;
 
 /// Pipeline workers (chunks in flight); `BIOGPU_FLIM_WORKERS` overrides (1 = sequential).
 pub fn workers() -> usize {
@@ -120,28 +115,6 @@ struct DeviceBuffers {
 /// `planes * range.len()` values) and one status word per pixel.
 pub(crate) type ChunkSink<'a> = dyn FnMut(std::ops::Range<usize>, &[f32], &[u32]) + 'a;
 
-/// [`run_pixels`] into whole-image buffers: planes plane-major (`planes * pixels` values)
-/// and one status word per pixel.
-pub(crate) fn collect_pixels<R: KnownRuntime, T: Count>(
-    gpu: &Gpu<R>,
-    cube: &Cube<T>,
-    job: &PixelJob<'_, R>,
-) -> gpu_runtime::Result<(Vec<f32>, Vec<u32>)> {
-    let (h, w) = cube.shape();
-    let pixels = h * w;
-    let mut planes = vec![0f32; job.planes * pixels];
-    let mut status = vec![0u32; pixels];
-    run_pixels(gpu, cube, job, &mut |range, vals, st| {
-        let n = range.len();
-        for q in 0..job.planes {
-            planes[q * pixels + range.start..q * pixels + range.end]
-                .copy_from_slice(&vals[q * n..(q + 1) * n]);
-        }
-        status[range].copy_from_slice(st);
-    })?;
-    Ok((planes, status))
-}
-
 /// Threads the pipeline's workers run on, kept for the life of the process: CubeCL sets up
 /// a stream and its state for each new host thread, which cost 3-5 ms at the first launch
 /// of a fresh thread on the H100, more than a 134 MB cube's kernels.
@@ -180,16 +153,7 @@ pub(crate) fn run_pixels<R: KnownRuntime, T: Count>(
     let bytes: &[u8] = bytemuck::cast_slice(cube.as_slice());
     // A page-locked cube goes up straight from its own memory: no staging copy.
     let direct = (raw && cube.is_pinned()).then_some(bytes);
-    let nworkers = match direct {
-        // Nothing to stage and a cheap kernel: the link alone sets the pace, so every chunk
-        // gets a worker of its own and all uploads are in flight together. (With fewer
-        // workers they upload, compute and download in lockstep, and the link idles while
-        // all of them compute.)
-        Some(_) if job.min_chunk_pixels == 0 && std::env::var_os(WORKERS_ENV).is_none() => {
-            DIRECT_WORKERS
-        }
-        _ => workers(),
-    };
+    let nworkers = workers();
     // Even pixel counts keep u16 chunks word-aligned; all workers' chunks fit together.
     let fit = gpu
         .budget()
@@ -374,11 +338,6 @@ fn status_code(s: u32) -> u8 {
     if s == 0 { 0 } else { STATUS_MASKED }
 }
 
-fn to_status(status: Vec<u32>, h: usize, w: usize) -> Array2<u8> {
-    Array2::from_shape_vec((h, w), status.into_iter().map(status_code).collect())
-        .expect("h * w statuses")
-}
-
 /// The non-iterative kernel's settings for `pixels` pixels of `bins` counts of type `T`.
 fn lifetime_params<T: Count>(su: &Setup, bins: usize, pixels: usize) -> LifetimeParams {
     LifetimeParams {
@@ -450,11 +409,13 @@ pub fn analyse_on<T: Count>(
     let params = lifetime_params::<T>(&su, cube.bins(), 0);
     let table = tables(&su);
     let _span = tracing::debug_span!("flim_analyse_on", pixels = h * w).entered();
-    let mut maps = LifetimeMaps::zeros(h, w);
     // Chunks land straight in the maps: no whole-image staging vector, one copy per value,
-    // the planes in parallel (a plane's copy alone runs at a single core's speed).
+    // the planes in parallel (a plane's copy alone runs at a single core's speed). The maps
+    // are made when the first chunk is back, while the others cross the link.
+    let mut maps: Option<LifetimeMaps> = None;
     let mut sink = |range: std::ops::Range<usize>, vals: &[f32], st: &[u32]| {
         let n = range.len();
+        let maps = maps.get_or_insert_with(|| LifetimeMaps::zeros(h, w));
         maps.planes_mut()
             .into_par_iter()
             .enumerate()
@@ -497,7 +458,7 @@ pub fn analyse_on<T: Count>(
         )
     })
     .map_err(gpu_error)?;
-    Ok(maps)
+    Ok(maps.unwrap_or_else(|| LifetimeMaps::zeros(h, w)))
 }
 
 /// Device time of the non-iterative kernel (the methods `opts` selects), or of the BCMM/PM
@@ -572,7 +533,25 @@ pub fn analyse_fret_on<T: Count>(
     let (h, w) = cube.shape();
     let params = fret_params::<T>(&fs, donor, cube.bins(), 0);
     let table = tables(su);
-    let (vals, status) = with_gpu!(device, |gpu| {
+    let _span = tracing::debug_span!("flim_analyse_fret_on", pixels = h * w).entered();
+    // As in `analyse_on`: chunks straight into maps made when the first chunk is back.
+    let mut maps: Option<FretMaps> = None;
+    let mut sink = |range: std::ops::Range<usize>, vals: &[f32], st: &[u32]| {
+        let n = range.len();
+        let maps = maps.get_or_insert_with(|| FretMaps::nan(h, w));
+        maps.planes_mut()
+            .into_par_iter()
+            .enumerate()
+            .for_each(|(q, plane)| {
+                plane.as_slice_mut().expect("standard layout")[range.clone()]
+                    .copy_from_slice(&vals[q * n..(q + 1) * n]);
+            });
+        let status = maps.status.as_slice_mut().expect("standard layout");
+        for (d, &s) in status[range].iter_mut().zip(st) {
+            *d = status_code(s);
+        }
+    };
+    with_gpu!(device, |gpu| {
         let tables_dev = gpu.upload(&table)?;
         gpu.sync()?;
         let launch = |gpu: &Gpu<_>,
@@ -587,7 +566,7 @@ pub fn analyse_fret_on<T: Count>(
             };
             fret_kernels::fret(gpu, words, &tables_dev, &p, out, st)
         };
-        collect_pixels(
+        run_pixels(
             gpu,
             cube,
             &PixelJob {
@@ -595,13 +574,11 @@ pub fn analyse_fret_on<T: Count>(
                 min_chunk_pixels: 0,
                 launch: &launch,
             },
+            &mut sink,
         )
     })
     .map_err(gpu_error)?;
-    let pixels = h * w;
-    let mut maps = crate::fret::FretMaps::from_planes(h, w, &vals, pixels);
-    maps.status = to_status(status, h, w);
-    Ok(maps)
+    Ok(maps.unwrap_or_else(|| FretMaps::nan(h, w)))
 }
 
 /// [`crate::fit::fit`] on `device`: the f32 kernel (one unit per pixel) on a GPU, the f64

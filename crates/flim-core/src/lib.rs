@@ -12,6 +12,7 @@ pub mod gpu;
 pub mod io;
 pub mod methods;
 pub mod output;
+mod plane;
 pub mod preprocess;
 pub mod sim;
 

@@ -335,7 +335,7 @@ pub struct LifetimeMaps {
 
 impl LifetimeMaps {
     pub(crate) fn zeros(h: usize, w: usize) -> Self {
-        let z = || Array2::zeros((h, w));
+        let z = || crate::plane::filled(h, w, 0.0);
         Self {
             intensity: z(),
             tau_rld: z(),
@@ -345,7 +345,7 @@ impl LifetimeMaps {
             s: z(),
             tau_phase: z(),
             tau_mod: z(),
-            status: Array2::zeros((h, w)),
+            status: crate::plane::filled(h, w, 0),
         }
     }
 

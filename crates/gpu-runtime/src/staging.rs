@@ -342,8 +342,7 @@ impl<R: KnownRuntime> Gpu<R> {
         if !R::RAW {
             return Ok(false);
         }
-        let _span =
-            tracing::debug_span!("upload_unsynced", bytes = src.len(), offset).entered();
+        let _span = tracing::debug_span!("upload_unsynced", bytes = src.len(), offset).entered();
         self.with_context(|| R::copy_to_device_at(self.client(), dst.handle(), offset, src))
     }
 

@@ -76,13 +76,11 @@ fn persistent_units(info: &gpu_runtime::DeviceInfo) -> (bool, u32) {
 /// Units per cube: `BIOGPU_PERFUSION_CUBE`, else [`CUBE_NM_F64_PERSISTENT`] for persistent
 /// Nelder-Mead in f64 and the kernels' default otherwise.
 fn cube_units(method: Method, f64: bool, persistent: bool) -> u32 {
-    env_u32(CUBE_ENV).unwrap_or(
-        if method == Method::NelderMead && f64 && persistent {
-            CUBE_NM_F64_PERSISTENT
-        } else {
-            CUBE_FIT
-        },
-    )
+    env_u32(CUBE_ENV).unwrap_or(if method == Method::NelderMead && f64 && persistent {
+        CUBE_NM_F64_PERSISTENT
+    } else {
+        CUBE_FIT
+    })
 }
 
 /// The launch settings of `setup` for arithmetic `F`.
@@ -432,10 +430,18 @@ fn upload_pieces<R: KnownRuntime>(
 ) -> gpu_runtime::Result<()> {
     let _span = tracing::debug_span!("upload_curves", voxels = range.len()).entered();
     let row_bytes = range.len() * 4;
-    let pieces: Vec<Range<usize>> = (0..nt).step_by(rows).map(|r| r..(r + rows).min(nt)).collect();
+    let pieces: Vec<Range<usize>> = (0..nt)
+        .step_by(rows)
+        .map(|r| r..(r + rows).min(nt))
+        .collect();
     {
         let _span = tracing::debug_span!("pack_first").entered();
-        pack(curves, range.clone(), pieces[0].clone(), ring[0].as_bytes_mut());
+        pack(
+            curves,
+            range.clone(),
+            pieces[0].clone(),
+            ring[0].as_bytes_mut(),
+        );
     }
     for (j, piece) in pieces.iter().enumerate() {
         let [a, b] = ring;
@@ -560,9 +566,7 @@ fn launch<R: KnownRuntime, F: KernelFloat>(
     counter: &GpuArray<u32>,
 ) -> gpu_runtime::Result<()> {
     match method {
-        Method::NelderMead => {
-            kernels::nelder_mead(gpu, data, grid, setup, p, out, status, counter)
-        }
+        Method::NelderMead => kernels::nelder_mead(gpu, data, grid, setup, p, out, status, counter),
         Method::LevenbergMarquardt => {
             kernels::levenberg_marquardt(gpu, data, grid, setup, p, out, status)
         }
@@ -618,9 +622,7 @@ fn time_kernel<F: KernelFloat>(
         if let Some(on) = persistent {
             p.persistent = on;
         }
-        p.cube = cube.unwrap_or_else(|| {
-            cube_units(setup.method, F::NAME == "f64", p.persistent)
-        });
+        p.cube = cube.unwrap_or_else(|| cube_units(setup.method, F::NAME == "f64", p.persistent));
         // One zeroed counter per launch, made before the timed launches.
         let counters = (0..=reps.max(1))
             .map(|_| gpu.upload(&[0u32]))

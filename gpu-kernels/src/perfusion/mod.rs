@@ -92,7 +92,12 @@ pub fn grid_values<F: KernelFloat>(blocks: [&[f64]; GRID_BLOCKS]) -> Vec<F> {
         v.extend(b.iter().map(|&x| F::from_f64(x)));
     }
     let last = nt as isize - 1;
-    for (b, slope) in [(blocks[2], false), (blocks[3], true), (blocks[4], false), (blocks[5], true)] {
+    for (b, slope) in [
+        (blocks[2], false),
+        (blocks[3], true),
+        (blocks[4], false),
+        (blocks[5], true),
+    ] {
         v.extend((0..pad_len(nt)).map(|p| {
             let j = p as isize - nt as isize - 1;
             if slope && j < 0 {
