@@ -90,7 +90,8 @@ pub const FRET_PLANES: [&str; 8] = [
 
 impl FretMaps {
     pub(crate) fn nan(h: usize, w: usize) -> Self {
-        let z = || crate::plane::filled(h, w, f32::NAN);
+        let mut planes = crate::plane::filled(8, h, w, f32::NAN).into_iter();
+        let mut z = || planes.next().expect("eight planes");
         Self {
             intensity: z(),
             tau_f_bcmm: z(),
@@ -100,7 +101,7 @@ impl FretMaps {
             tau_f_pm: z(),
             f_d_pm: z(),
             tau_avg_pm: z(),
-            status: crate::plane::filled(h, w, 0),
+            status: Array2::zeros((h, w)),
         }
     }
 

@@ -335,7 +335,8 @@ pub struct LifetimeMaps {
 
 impl LifetimeMaps {
     pub(crate) fn zeros(h: usize, w: usize) -> Self {
-        let z = || crate::plane::filled(h, w, 0.0);
+        let mut planes = crate::plane::filled(8, h, w, 0.0).into_iter();
+        let mut z = || planes.next().expect("eight planes");
         Self {
             intensity: z(),
             tau_rld: z(),
@@ -345,7 +346,7 @@ impl LifetimeMaps {
             s: z(),
             tau_phase: z(),
             tau_mod: z(),
-            status: crate::plane::filled(h, w, 0),
+            status: Array2::zeros((h, w)),
         }
     }
 

@@ -516,7 +516,7 @@ impl FitMaps {
     /// still to write (zeros until then: the memory is mapped lazily, so the pages are
     /// touched once, by the threads that fill them).
     pub(crate) fn unfilled(h: usize, w: usize, k: usize) -> Self {
-        let z = || crate::plane::filled(h, w, 0.0);
+        let z = || Array2::zeros((h, w));
         FitMaps {
             intensity: z(),
             tau: (0..k).map(|_| z()).collect(),
@@ -527,8 +527,8 @@ impl FitMaps {
             tau_amp_mean: z(),
             tau_int_mean: z(),
             chi2_red: z(),
-            iterations: crate::plane::filled(h, w, 0),
-            status: crate::plane::filled(h, w, FitStatus::Masked),
+            iterations: Array2::zeros((h, w)),
+            status: Array2::from_elem((h, w), FitStatus::Masked),
         }
     }
 
