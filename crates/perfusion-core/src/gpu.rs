@@ -263,44 +263,34 @@ fn run<F: KernelFloat>(
         return Ok(new_fits());
     }
     let fsize = std::mem::size_of::<F>() as u64;
-    std::thread::scope(|scope| {
-        // The results (38 MB for the paper's liver, 12 ms of first writes on an H100 host)
-        // are made on another thread while the first round's curves go up and its kernels
-        // run.
-        let mut made = Some(scope.spawn(new_fits));
-        let mut take_made = || {
-            made.take().map_or_else(new_fits, |h| {
-                h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))
-            })
-        };
-        let mut fits = None;
-        with_gpu!(device, |gpu| {
-            let grid = gpu.upload(&grid_values::<F>(problem))?;
-            let setup_dev = gpu.upload(&setup_values::<F>(setup))?;
-            let per_voxel = nt as u64 * 4 + (np as u64 + 2) * fsize + 4;
-            let fixed = grid.len() as u64 * fsize + 1024;
-            // A round's buffers are all on the device at once; twice the bytes per voxel
-            // leave room for the memory pool's rounding and earlier buffers.
-            let round = gpu.budget().plan(n, 2 * per_voxel, fixed)?.chunk_len();
-            let p = params::<F>(setup, problem, 0, gpu.info());
-            let persistent_nm = setup.method == Method::NelderMead
-                && p.shared_nt(gpu.client().properties().hardware.max_shared_memory_size) > 0;
-            for start in (0..n).step_by(round) {
-                if control.stopped() {
-                    break;
-                }
-                let chunks = split(start..(start + round).min(n), launches, persistent_nm);
-                let queued = queue_round::<_, F>(
-                    gpu, curves, &chunks, problem, setup, &grid, &setup_dev, control,
-                )?;
-                let fits = fits.get_or_insert_with(&mut take_made);
-                finish_round::<_, F>(gpu, queued, np, fits, control, n)?;
+    let mut fits = None;
+    with_gpu!(device, |gpu| {
+        let grid = gpu.upload(&grid_values::<F>(problem))?;
+        let setup_dev = gpu.upload(&setup_values::<F>(setup))?;
+        let per_voxel = nt as u64 * 4 + (np as u64 + 2) * fsize + 4;
+        let fixed = grid.len() as u64 * fsize + 1024;
+        // A round's buffers are all on the device at once; twice the bytes per voxel leave
+        // room for the memory pool's rounding and earlier buffers.
+        let round = gpu.budget().plan(n, 2 * per_voxel, fixed)?.chunk_len();
+        let p = params::<F>(setup, problem, 0, gpu.info());
+        let persistent_nm = setup.method == Method::NelderMead
+            && p.shared_nt(gpu.client().properties().hardware.max_shared_memory_size) > 0;
+        for start in (0..n).step_by(round) {
+            if control.stopped() {
+                break;
             }
-            Ok(())
-        })
-        .map_err(Error::from)?;
-        Ok(fits.unwrap_or_else(take_made))
+            let chunks = split(start..(start + round).min(n), launches, persistent_nm);
+            let queued = queue_round::<_, F>(
+                gpu, curves, &chunks, problem, setup, &grid, &setup_dev, control,
+            )?;
+            // The first round's results are allocated while its kernels run.
+            let fits = fits.get_or_insert_with(new_fits);
+            finish_round::<_, F>(gpu, queued, np, fits, control, n)?;
+        }
+        Ok(())
     })
+    .map_err(Error::from)?;
+    Ok(fits.unwrap_or_else(new_fits))
 }
 
 /// One launch on the device: its voxels, curves, maps, statuses and counter.
