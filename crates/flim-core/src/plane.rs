@@ -30,6 +30,10 @@ mod tests {
             p.iter()
                 .all(|a| a.dim() == (2, 5) && a.iter().all(|&x| x == 2.5))
         );
-        assert!(super::filled(2, 0, 4, 1u8).iter().all(ndarray::ArrayBase::is_empty));
+        assert!(
+            super::filled(2, 0, 4, 1u8)
+                .iter()
+                .all(ndarray::ArrayBase::is_empty)
+        );
     }
 }
