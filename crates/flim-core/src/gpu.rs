@@ -21,6 +21,7 @@ use crate::methods::{Analysis, LifetimeMaps, STATUS_MASKED, Setup};
 use gpu_kernels::flim::fret::{self as fret_kernels, FRET_PLANES, FretParams};
 use gpu_kernels::flim::lifetimes::{self as kernels, LifetimeParams, plane_of, planes};
 use gpu_runtime::{Device, Gpu, GpuArray, HostStaging, KnownRuntime, with_gpu};
+use ndarray::Array2;
 use rayon::prelude::*;
 use std::collections::VecDeque;
 use std::sync::Mutex;
@@ -341,6 +342,33 @@ fn tables(su: &Setup) -> Vec<f32> {
         .collect()
 }
 
+/// A chunk's planes (`vals`, plane-major over the chunk's pixels) into rows `range` of whole-
+/// image map planes, all planes at once on all cores (one plane's copy alone runs at a
+/// single core's speed): map plane `q` takes chunk plane `source(q)`, NaN where `None`.
+fn store_planes<const N: usize>(
+    planes: [&mut Array2<f32>; N],
+    range: std::ops::Range<usize>,
+    vals: &[f32],
+    source: impl Fn(usize) -> Option<usize> + Sync,
+) {
+    let n = range.len();
+    planes.into_par_iter().enumerate().for_each(|(q, plane)| {
+        let dst = &mut plane.as_slice_mut().expect("standard layout")[range.clone()];
+        match source(q) {
+            Some(i) => dst.copy_from_slice(&vals[i * n..(i + 1) * n]),
+            None => dst.fill(f32::NAN),
+        }
+    });
+}
+
+/// A chunk's kernel status words into rows `range` of a whole-image status map.
+fn store_status(status: &mut Array2<u8>, range: std::ops::Range<usize>, words: &[u32]) {
+    let dst = &mut status.as_slice_mut().expect("standard layout")[range];
+    for (d, &s) in dst.iter_mut().zip(words) {
+        *d = status_code(s);
+    }
+}
+
 /// The kernels' status word (0 = analysed) as a map's status.
 fn status_code(s: u32) -> u8 {
     if s == 0 { 0 } else { STATUS_MASKED }
@@ -422,22 +450,11 @@ pub fn analyse_on<T: Count>(
     // are made when the first chunk is back, while the others cross the link.
     let mut maps: Option<LifetimeMaps> = None;
     let mut sink = |range: std::ops::Range<usize>, vals: &[f32], st: &[u32]| {
-        let n = range.len();
         let maps = maps.get_or_insert_with(|| LifetimeMaps::zeros(h, w));
-        maps.planes_mut()
-            .into_par_iter()
-            .enumerate()
-            .for_each(|(q, plane)| {
-                let dst = &mut plane.as_slice_mut().expect("standard layout")[range.clone()];
-                match plane_of(methods, q as u32) {
-                    Some(i) => dst.copy_from_slice(&vals[i as usize * n..(i as usize + 1) * n]),
-                    None => dst.fill(f32::NAN),
-                }
-            });
-        let status = maps.status.as_slice_mut().expect("standard layout");
-        for (d, &s) in status[range].iter_mut().zip(st) {
-            *d = status_code(s);
-        }
+        store_planes(maps.planes_mut(), range.clone(), vals, |q| {
+            plane_of(methods, q as u32).map(|i| i as usize)
+        });
+        store_status(&mut maps.status, range, st);
     };
     with_gpu!(device, |gpu| {
         let tables_dev = gpu.upload(&table)?;
@@ -545,19 +562,9 @@ pub fn analyse_fret_on<T: Count>(
     // As in `analyse_on`: chunks straight into maps made when the first chunk is back.
     let mut maps: Option<FretMaps> = None;
     let mut sink = |range: std::ops::Range<usize>, vals: &[f32], st: &[u32]| {
-        let n = range.len();
         let maps = maps.get_or_insert_with(|| FretMaps::nan(h, w));
-        maps.planes_mut()
-            .into_par_iter()
-            .enumerate()
-            .for_each(|(q, plane)| {
-                plane.as_slice_mut().expect("standard layout")[range.clone()]
-                    .copy_from_slice(&vals[q * n..(q + 1) * n]);
-            });
-        let status = maps.status.as_slice_mut().expect("standard layout");
-        for (d, &s) in status[range].iter_mut().zip(st) {
-            *d = status_code(s);
-        }
+        store_planes(maps.planes_mut(), range.clone(), vals, Some);
+        store_status(&mut maps.status, range, st);
     };
     with_gpu!(device, |gpu| {
         let tables_dev = gpu.upload(&table)?;
@@ -606,7 +613,7 @@ pub fn fit_on<T: Count>(
     opts: &crate::fit::FitOptions,
     device: &Device,
 ) -> Result<crate::fit::FitMaps> {
-    use crate::fit::{Estimator, FitMaps, FitStatus, MapPixel, Offset, Shift};
+    use crate::fit::{FitMaps, FitStatus, MapPixel};
     use gpu_kernels::flim::fit::{self as fk, FitParams};
     if !device.is_gpu() {
         return crate::fit::fit(cube, opts);
@@ -615,38 +622,10 @@ pub fn fit_on<T: Count>(
     let su = opts.setup(cube.bins(), cube.bin_ns(), cube.period_ns(), (h, w))?;
     let k = su.k;
     let np = su.np();
-    let (irf_mode, shift) = match (&su.irf, su.shift) {
-        (None, _) => (fk::IRF_NONE, 0.0),
-        (Some(_), Shift::Fixed(s)) => (fk::IRF_FIXED, s),
-        (Some(_), Shift::Fitted(s)) => (fk::IRF_FITTED, s),
-    };
     let params = FitParams {
-        pixels: 0,
-        mask_offset: 0,
-        stride: cube.bins() as u32,
-        first: su.first as u32,
-        m: su.m as u32,
-        h: su.h as f32,
-        period_bins: su.period_bins as f32,
-        tau_bounds: (su.tau_min as f32, su.tau_max as f32),
-        offset: match su.offset {
-            Offset::Fixed(z) => z as f32,
-            Offset::Fitted => 0.0,
-        },
-        shift: shift as f32,
         threshold: opts.threshold() as f32,
-        max_iterations: opts.max_iterations(),
-        tolerance: opts.tolerance() as f32,
-        kind: T::KIND,
-        components: k as u32,
-        estimator: match opts.estimator() {
-            Estimator::LeastSquaresNeyman => fk::EST_NEYMAN,
-            Estimator::LeastSquaresPearson => fk::EST_PEARSON,
-            Estimator::MaximumLikelihood => fk::EST_POISSON,
-        },
-        offset_fitted: su.offset == Offset::Fitted,
-        irf_mode,
         use_mask: opts.mask().is_some(),
+        ..global::fit_params::<T>(&su, opts, cube.bins())
     };
     let planes = params.planes();
     let irf: Vec<f32> = su

@@ -34,8 +34,9 @@ static STAGING: Mutex<Option<Staging>> = Mutex::new(None);
 /// Pixels whose decays are summed by one task (a whole image is summed on all cores).
 const SUM_PIECE: usize = 1024;
 
-/// The kernels' settings for `su` and `opts` with counts of type `T` (`pixels` = 0).
-fn fit_params<T: Count>(su: &ModelSetup, opts: &FitOptions, bins: usize) -> FitParams {
+/// The fit kernels' settings for `su` and `opts` with counts of type `T` (`pixels` = 0, no
+/// threshold, no mask: global analysis picks its pixels on the host).
+pub(super) fn fit_params<T: Count>(su: &ModelSetup, opts: &FitOptions, bins: usize) -> FitParams {
     let (irf_mode, shift) = match (&su.irf, su.shift) {
         (None, _) => (fk::IRF_NONE, 0.0),
         (Some(_), Shift::Fixed(s)) => (fk::IRF_FIXED, s),
