@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# 2026-11-26, final check of the submitted code: every GPU-vs-CPU test on CUDA and the demo.
+# 2026-11-26, final check of the submitted code: every GPU-vs-CPU test on CUDA and the demo
+# (then, in the same call: biogpu-bench --device cuda --filter flim).
 set -u
 B=/tmp/r12; rm -rf $B; mkdir -p $B && tar -C $B -xJf .gpu-xz/bundle.tar.xz; cd $B
 export BIOGPU_KERNEL_CACHE=/tmp/kc
