@@ -8,10 +8,13 @@ use super::{
     KIND_F32, KIND_U16, TILE, TILE_ROW, count, cube_first_pixel, decays, fetch_tile, holds_decays,
     invalid, store_tile, tile_count, u16_pairs,
 };
-use crate::CUBE_1D;
 use crate::catalog::{CatalogEntry, array, entry, settings_1d};
 use cubecl::prelude::*;
 use gpu_runtime::{Gpu, GpuArray, Result};
+
+/// Units per cube. Smaller than the other FLIM kernels' 256: a cube holds its multiprocessor
+/// until its slowest warp ends, and BCMM2's warps end at very different times.
+const FRET_CUBE: u32 = 128;
 
 /// Output planes: intensity, BCMM tau_F, tau_D, f_D, tau_avg, PM tau_F, f_D, tau_avg.
 pub const FRET_PLANES: usize = 8;
@@ -86,10 +89,11 @@ fn b_terms(x: f32) -> BTerms {
         let u = f32::exp(-x);
         q = 1.0f32 - u;
         let r = 1.0f32 / x;
-        let w = u / q;
+        let iq = 1.0f32 / q;
+        let w = u * iq;
         b = w - r;
-        d = r * r - w / q;
-        e = w * (1.0f32 + u) / (q * q) - 2.0f32 * r * r * r;
+        d = r * r - w * iq;
+        e = w * (1.0f32 + u) * iq * iq - 2.0f32 * r * r * r;
     }
     BTerms { b, d, e, q }
 }
@@ -202,7 +206,7 @@ struct Bracket {
 }
 
 /// The next point of a bracketed Newton step on the S1 equation and the Newton step's
-/// length (flim-core's `fret::s1_step`).
+/// length (flim-core's `fret::s1_step`); `a = e^y`, `f` the window sums at `a`.
 #[derive(CubeType, Clone, Copy)]
 struct Step {
     next: f32,
@@ -210,11 +214,10 @@ struct Step {
 }
 
 #[cube]
-fn s1_step(y: f32, f: Mom, d: Mom, eq: S1Equation, br: &mut Bracket) -> Step {
-    let a = f32::exp(y);
-    let den = f.s0 - d.s0;
-    let h = (f.s1 - d.s1) / den - eq.target;
-    let slope = a * (f.s1 * (f.s1 - d.s1) - f.s2 * den) / (den * den);
+fn s1_step(y: f32, a: f32, f: Mom, d: Mom, eq: S1Equation, br: &mut Bracket) -> Step {
+    let iden = 1.0f32 / (f.s0 - d.s0);
+    let h = (f.s1 - d.s1) * iden - eq.target;
+    let slope = a * (f.s1 * (f.s1 - d.s1) * iden - f.s2) * iden;
     if (h > 0.0f32) == (eq.near > 0.0f32) {
         br.lo = y;
     } else {
@@ -232,7 +235,7 @@ fn s1_step(y: f32, f: Mom, d: Mom, eq: S1Equation, br: &mut Bracket) -> Step {
     Step { next, len }
 }
 
-/// Relative residuals of the S1 and S2 equations at `(yf, yd)` (amplitudes from K and S0),
+/// Relative residuals of the S1 and S2 equations at rates `(af, ad)` (amplitudes from K and S0),
 /// their analytic Jacobian in the log-rates, and the amplitudes (flim-core's
 /// `fret::bcmm2_point`).
 #[derive(CubeType, Clone, Copy)]
@@ -248,9 +251,7 @@ struct Point {
 }
 
 #[cube]
-fn bcmm2_point(s: Sums, yf: f32, yd: f32, f: Mom, d: Mom) -> Point {
-    let af = f32::exp(yf);
-    let ad = f32::exp(yd);
+fn bcmm2_point(s: Sums, af: f32, ad: f32, f: Mom, d: Mom) -> Point {
     let den = f.s0 - d.s0;
     let alpha = (s.s0 - s.k * d.s0) / den;
     let beta = s.k - alpha;
@@ -292,8 +293,9 @@ fn bcmm_known(s: Sums, a_d: f32, m: f32, sol: &mut Array<f32>) -> bool {
         let mut steps = 0u32;
         let mut running = true;
         while running {
-            let f = unit_moments(f32::exp(y), m);
-            let st = s1_step(y, f, d, eq, &mut br);
+            let a = f32::exp(y);
+            let f = unit_moments(a, m);
+            let st = s1_step(y, a, f, d, eq, &mut br);
             steps += 1u32;
             let tol = TOL * (1.0f32 + f32::abs(y));
             if st.len <= tol || br.hi - br.lo <= tol || steps >= BCMM1_STEPS {
@@ -344,6 +346,7 @@ fn bcmm_unknown(s: Sums, x0: f32, y0: f32, m: f32, sol: &mut Array<f32>) -> bool
         hi: 0.0f32,
     };
     let mut at_x = true;
+    let mut a_x = 0.0f32;
     let mut has_good = false;
     let mut good = 0.0f32;
     let mut slope = 0.0f32;
@@ -364,9 +367,12 @@ fn bcmm_unknown(s: Sums, x0: f32, y0: f32, m: f32, sol: &mut Array<f32>) -> bool
     let mut evals = 0u32;
     let mut running = true;
     while running {
-        let mo = unit_moments(f32::exp(select(at_x, x, y)), m);
+        // The rate evaluated, kept for the steps below (the donor's for the next points).
+        let a = f32::exp(select(at_x, x, y));
+        let mo = unit_moments(a, m);
         evals += 1u32;
         if at_x {
+            a_x = a;
             d.s0 = mo.s0;
             d.s1 = mo.s1;
             d.s2 = mo.s2;
@@ -408,12 +414,12 @@ fn bcmm_unknown(s: Sums, x0: f32, y0: f32, m: f32, sol: &mut Array<f32>) -> bool
                 }
             }
         } else {
-            let st = s1_step(y, mo, d, eq, &mut br);
+            let st = s1_step(y, a, mo, d, eq, &mut br);
             let tol = BCMM2_INNER_TOL * (1.0f32 + f32::abs(y));
             if !(st.len <= tol || br.hi - br.lo <= tol) {
                 y = st.next;
             } else {
-                let p = bcmm2_point(s, y, x, mo, d);
+                let p = bcmm2_point(s, a, a_x, mo, d);
                 let det = p.j00 * p.j11 - p.j01 * p.j10;
                 let g = p.r2 - p.j10 / p.j00 * p.r1;
                 let dx = -g * p.j00 / det;
@@ -539,16 +545,16 @@ pub fn fret_kernel(
     // Decays come a tile at a time through shared memory, read coalesced, the next tile's
     // loads in flight while each unit sums its own row (see fetch_tile).
     let d = decays(pixels, stride, first, m, pairs);
-    let mut tile = SharedMemory::<u32>::new(comptime!((CUBE_1D * TILE_ROW) as usize));
+    let mut tile = SharedMemory::<u32>::new(comptime!((FRET_CUBE * TILE_ROW) as usize));
     let mut regs = Array::<u32>::new(comptime!(TILE as usize));
     let row = UNIT_POS_X * TILE_ROW;
-    fetch_tile(words, &mut regs, d, 0, CUBE_1D, kind, pairs);
+    fetch_tile(words, &mut regs, d, 0, FRET_CUBE, kind, pairs);
     let mut t0 = 0u32;
     while t0 < d.elements {
-        store_tile(&mut tile, &regs, CUBE_1D);
+        store_tile(&mut tile, &regs, FRET_CUBE);
         sync_cube();
         if t0 + TILE < d.elements {
-            fetch_tile(words, &mut regs, d, t0 + TILE, CUBE_1D, kind, pairs);
+            fetch_tile(words, &mut regs, d, t0 + TILE, FRET_CUBE, kind, pairs);
         }
         if active {
             if t0 + TILE <= d.elements {
@@ -761,7 +767,7 @@ pub fn fret<R: Runtime>(
     }
     let pairs = u16_pairs(p.kind, p.stride, p.first, p.m);
     let mf = f64::from(p.m);
-    let count = gpu.cube_count_1d(name, pixels, CUBE_1D)?;
+    let count = gpu.cube_count_1d(name, pixels, FRET_CUBE)?;
     gpu.launch(name, count, |count| {
         // SAFETY: lengths checked above; unit p < pixels reads counts p * stride + first + j
         // (j < m), tables[j + i m] (i < 3), writes out[q * pixels + p] (q < 8), status[p].
@@ -769,7 +775,7 @@ pub fn fret<R: Runtime>(
             fret_kernel::launch_unchecked::<R>(
                 gpu.client(),
                 count,
-                CubeDim::new_1d(CUBE_1D),
+                CubeDim::new_1d(FRET_CUBE),
                 words.arg(),
                 tables.arg(),
                 out.arg(),
@@ -810,7 +816,7 @@ pub(crate) fn catalog<R: Runtime>(client: &ComputeClient<R>) -> Vec<CatalogEntry
     .into_iter()
     .map(|(name, kind, known, pairs)| {
         let k = fret_kernel::FretKernel::<R>::new(
-            settings_1d(CUBE_1D),
+            settings_1d(FRET_CUBE),
             client.clone(),
             array(),
             array(),
