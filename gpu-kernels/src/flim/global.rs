@@ -582,6 +582,19 @@ pub fn global_kernel(
         }
         // The per-pixel kernel's 1e-6 of one pixel's objective.
         let tol_seg = f32::max(tol, F32_TOLERANCE / f32::cast_from(n));
+        // Every pixel's geometry but its first element (`base`, set per pixel).
+        let geo0 = Geo {
+            base: 0u32,
+            first,
+            m,
+            bins: stride,
+            h,
+            period_bins,
+            ln_tau_lo,
+            ln_tau_hi,
+            offset,
+            shift,
+        };
 
         // Start (flim-core's `initial_guess` at the pooled lifetimes, then the pooled shared
         // parameters): offset from the quietest 5 bins, amplitudes by weighted linear least
@@ -590,18 +603,8 @@ pub fn global_kernel(
         let mut i = t;
         while i < n {
             let q = start + i;
-            let geo = Geo {
-                base: q * stride,
-                first,
-                m,
-                bins: stride,
-                h,
-                period_bins,
-                ln_tau_lo,
-                ln_tau_hi,
-                offset,
-                shift,
-            };
+            let mut geo = geo0;
+            geo.base = q * stride;
             let mut photons = 0.0f32;
             let mut win = 0.0f32;
             let mut low = f32::new(3.0e38);
@@ -773,18 +776,8 @@ pub fn global_kernel(
                 let mut i2 = t;
                 while i2 < n {
                     let q = start + i2;
-                    let geo = Geo {
-                        base: q * stride,
-                        first,
-                        m,
-                        bins: stride,
-                        h,
-                        period_bins,
-                        ln_tau_lo,
-                        ln_tau_hi,
-                        offset,
-                        shift,
-                    };
+                    let mut geo = geo0;
+                    geo.base = q * stride;
                     if starting {
                         #[unroll]
                         for u in 0..np {

@@ -815,27 +815,7 @@ fn standard_errors(
             }
         }
     }
-    // Invert by Gauss-Jordan (small, symmetric positive definite).
-    let mut a = info.clone();
-    let mut inv: Vec<Vec<f64>> = (0..np)
-        .map(|i| (0..np).map(|j| f64::from(u8::from(i == j))).collect())
-        .collect();
-    for c in 0..np {
-        let p = a[c][c];
-        for j in 0..np {
-            a[c][j] /= p;
-            inv[c][j] /= p;
-        }
-        for r in 0..np {
-            if r != c {
-                let q = a[r][c];
-                for j in 0..np {
-                    a[r][j] -= q * a[c][j];
-                    inv[r][j] -= q * inv[c][j];
-                }
-            }
-        }
-    }
+    let inv = crate::flim_global::invert(info);
     (0..np).map(|i| inv[i][i].abs().sqrt()).collect()
 }
 

@@ -70,7 +70,7 @@ fn decay_fit(m: &FitMaps, y: usize, x: usize) -> DecayFit {
 }
 
 /// Inverse of a small symmetric positive definite matrix (Gauss-Jordan).
-fn invert(mut a: Vec<Vec<f64>>) -> Vec<Vec<f64>> {
+pub(crate) fn invert(mut a: Vec<Vec<f64>>) -> Vec<Vec<f64>> {
     let n = a.len();
     let mut inv: Vec<Vec<f64>> = (0..n)
         .map(|i| (0..n).map(|j| f64::from(u8::from(i == j))).collect())
