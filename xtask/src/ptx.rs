@@ -241,7 +241,9 @@ fn find_tools(root: &Path) -> Result<Tools> {
 
 fn nvcc_ptx(tools: &Tools, cu: &Path, ptx: &Path, arch: u32) -> Result<()> {
     let mut cmd = Command::new(&tools.nvcc);
-    cmd.args(["-ptx", "-lineinfo", "-std=c++17", "--use_fast_math"])
+    // NVRTC's options as CubeCL 0.10 passes them at run time (no fast math: IEEE divisions
+    // and exponentials unless a kernel asks for intrinsics), so that the report is what runs.
+    cmd.args(["-ptx", "-lineinfo", "-std=c++17"])
         .arg(format!("-arch=sm_{arch}"));
     for inc in &tools.includes {
         cmd.arg(format!("-I{}", inc.display()));

@@ -2,13 +2,14 @@
 //! the sums `S0, K, S1, S2` and the phasor in one pass, then the window-exact BCMM solve
 //! (BCMM1: bracketed Newton in ln a_F; BCMM2: Newton along the curve where the S1 equation
 //! holds, one window-sum evaluation per loop pass; flim-core's `fret` line by line) and the
-//! paper's PM.
+//! paper's PM. The solvers use CUDA's fast division, exponential and logarithm (see [`FAST`]).
 
 use super::{
     KIND_F32, KIND_U16, TILE, TILE_ROW, count, cube_first_pixel, decays, fetch_tile, holds_decays,
     invalid, store_tile, tile_count, u16_pairs,
 };
 use crate::catalog::{CatalogEntry, array, entry, settings_1d};
+use cubecl::ir::features::EnumSet;
 use cubecl::prelude::*;
 use gpu_runtime::{Gpu, GpuArray, Result};
 
@@ -36,8 +37,17 @@ const BCMM2_EXITS: u32 = 4;
 /// BCMM2's inner (S1) solve stops at this Newton step (flim-core's `BCMM2_INNER_TOL`).
 const BCMM2_INNER_TOL: f32 = 1e-3;
 
-/// e^x - 1 for x <= 0 without cancellation near 0.
-#[cube]
+/// The solvers' divisions, exponentials and logarithms as CUDA's fast intrinsics
+/// (`__fdividef`: 2 ulp; `__expf`: 2 + 1.2 |x| ulp; `__logf`) instead of the IEEE
+/// sequences: the BCMM solve is bound by its instruction count, and its acceptance
+/// (relative residuals of 1e-4) is far above these errors. wgpu ignores the modes.
+const FAST: EnumSet<FastMath> = FastMath::all();
+/// IEEE operations, whatever the caller allows.
+const EXACT: EnumSet<FastMath> = EnumSet::empty();
+
+/// e^x - 1 for x <= 0 without cancellation near 0. Exact intrinsics even where the
+/// caller allows fast ones: `e^x - 1` near 0.1 would magnify `__expf`'s error tenfold.
+#[cube(fast_math = EXACT)]
 fn expm1(x: f32) -> f32 {
     let mut r = f32::exp(x) - 1.0f32;
     if f32::abs(x) < 0.1f32 {
@@ -46,7 +56,7 @@ fn expm1(x: f32) -> f32 {
                 + x * (0.5f32
                     + x * (f32::new(1.0 / 6.0)
                         + x * (f32::new(1.0 / 24.0)
-                            + x * (f32::new(1.0 / 120.0) + x / 720.0f32)))));
+                            + x * (f32::new(1.0 / 120.0) + x * f32::new(1.0 / 720.0))))));
     }
     r
 }
@@ -61,7 +71,7 @@ struct BTerms {
     q: f32,
 }
 
-#[cube]
+#[cube(fast_math = FAST)]
 #[allow(unused_assignments)] // CubeCL has no if-expressions: declared, then set per branch
 fn b_terms(x: f32) -> BTerms {
     let mut b = 0.0f32;
@@ -107,7 +117,7 @@ struct Mom {
     s3: f32,
 }
 
-#[cube]
+#[cube(fast_math = FAST)]
 fn unit_moments(a: f32, m: f32) -> Mom {
     let ta = b_terms(a);
     let tm = b_terms(a * m);
@@ -213,7 +223,7 @@ struct Step {
     len: f32,
 }
 
-#[cube]
+#[cube(fast_math = FAST)]
 fn s1_step(y: f32, a: f32, f: Mom, d: Mom, eq: S1Equation, br: &mut Bracket) -> Step {
     let iden = 1.0f32 / (f.s0 - d.s0);
     let h = (f.s1 - d.s1) * iden - eq.target;
@@ -250,7 +260,7 @@ struct Point {
     beta: f32,
 }
 
-#[cube]
+#[cube(fast_math = FAST)]
 fn bcmm2_point(s: Sums, af: f32, ad: f32, f: Mom, d: Mom) -> Point {
     let den = f.s0 - d.s0;
     let alpha = (s.s0 - s.k * d.s0) / den;
@@ -273,7 +283,7 @@ fn bcmm2_point(s: Sums, af: f32, ad: f32, f: Mom, d: Mom) -> Point {
 
 /// BCMM1 (flim-core's `fret::bcmm_known`): `(ln a_F, ln a_D, alpha, beta)` into `sol`;
 /// whether a solution was found.
-#[cube]
+#[cube(fast_math = FAST)]
 fn bcmm_known(s: Sums, a_d: f32, m: f32, sol: &mut Array<f32>) -> bool {
     let d = unit_moments(a_d, m);
     let eq = s1_equation(s, d);
@@ -324,7 +334,7 @@ fn bcmm_known(s: Sums, a_d: f32, m: f32, sol: &mut Array<f32>) -> bool {
 /// `(ln a_F, ln a_D, alpha, beta)` into `sol`; whether they solve the equations. Unlike
 /// flim-core (f64, steps to 1e-10), a point whose residuals are below [`RESIDUAL`] is kept
 /// when f32 rounding stops the steps from shrinking within the budget.
-#[cube]
+#[cube(fast_math = FAST)]
 #[allow(clippy::too_many_lines)]
 fn bcmm_unknown(s: Sums, x0: f32, y0: f32, m: f32, sol: &mut Array<f32>) -> bool {
     let xmin = f32::ln(0.1f32 / m);
