@@ -14,12 +14,22 @@
 
 use crate::model::{CANON, Canonical, MAX_PARAMS};
 use crate::problem::Problem;
+use gpu_kernels::perfusion::WEIGHT_SERIES;
 
 /// Below this `x = k dt` the weights come from their Taylor series (exactly representable
 /// threshold, so CPU and GPU take the same branch).
 pub(crate) const SERIES_BELOW: f64 = 0.5;
-/// Series terms: the next term is below 1e-19 at x = 1/2.
-pub(crate) const SERIES_TERMS: u32 = 17;
+/// `sum c[j] y^j` over series `which` of the kernels' `WEIGHT_SERIES` (17 terms, the next
+/// below 1e-19 at x = 1/2), by Horner's rule in the kernels' order.
+#[inline]
+fn series(y: f64, which: usize) -> f64 {
+    let c = &WEIGHT_SERIES[which];
+    let mut acc = c[c.len() - 1];
+    for &cj in c.iter().rev().skip(1) {
+        acc = acc * y + cj;
+    }
+    acc
+}
 
 /// Weights of one interval for one decay rate, with their derivatives in k.
 #[derive(Debug, Clone, Copy, Default)]
@@ -39,15 +49,7 @@ pub(crate) fn weights(k: f64, dt: f64) -> Weights {
     let e = (-x).exp();
     let (a, b) = if x < SERIES_BELOW {
         // a = sum_{m>=2} (m-1) (-x)^(m-2) / m!,  b = sum_{m>=2} (-x)^(m-2) / m!
-        let mut p = 0.5;
-        let mut a = 0.0;
-        let mut b = 0.0;
-        for m in 2..2 + SERIES_TERMS {
-            a += p * f64::from(m - 1);
-            b += p;
-            p = p * -x / f64::from(m + 1);
-        }
-        (a, b)
+        (series(-x, 0), series(-x, 1))
     } else {
         let xx = x * x;
         let em = 1.0 - e;
@@ -68,15 +70,7 @@ pub(crate) fn weights_d(k: f64, dt: f64) -> Weights {
     let x = k * dt;
     let (da, db) = if x < SERIES_BELOW {
         // a' = -sum_{m>=3} (m-1)(m-2) (-x)^(m-3) / m!,  b' = -sum_{m>=3} (m-2) (-x)^(m-3) / m!
-        let mut q = 1.0 / 6.0;
-        let mut da = 0.0;
-        let mut db = 0.0;
-        for m in 3..3 + SERIES_TERMS {
-            da -= q * f64::from((m - 1) * (m - 2));
-            db -= q * f64::from(m - 2);
-            q = q * -x / f64::from(m + 1);
-        }
-        (da, db)
+        (series(-x, 2), series(-x, 3))
     } else {
         let e = w.e;
         let em = 1.0 - e;

@@ -25,6 +25,7 @@
 )]
 
 pub(crate) mod model;
+pub use model::WEIGHT_SERIES;
 
 use crate::catalog::{CatalogEntry, array, entry, settings_1d};
 use crate::linalg::cholesky_solve;

@@ -85,7 +85,59 @@ pub(crate) const fn vascular(model: u32) -> bool {
 }
 
 /// Series terms of the weights below `x = 1/2` (perfusion-core's `SERIES_TERMS`).
-const SERIES_TERMS: u32 = 17;
+pub const SERIES_TERMS: usize = 17;
+
+/// Coefficients of the weights' Taylor series in `-x` (`x = k dt < 1/2`), for Horner's
+/// rule on the CPU and the GPU alike: `a = sum A[j] (-x)^j`, `b = sum B[j] (-x)^j`,
+/// `a' = sum DA[j] (-x)^j`, `b' = sum DB[j] (-x)^j` with `A[j] = (j + 1) / (j + 2)!`,
+/// `B[j] = 1 / (j + 2)!`, `DA[j] = -(j + 2)(j + 1) / (j + 3)!`, `DB[j] = -(j + 1) / (j + 3)!`.
+/// A cost evaluation then takes 17 fused multiply-adds per series instead of a chain of 17
+/// f64 divisions (the terms' ratios), which had been the longest dependent chain outside
+/// the time loop.
+pub const WEIGHT_SERIES: [[f64; SERIES_TERMS]; 4] = weight_series();
+
+const fn weight_series() -> [[f64; SERIES_TERMS]; 4] {
+    let mut out = [[0.0; SERIES_TERMS]; 4];
+    // 1 / (j + 2)! and 1 / (j + 3)!, built up factor by factor.
+    let mut inv2 = 0.5;
+    let mut j = 0;
+    while j < SERIES_TERMS {
+        let inv3 = inv2 / (j as f64 + 3.0);
+        out[0][j] = (j as f64 + 1.0) * inv2;
+        out[1][j] = inv2;
+        out[2][j] = -((j as f64 + 2.0) * (j as f64 + 1.0)) * inv3;
+        out[3][j] = -(j as f64 + 1.0) * inv3;
+        inv2 = inv3;
+        j += 1;
+    }
+    out
+}
+
+/// `sum c[j] y^j` of series `which` of [`WEIGHT_SERIES`] by Horner's rule.
+#[cube]
+fn series<F: Float>(y: F, #[comptime] which: usize) -> F {
+    let mut acc = series_coefficient::<F>(which, SERIES_TERMS - 1);
+    #[unroll]
+    for j in 1..SERIES_TERMS {
+        acc = acc * y + series_coefficient::<F>(which, SERIES_TERMS - 1 - j);
+    }
+    acc
+}
+
+/// Coefficient `j` of series `which` as an f64 literal in f64 kernels (`F::new` takes an
+/// f32) and an f32 literal otherwise (WGSL has no f64 to cast from).
+#[cube]
+#[allow(unused_assignments)] // CubeCL has no if-expressions: declared, then set per branch
+fn series_coefficient<F: Float>(#[comptime] which: usize, #[comptime] j: usize) -> F {
+    let c = comptime!(WEIGHT_SERIES[which][j]);
+    let mut v = F::new(0.0);
+    if comptime!(F::MANTISSA_DIGITS > 24) {
+        v = F::cast_from(c);
+    } else {
+        v = F::new(comptime!(c as f32));
+    }
+    v
+}
 
 /// What a kernel needs to evaluate one voxel's model: the shared grid (times, intervals,
 /// inputs and their slopes, `nt` values each, in that order) and where the voxel's data are.
@@ -325,17 +377,14 @@ pub(crate) fn weights<F: Float>(k: F, dt: F, #[comptime] deriv: bool) -> Weights
     let x = k * dt;
     let e = F::exp(-x);
     let zero = F::new(0.0);
+    #[allow(unused_assignments)]
     let mut a = zero;
+    #[allow(unused_assignments)]
     let mut b = zero;
     let half = F::new(0.5);
     if x < half {
-        let mut p = half;
-        #[unroll]
-        for m in 2..2 + SERIES_TERMS {
-            a += p * F::cast_from(m - 1);
-            b += p;
-            p = p * -x / F::cast_from(m + 1);
-        }
+        a = series::<F>(-x, 0usize);
+        b = series::<F>(-x, 1usize);
     } else {
         let xx = x * x;
         let em = F::new(1.0) - e;
@@ -351,16 +400,13 @@ pub(crate) fn weights<F: Float>(k: F, dt: F, #[comptime] deriv: bool) -> Weights
         dwb: zero,
     };
     if comptime!(deriv) {
+        #[allow(unused_assignments)]
         let mut da = zero;
+        #[allow(unused_assignments)]
         let mut db = zero;
         if x < half {
-            let mut q = F::new(1.0) / F::cast_from(6u32);
-            #[unroll]
-            for m in 3..3 + SERIES_TERMS {
-                da -= q * F::cast_from((m - 1) * (m - 2));
-                db -= q * F::cast_from(m - 2);
-                q = q * -x / F::cast_from(m + 1);
-            }
+            da = series::<F>(-x, 2usize);
+            db = series::<F>(-x, 3usize);
         } else {
             let em = F::new(1.0) - e;
             let xxx = x * x * x;
