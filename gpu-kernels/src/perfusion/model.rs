@@ -84,7 +84,7 @@ pub(crate) const fn vascular(model: u32) -> bool {
     m == MODEL_EXTENDED_TOFTS || m == MODEL_PATLAK
 }
 
-/// Series terms of the weights below `x = 1/2` (perfusion-core's `SERIES_TERMS`).
+/// Series terms of the weights below `x = 1/2`: the next term is below 1e-19 there.
 pub const SERIES_TERMS: usize = 17;
 
 /// Coefficients of the weights' Taylor series in `-x` (`x = k dt < 1/2`), for Horner's
