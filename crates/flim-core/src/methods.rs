@@ -263,10 +263,7 @@ impl Analysis {
             sin_t,
             cal_cos: c.modulation * c.phase.cos(),
             cal_sin: c.modulation * c.phase.sin(),
-            cmm_start: self
-                .methods
-                .contains(Methods::CMM)
-                .then(|| CmmStart::new(m as f64)),
+            cmm_start: None,
         })
     }
 }
@@ -291,7 +288,8 @@ pub(crate) struct Setup {
     pub sum_sin: f64,
     pub cal_cos: f64,
     pub cal_sin: f64,
-    /// CMM's solver starts, where CMM is wanted.
+    /// CMM's solver starts: set by the CPU image path ([`analyse`]) where CMM is wanted; a
+    /// single decay and the GPU paths do without (the table costs about 300 solves).
     pub cmm_start: Option<CmmStart>,
 }
 
@@ -681,7 +679,7 @@ pub(crate) fn cmm_rate_from(mu: f64, m: f64, table: Option<&CmmStart>) -> f64 {
 /// `u = ln mu` (`mu_max = (m - 1) / 2`, where `a -> 0`; `g` stays smooth and away from 0
 /// there, so its interpolation error is relative to `a` everywhere) on a uniform grid
 /// (steps of 1/32 over mean bin indices 0.01 to `mu_max`), with its slope, interpolated by
-/// cubic Hermite. Built once per analysis (about 300 solves). A start within 1e-7 lets the
+/// cubic Hermite. Built once per image analysis (about 300 solves). A start within 1e-7 lets the
 /// solve stop after one step (its step is below the stopping test) instead of three or
 /// four, and that step still lands on the solution (at least as closely as from the
 /// plain start): the result is the solve's, not the table's.
@@ -795,7 +793,10 @@ const TASK_PIXELS: usize = 1024;
 /// # Ok::<(), flim_core::Error>(())
 /// ```
 pub fn analyse<T: Count>(cube: &Cube<T>, opts: &Analysis) -> Result<LifetimeMaps> {
-    let su = opts.setup(cube.bins(), cube.bin_ns(), cube.period_ns())?;
+    let mut su = opts.setup(cube.bins(), cube.bin_ns(), cube.period_ns())?;
+    if su.methods.contains(Methods::CMM) {
+        su.cmm_start = Some(CmmStart::new(su.m as f64));
+    }
     let (h, w) = cube.shape();
     let bins = cube.bins();
     let data = cube.as_slice();
