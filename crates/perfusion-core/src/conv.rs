@@ -246,10 +246,14 @@ fn evaluate_uniform<const TI: bool, const TE: bool, const VA: bool>(
     } else {
         s1
     };
-    let (a1, b1) = (c.g1 * (1.0 - s1.fr), c.g1 * s1.fr);
-    let (a2, b2) = (c.h1 * (1.0 - s2.fr), c.h1 * s2.fr);
-    let (ae, be) = (c.g2 * (1.0 - s1.fr), c.g2 * s1.fr);
+    // The inputs of each recursion enter times its weight `wb`, so that a step is
+    // `y = E y + (rho f[i-1] + f[i])`, `rho = wa / wb` (one multiplication fewer per step;
+    // `wb > 0` for every `k >= 0`); the GPU (`gpu_kernels::perfusion`) does the same.
+    let (a1, b1) = (w1.wb * (c.g1 * (1.0 - s1.fr)), w1.wb * (c.g1 * s1.fr));
+    let (a2, b2) = (w1.wb * (c.h1 * (1.0 - s2.fr)), w1.wb * (c.h1 * s2.fr));
+    let (ae, be) = (w2.wb * (c.g2 * (1.0 - s1.fr)), w2.wb * (c.g2 * s1.fr));
     let (av, bv) = (c.v * (1.0 - s1.fr), c.v * s1.fr);
+    let (rho1, rho2) = (w1.wa / w1.wb, w2.wa / w2.wb);
     let (u1, u2) = (&p.u1[..], &p.u2[..]);
     let (mut p1, mut q1) = (clamped(u1, s1.m), clamped(u1, s1.m + 1));
     let (mut p2, mut q2) = (clamped(u2, s2.m), clamped(u2, s2.m + 1));
@@ -274,12 +278,12 @@ fn evaluate_uniform<const TI: bool, const TE: bool, const VA: bool>(
             q2 = clamped(u2, k + s2.m);
             f1 = f1 + a2 * p2 + b2 * q2;
         }
-        y1 = w1.e * y1 + (w1.wa * f1p + w1.wb * f1);
+        y1 = w1.e * y1 + (rho1 * f1p + f1);
         f1p = f1;
         let mut y = y1;
         if TE {
             let f2 = ae * p1 + be * q1;
-            y2 = w2.e * y2 + (w2.wa * f2p + w2.wb * f2);
+            y2 = w2.e * y2 + (rho2 * f2p + f2);
             f2p = f2;
             y += y2;
         }

@@ -274,7 +274,10 @@ fn run<F: KernelFloat>(
         let round = gpu.budget().plan(n, 2 * per_voxel, fixed)?.chunk_len();
         let p = params::<F>(setup, problem, 0, gpu.info());
         let persistent_nm = setup.method == Method::NelderMead
-            && p.shared_nt(gpu.client().properties().hardware.max_shared_memory_size) > 0;
+            && p.shared_nt(
+                gpu.client().properties().hardware.max_shared_memory_size,
+                fsize as usize,
+            ) > 0;
         for start in (0..n).step_by(round) {
             if control.stopped() {
                 break;

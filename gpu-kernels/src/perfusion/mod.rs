@@ -192,15 +192,25 @@ impl FitParams {
     /// Samples per unit of the shared curves of persistent Nelder-Mead units (`nt` rounded
     /// up to a power of two, at least 32), or 0 when the launch is one voxel per unit (not
     /// asked for, or a cube's curves would not fit in `max_shared` bytes).
-    pub fn shared_nt(&self, max_shared: usize) -> u32 {
+    /// `elem_bytes` is the size of the kernel's float: the input blocks the time loop
+    /// walks ([`shared_inputs_len`]) are in shared memory too.
+    pub fn shared_nt(&self, max_shared: usize, elem_bytes: usize) -> u32 {
         let cap = self.nt.next_power_of_two().max(32);
-        let bytes = self.cube as usize * cap as usize * 4;
+        let bytes =
+            self.cube as usize * cap as usize * 4 + shared_inputs_len(cap) as usize * elem_bytes;
         if self.persistent && self.units > 0 && bytes <= max_shared {
             cap
         } else {
             0
         }
     }
+}
+
+/// Values in the shared copy of the padded input blocks a Nelder-Mead time loop walks
+/// (arterial, then portal values: `3 nt + 2` each, see [`grid_values`]) for persistent units,
+/// so that its input loads come from shared memory as its curve's do.
+pub const fn shared_inputs_len(nt: u32) -> u32 {
+    2 * (3 * nt + 2)
 }
 
 /// Set in LM's comptime model word (with the cube size, as [`SHARED_CURVE`]) when the
@@ -317,6 +327,7 @@ fn at_bound<F: Float>(
 fn nm_cost<F: Float>(
     data: &Array<f32>,
     curve: &SharedMemory<f32>,
+    inputs: &SharedMemory<F>,
     grid: &Array<F>,
     setup: &Array<F>,
     ctx: Ctx<F>,
@@ -339,7 +350,7 @@ fn nm_cost<F: Float>(
     let mut f = inf;
     if inside {
         let c = canonical::<F>(x, ctx.rate_scale, model);
-        let s = sse::<F>(data, curve, grid, ctx, c, model);
+        let s = sse::<F>(data, curve, inputs, grid, ctx, c, model);
         if s < inf {
             f = s;
         }
@@ -501,7 +512,9 @@ const S_SHRINK: u32 = 6;
 /// copies the voxel's curve into its column of shared memory (`shared_nt` samples of `cube`
 /// units), so that units of a warp working on unrelated voxels still read their data on chip;
 /// a warp then no longer waits for its slowest voxel (the 600-update cap) before the others
-/// take new work. Each voxel's fit is the same operations either way.
+/// take new work. Persistent units also read the inputs from a copy of their value blocks
+/// that the cube makes in shared memory at launch. Each voxel's fit is the same operations
+/// either way.
 #[cube(launch_unchecked)]
 pub fn nelder_mead_kernel<F: Float + CubeElement>(
     data: &Array<f32>,
@@ -541,6 +554,25 @@ pub fn nelder_mead_kernel<F: Float + CubeElement>(
     } else {
         1usize
     }));
+    let mut inputs = SharedMemory::<F>::new(comptime!(if shared_nt > 0 {
+        shared_inputs_len(shared_nt) as usize
+    } else {
+        1usize
+    }));
+    if comptime!(persistent) {
+        // The arterial and portal value blocks of `grid`, copied by the whole cube.
+        let len = 3 * nt + 2;
+        let mut k = UNIT_POS;
+        while k < 2 * len {
+            let mut src = 6 * nt + k;
+            if k >= len {
+                src += len;
+            }
+            inputs[k as usize] = grid[src as usize];
+            k += CUBE_DIM;
+        }
+        sync_cube();
+    }
     let lane = UNIT_POS;
     let mut voxel = ABSOLUTE_POS_X + ABSOLUTE_POS_Y * CUBE_COUNT_X * CUBE_DIM_X;
     if comptime!(persistent) {
@@ -562,6 +594,7 @@ pub fn nelder_mead_kernel<F: Float + CubeElement>(
     let usual = F::new(21.0) / F::new(20.0);
     let zero_term = F::new(1.0) / F::new(4000.0);
     let half = F::new(0.5);
+    let inv_n = F::new(1.0) / F::cast_from(n_free);
     // The simplex, one vertex of 5 per row. During the delay grid, row 0 holds the start and
     // row 1 the best grid point; from the initial simplex on, row 0 is the start (then the
     // best vertex). Few arrays live across the cost evaluation: the vertices, their costs, the
@@ -675,9 +708,13 @@ pub fn nelder_mead_kernel<F: Float + CubeElement>(
             fresh = false;
         }
         if active {
-            let f = nm_cost::<F>(data, &curve, grid, setup, ctx, &pt, mask, inf, model);
+            let f = nm_cost::<F>(
+                data, &curve, &inputs, grid, setup, ctx, &pt, mask, inf, model,
+            );
             let mut step_done = false;
             let mut done = false;
+            // Cost of the point that replaces the worst vertex (`pt`) when a step is done.
+            let mut accepted = f;
             if state == S_GRID {
                 // j counts grid evaluations; pt is grid point j; row 1 holds the best so
                 // far, row 0 the start.
@@ -735,7 +772,7 @@ pub fn nelder_mead_kernel<F: Float + CubeElement>(
                     hold_fixed::<F>(&mut pt, setup, mask, np);
                     state = S_EXPAND;
                 } else if fr < fv[(nv - 2) as usize] {
-                    write_vertex::<F>(&mut vtx, &mut fv, &pt, fr, nv - 1, nv, np);
+                    accepted = fr;
                     step_done = true;
                 } else if fr < fv[(nv - 1) as usize] {
                     #[unroll]
@@ -755,13 +792,12 @@ pub fn nelder_mead_kernel<F: Float + CubeElement>(
                     state = S_INSIDE;
                 }
             } else if state == S_EXPAND {
+                accepted = f;
                 if !(f < fr) {
                     // Keep the reflected point: recomputed exactly as in the centroid step
                     // (the worst vertex is still in place).
                     reflect::<F>(&mut pt, &xbar, &vtx, setup, mask, nv, np);
-                    write_vertex::<F>(&mut vtx, &mut fv, &pt, fr, nv - 1, nv, np);
-                } else {
-                    write_vertex::<F>(&mut vtx, &mut fv, &pt, f, nv - 1, nv, np);
+                    accepted = fr;
                 }
                 step_done = true;
             } else if state == S_SHRINK {
@@ -777,7 +813,7 @@ pub fn nelder_mead_kernel<F: Float + CubeElement>(
                     accept = f <= fr;
                 }
                 if accept {
-                    write_vertex::<F>(&mut vtx, &mut fv, &pt, f, nv - 1, nv, np);
+                    accepted = f;
                     step_done = true;
                 } else {
                     j = 1;
@@ -794,7 +830,12 @@ pub fn nelder_mead_kernel<F: Float + CubeElement>(
                 hold_fixed::<F>(&mut pt, setup, mask, np);
             }
             if step_done {
-                sort_simplex::<F>(&mut vtx, &mut fv, nv, np);
+                let whole = state == S_INIT || state == S_SHRINK;
+                if !whole {
+                    // Reflection, expansion or contraction: `pt` replaces the worst vertex.
+                    write_vertex::<F>(&mut vtx, &mut fv, &pt, accepted, nv - 1, nv, np);
+                }
+                sort_simplex::<F>(&mut vtx, &mut fv, whole, nv, np);
                 if nm_stop::<F>(&vtx, &fv, mask, tol_fun, tol_x, ten_eps, nv, np) {
                     converged = true;
                     done = true;
@@ -812,7 +853,7 @@ pub fn nelder_mead_kernel<F: Float + CubeElement>(
                             for k in 0..n_free {
                                 sum += vtx[(k * 5 + p) as usize];
                             }
-                            xbar[p as usize] = sum / F::cast_from(n_free);
+                            xbar[p as usize] = sum * inv_n;
                         }
                     }
                     reflect::<F>(&mut pt, &xbar, &vtx, setup, mask, nv, np);
@@ -843,29 +884,49 @@ pub fn nelder_mead_kernel<F: Float + CubeElement>(
     }
 }
 
-/// Stable sort of the vertices by cost (fixed network, as the CPU).
+/// Stable sort of the vertices by cost (fixed network, as the CPU). Unless `whole`, only
+/// the worst vertex changed: the network's earlier passes, which would swap nothing, are
+/// skipped.
 #[cube]
 fn sort_simplex<F: Float>(
     vtx: &mut Array<F>,
     fv: &mut Array<F>,
+    whole: bool,
     #[comptime] nv: u32,
     #[comptime] np: u32,
 ) {
     #[unroll]
     for i in 1..nv {
-        #[unroll]
-        for jj in 0..i {
-            let a = i - jj;
-            if fv[a as usize] < fv[(a - 1) as usize] {
-                let t = fv[a as usize];
-                fv[a as usize] = fv[(a - 1) as usize];
-                fv[(a - 1) as usize] = t;
-                #[unroll]
-                for p in 0..np {
-                    let tv = vtx[(a * 5 + p) as usize];
-                    vtx[(a * 5 + p) as usize] = vtx[((a - 1) * 5 + p) as usize];
-                    vtx[((a - 1) * 5 + p) as usize] = tv;
-                }
+        if comptime!(i + 1 < nv) {
+            if whole {
+                sort_pass::<F>(vtx, fv, i, np);
+            }
+        } else {
+            sort_pass::<F>(vtx, fv, i, np);
+        }
+    }
+}
+
+/// Pass `i` of [`sort_simplex`]: vertex `i` moved down to its rank among vertices 0..i.
+#[cube]
+fn sort_pass<F: Float>(
+    vtx: &mut Array<F>,
+    fv: &mut Array<F>,
+    #[comptime] i: u32,
+    #[comptime] np: u32,
+) {
+    #[unroll]
+    for jj in 0..i {
+        let a = i - jj;
+        if fv[a as usize] < fv[(a - 1) as usize] {
+            let t = fv[a as usize];
+            fv[a as usize] = fv[(a - 1) as usize];
+            fv[(a - 1) as usize] = t;
+            #[unroll]
+            for p in 0..np {
+                let tv = vtx[(a * 5 + p) as usize];
+                vtx[(a * 5 + p) as usize] = vtx[((a - 1) * 5 + p) as usize];
+                vtx[((a - 1) * 5 + p) as usize] = tv;
             }
         }
     }
@@ -886,8 +947,6 @@ fn nm_stop<F: Float>(
     #[comptime] np: u32,
 ) -> bool {
     let mut spread_f = F::new(0.0);
-    let mut spread_x = F::new(0.0);
-    let mut top_x = F::new(0.0);
     #[unroll]
     for k in 1..nv {
         let d = F::abs(fv[k as usize] - fv[0]);
@@ -895,33 +954,40 @@ fn nm_stop<F: Float>(
             spread_f = d;
         }
     }
-    #[unroll]
-    for p in 0..np {
-        if is_free(mask, p) {
-            let a = F::abs(vtx[p as usize]);
-            if a > top_x {
-                top_x = a;
-            }
-            #[unroll]
-            for k in 1..nv {
-                let d = F::abs(vtx[(k * 5 + p) as usize] - vtx[p as usize]);
-                if !(d <= spread_x) {
-                    spread_x = d;
-                }
-            }
-        }
-    }
     let floor_f = ten_eps * F::abs(fv[0]);
     let mut tol_f = tol_fun;
     if floor_f > tol_fun {
         tol_f = floor_f;
     }
-    let floor_x = ten_eps * top_x;
-    let mut tol_xx = tol_x;
-    if floor_x > tol_x {
-        tol_xx = floor_x;
+    // The vertex spread only where the costs pass (most updates stop at the costs).
+    let mut stop = false;
+    if spread_f <= tol_f {
+        let mut spread_x = F::new(0.0);
+        let mut top_x = F::new(0.0);
+        #[unroll]
+        for p in 0..np {
+            if is_free(mask, p) {
+                let a = F::abs(vtx[p as usize]);
+                if a > top_x {
+                    top_x = a;
+                }
+                #[unroll]
+                for k in 1..nv {
+                    let d = F::abs(vtx[(k * 5 + p) as usize] - vtx[p as usize]);
+                    if !(d <= spread_x) {
+                        spread_x = d;
+                    }
+                }
+            }
+        }
+        let floor_x = ten_eps * top_x;
+        let mut tol_xx = tol_x;
+        if floor_x > tol_x {
+            tol_xx = floor_x;
+        }
+        stop = spread_x <= tol_xx;
     }
-    spread_f <= tol_f && spread_x <= tol_xx
+    stop
 }
 
 /// Parameters, SSE, R^2 and status of one voxel (NaN parameters for invalid input).
@@ -1070,6 +1136,7 @@ pub fn levenberg_marquardt_kernel<F: Float + CubeElement>(
     let voxel = ABSOLUTE_POS_X + ABSOLUTE_POS_Y * CUBE_COUNT_X * CUBE_DIM_X;
     // LM reads the curves from global memory (no persistent units): an unused placeholder.
     let curve = SharedMemory::<f32>::new(1usize);
+    let inputs = SharedMemory::<F>::new(1usize);
     let stash = comptime!(model & LM_STASH != 0);
     let cube = comptime!(model::cube_of(model));
     let lane = UNIT_POS;
@@ -1105,10 +1172,14 @@ pub fn levenberg_marquardt_kernel<F: Float + CubeElement>(
                 let mut x0 = Array::<F>::new(5usize);
                 let mut pt = Array::<F>::new(5usize);
                 copy::<F>(&mut x0, &x, np);
-                let mut best = nm_cost::<F>(data, &curve, grid, setup, ctx, &x0, mask, inf, model);
+                let mut best = nm_cost::<F>(
+                    data, &curve, &inputs, grid, setup, ctx, &x0, mask, inf, model,
+                );
                 for g in 1..total + 1 {
                     grid_point::<F>(&mut pt, &x0, setup, mask, ds, g, np);
-                    let f = nm_cost::<F>(data, &curve, grid, setup, ctx, &pt, mask, inf, model);
+                    let f = nm_cost::<F>(
+                        data, &curve, &inputs, grid, setup, ctx, &pt, mask, inf, model,
+                    );
                     if f < best {
                         best = f;
                         copy::<F>(&mut x, &pt, np);
@@ -1377,7 +1448,10 @@ pub fn nelder_mead<R: Runtime, F: KernelFloat>(
         return Ok(());
     }
     let (gs, gstep, gcount) = p.grid.unwrap_or((0.0, 1.0, 0));
-    let shared_nt = p.shared_nt(gpu.client().properties().hardware.max_shared_memory_size);
+    let shared_nt = p.shared_nt(
+        gpu.client().properties().hardware.max_shared_memory_size,
+        std::mem::size_of::<F>(),
+    );
     let (units, word) = if shared_nt > 0 {
         (
             p.voxels.min(p.units),

@@ -63,6 +63,41 @@ pub(crate) fn datum<F: Float>(
     d
 }
 
+/// Where the uniform-grid walk finds sample `m` of padded value block `which` (0: arterial,
+/// 2: portal): [`walk_base`] in `grid`, or, for persistent units, in the cube's shared copy
+/// of the two blocks (`super::shared_inputs_len`: block 0 from 0, block 2 from `3 nt + 2`),
+/// read by [`input_load`].
+#[cube]
+pub(crate) fn walk_index(nt: u32, which: u32, m: i32, #[comptime] model: u32) -> u32 {
+    let mut k = walk_base(nt, which, m);
+    if comptime!(shared_curve(model)) {
+        // Blocks 0 and 2 start at 6 nt and 12 nt + 4 in `grid`.
+        k -= 6 * nt;
+        if which == 2 {
+            k -= 3 * nt + 2;
+        }
+    }
+    k
+}
+
+/// Input value `k` ([`walk_index`]).
+#[cube]
+pub(crate) fn input_load<F: Float>(
+    grid: &Array<F>,
+    inputs: &SharedMemory<F>,
+    k: u32,
+    #[comptime] model: u32,
+) -> F {
+    #[allow(unused_assignments)]
+    let mut v = F::new(0.0);
+    if comptime!(shared_curve(model)) {
+        v = inputs[k as usize];
+    } else {
+        v = grid[k as usize];
+    }
+    v
+}
+
 /// Number of parameters of `model` (perfusion-core's `Model::n_params`).
 pub(crate) const fn n_params(model: u32) -> u32 {
     match model_id(model) {
@@ -521,8 +556,10 @@ pub(crate) fn slope_base<F: Float>(nt: u32, which: u32, sh: Shift<F>) -> u32 {
 }
 
 /// Per-evaluation coefficients of the inputs on a uniform grid: each use of an input enters
-/// as `A u[j] + B u[j+1]`, `A = coef (1 - fr)`, `B = coef fr` (perfusion-core's
-/// `evaluate_uniform`).
+/// as `A u[j] + B u[j+1]`, `A = coef (1 - fr)`, `B = coef fr`, and the inputs of a
+/// recursion already times its weight `wb`, so that a step is `y = E y + (rho f[i-1] + f[i])`
+/// with `rho = wa / wb` (perfusion-core's `evaluate_uniform`). The mix, not each step, pays
+/// for `wb`. `mix`'s `av`, `bv` are not weighted (the vascular term enters `y` directly).
 #[derive(CubeType, Clone, Copy)]
 pub(crate) struct Mix<F: Float> {
     pub a1: F,
@@ -533,6 +570,8 @@ pub(crate) struct Mix<F: Float> {
     pub be: F,
     pub av: F,
     pub bv: F,
+    pub rho1: F,
+    pub rho2: F,
 }
 
 /// The running state of [`sse_uniform`]: the sample pairs of both inputs, the recursions,
@@ -550,8 +589,38 @@ pub(crate) struct UniState<F: Float> {
     total: F,
 }
 
-/// Time step `i >= 1` of [`sse_uniform`]; step `i` reads the new samples at `o1 + i`,
-/// `o2 + i` (padded blocks, [`walk_base`]).
+/// Where step `i` of [`sse_uniform`] reads: the inputs' new samples at `k1 = o1 + i`,
+/// `k2 = o2 + i` ([`walk_index`]) and the datum at `c = i cube + lane` in shared memory
+/// (persistent units) or at `i voxels + voxel`. A turn of the time loop computes them once
+/// and its steps add constants, which the compiler can fold into the loads' offsets.
+#[derive(CubeType, Clone, Copy)]
+pub(crate) struct WalkStep {
+    k1: u32,
+    k2: u32,
+    i: u32,
+    c: u32,
+}
+
+/// The datum of a [`WalkStep`] ([`datum`] with the shared index precomputed).
+#[cube]
+fn datum_at<F: Float>(
+    data: &Array<f32>,
+    curve: &SharedMemory<f32>,
+    ctx: Ctx<F>,
+    at: WalkStep,
+    #[comptime] model: u32,
+) -> F {
+    #[allow(unused_assignments)]
+    let mut d = F::new(0.0);
+    if comptime!(shared_curve(model)) {
+        d = F::cast_from(curve[at.c as usize]);
+    } else {
+        d = F::cast_from(data[(at.i * ctx.nvox + ctx.voxel) as usize]);
+    }
+    d
+}
+
+/// Time step `i >= 1` of [`sse_uniform`], reading at `at`.
 #[cube]
 fn uni_step<F: Float>(
     st: &mut UniState<F>,
@@ -560,34 +629,33 @@ fn uni_step<F: Float>(
     mx: Mix<F>,
     data: &Array<f32>,
     curve: &SharedMemory<f32>,
+    inputs: &SharedMemory<F>,
     grid: &Array<F>,
     ctx: Ctx<F>,
-    o1: u32,
-    o2: u32,
-    i: u32,
+    at: WalkStep,
     #[comptime] model: u32,
 ) {
     st.p1 = st.q1;
-    st.q1 = grid[(o1 + i) as usize];
+    st.q1 = input_load::<F>(grid, inputs, at.k1, model);
     let mut f1 = mx.a1 * st.p1 + mx.b1 * st.q1;
     if comptime!(two_inputs(model)) {
         st.p2 = st.q2;
-        st.q2 = grid[(o2 + i) as usize];
+        st.q2 = input_load::<F>(grid, inputs, at.k2, model);
         f1 = f1 + mx.a2 * st.p2 + mx.b2 * st.q2;
     }
-    st.y1 = w1.e * st.y1 + (w1.wa * st.f1p + w1.wb * f1);
+    st.y1 = w1.e * st.y1 + (mx.rho1 * st.f1p + f1);
     st.f1p = f1;
     let mut y = st.y1;
     if comptime!(two_exp(model)) {
         let f2 = mx.ae * st.p1 + mx.be * st.q1;
-        st.y2 = w2.e * st.y2 + (w2.wa * st.f2p + w2.wb * f2);
+        st.y2 = w2.e * st.y2 + (mx.rho2 * st.f2p + f2);
         st.f2p = f2;
         y += st.y2;
     }
     if comptime!(vascular(model)) {
         y += mx.av * st.p1 + mx.bv * st.q1;
     }
-    let r = y - datum::<F>(data, curve, ctx, i, model);
+    let r = y - datum_at::<F>(data, curve, ctx, at, model);
     st.total += r * r;
 }
 
@@ -598,6 +666,7 @@ fn uni_step<F: Float>(
 fn sse_uniform<F: Float>(
     data: &Array<f32>,
     curve: &SharedMemory<f32>,
+    inputs: &SharedMemory<F>,
     grid: &Array<F>,
     ctx: Ctx<F>,
     c: Canon<F>,
@@ -621,23 +690,25 @@ fn sse_uniform<F: Float>(
         s2.fr = x.fr;
     }
     let mx = Mix::<F> {
-        a1: c.g1 * (one - s1.fr),
-        b1: c.g1 * s1.fr,
-        a2: c.h1 * (one - s2.fr),
-        b2: c.h1 * s2.fr,
-        ae: c.g2 * (one - s1.fr),
-        be: c.g2 * s1.fr,
+        a1: w1.wb * (c.g1 * (one - s1.fr)),
+        b1: w1.wb * (c.g1 * s1.fr),
+        a2: w1.wb * (c.h1 * (one - s2.fr)),
+        b2: w1.wb * (c.h1 * s2.fr),
+        ae: w2.wb * (c.g2 * (one - s1.fr)),
+        be: w2.wb * (c.g2 * s1.fr),
         av: c.v * (one - s1.fr),
         bv: c.v * s1.fr,
+        rho1: w1.wa / w1.wb,
+        rho2: w2.wa / w2.wb,
     };
-    let u1 = walk_base(nt, 0u32, s1.m);
+    let u1 = walk_index(nt, 0u32, s1.m, model);
     let mut u2 = u1;
     if comptime!(two_inputs(model)) {
-        u2 = walk_base(nt, 2u32, s2.m);
+        u2 = walk_index(nt, 2u32, s2.m, model);
     }
     let mut st = UniState::<F> {
-        p1: grid[u1 as usize],
-        q1: grid[(u1 + 1) as usize],
+        p1: input_load::<F>(grid, inputs, u1, model),
+        q1: input_load::<F>(grid, inputs, u1 + 1, model),
         p2: zero,
         q2: zero,
         y1: zero,
@@ -648,8 +719,8 @@ fn sse_uniform<F: Float>(
     };
     st.f1p = mx.a1 * st.p1 + mx.b1 * st.q1;
     if comptime!(two_inputs(model)) {
-        st.p2 = grid[u2 as usize];
-        st.q2 = grid[(u2 + 1) as usize];
+        st.p2 = input_load::<F>(grid, inputs, u2, model);
+        st.q2 = input_load::<F>(grid, inputs, u2 + 1, model);
         st.f1p = st.f1p + mx.a2 * st.p2 + mx.b2 * st.q2;
     }
     if comptime!(two_exp(model)) {
@@ -663,29 +734,38 @@ fn sse_uniform<F: Float>(
     st.total = r0 * r0;
     let o1 = u1 + 1;
     let o2 = u2 + 1;
+    let stride = comptime!(cube_of(model));
     let blocks = (nt - 1) / UNROLL;
     for b in 0..blocks {
+        let i0 = 1 + b * UNROLL;
+        let base = WalkStep {
+            k1: o1 + i0,
+            k2: o2 + i0,
+            i: i0,
+            c: i0 * stride + ctx.lane,
+        };
         #[unroll]
         for k in 0..UNROLL {
+            let at = WalkStep {
+                k1: base.k1 + k,
+                k2: base.k2 + k,
+                i: base.i + k,
+                c: base.c + k * stride,
+            };
             uni_step::<F>(
-                &mut st,
-                w1,
-                w2,
-                mx,
-                data,
-                curve,
-                grid,
-                ctx,
-                o1,
-                o2,
-                1 + b * UNROLL + k,
-                model,
+                &mut st, w1, w2, mx, data, curve, inputs, grid, ctx, at, model,
             );
         }
     }
     for i in 1 + blocks * UNROLL..nt {
+        let at = WalkStep {
+            k1: o1 + i,
+            k2: o2 + i,
+            i,
+            c: i * stride + ctx.lane,
+        };
         uni_step::<F>(
-            &mut st, w1, w2, mx, data, curve, grid, ctx, o1, o2, i, model,
+            &mut st, w1, w2, mx, data, curve, inputs, grid, ctx, at, model,
         );
     }
     st.total
@@ -764,6 +844,7 @@ fn sse_step<F: Float>(
 pub(crate) fn sse<F: Float>(
     data: &Array<f32>,
     curve: &SharedMemory<f32>,
+    inputs: &SharedMemory<F>,
     grid: &Array<F>,
     ctx: Ctx<F>,
     c: Canon<F>,
@@ -772,7 +853,7 @@ pub(crate) fn sse<F: Float>(
     #[allow(unused_assignments)]
     let mut total = F::new(0.0);
     if comptime!(uniform(model)) {
-        total = sse_uniform::<F>(data, curve, grid, ctx, c, model);
+        total = sse_uniform::<F>(data, curve, inputs, grid, ctx, c, model);
     } else {
         total = sse_grid::<F>(data, curve, grid, ctx, c, model);
     }

@@ -45,6 +45,49 @@ fn sort(v: &mut Simplex, f: &mut [f64; MAX_PARAMS + 1], n: usize) {
     }
 }
 
+/// Put `x` with cost `fx` in the place of the worst vertex `n` and keep the vertices sorted:
+/// the result of [`sort`] when only the worst vertex changed (the others are sorted, so its
+/// earlier passes swap nothing), found as a rank and one move per row (the GPU runs the
+/// network's last pass: the same order).
+fn insert(
+    v: &mut Simplex,
+    f: &mut [f64; MAX_PARAMS + 1],
+    n: usize,
+    x: &[f64; MAX_PARAMS],
+    fx: f64,
+) {
+    let pos = f[..n].iter().filter(|&&fk| fk <= fx).count();
+    for k in (pos + 1..=n).rev() {
+        v[k] = v[k - 1];
+        f[k] = f[k - 1];
+    }
+    v[pos] = *x;
+    f[pos] = fx;
+}
+
+/// Whether the vertices lie within `tol_x` (floored at `10 eps |x|`) of the best one.
+fn vertices_within(v: &Simplex, n: usize, b: &Bounds, s: &NmSettings) -> bool {
+    let mut spread_x = 0.0;
+    let mut top_x = 0.0;
+    for p in 0..b.np {
+        if b.free[p] {
+            let a = v[0][p].abs();
+            if a > top_x {
+                top_x = a;
+            }
+            for vj in &v[1..=n] {
+                let d = (vj[p] - v[0][p]).abs();
+                if !(d <= spread_x) {
+                    spread_x = d;
+                }
+            }
+        }
+    }
+    let floor_x = s.ten_eps * top_x;
+    let tol_x = if floor_x > s.tol_x { floor_x } else { s.tol_x };
+    spread_x <= tol_x
+}
+
 /// Minimise `cost` from `x0` (projected into the bounds).
 pub(crate) fn nelder_mead(
     inner: &mut impl FnMut(&[f64; MAX_PARAMS]) -> f64,
@@ -72,30 +115,16 @@ pub(crate) fn nelder_mead(
         f[j + 1] = cost(&y);
     }
     sort(&mut v, &mut f, n);
+    let inv_n = 1.0 / n as f64;
     let mut iterations = 0;
     let converged = loop {
-        // Stopping rule; NaN spreads (all-infinite simplex) never count as converged.
+        // Stopping rule; NaN spreads (all-infinite simplex) never count as converged. The
+        // vertex spread is looked at only where the costs pass.
         let mut spread_f = 0.0;
-        let mut spread_x = 0.0;
-        let mut top_x = 0.0;
         for j in 1..=n {
             let d = (f[j] - f[0]).abs();
             if !(d <= spread_f) {
                 spread_f = d;
-            }
-        }
-        for p in 0..np {
-            if b.free[p] {
-                let a = v[0][p].abs();
-                if a > top_x {
-                    top_x = a;
-                }
-                for vj in &v[1..=n] {
-                    let d = (vj[p] - v[0][p]).abs();
-                    if !(d <= spread_x) {
-                        spread_x = d;
-                    }
-                }
             }
         }
         let floor_f = s.ten_eps * f[0].abs();
@@ -104,16 +133,14 @@ pub(crate) fn nelder_mead(
         } else {
             s.tol_fun
         };
-        let floor_x = s.ten_eps * top_x;
-        let tol_x = if floor_x > s.tol_x { floor_x } else { s.tol_x };
-        if spread_f <= tol_f && spread_x <= tol_x {
+        if spread_f <= tol_f && vertices_within(&v, n, b, s) {
             break true;
         }
         if iterations >= s.max_iterations {
             break false;
         }
         iterations += 1;
-        // Centroid of the best n vertices.
+        // Centroid of the best n vertices (times 1/n: a multiplication, as the GPU).
         let mut xbar = v[0];
         for p in 0..np {
             if b.free[p] {
@@ -121,7 +148,7 @@ pub(crate) fn nelder_mead(
                 for vj in &v[..n] {
                     sum += vj[p];
                 }
-                xbar[p] = sum / n as f64;
+                xbar[p] = sum * inv_n;
             }
         }
         let worst = v[n];
@@ -135,29 +162,17 @@ pub(crate) fn nelder_mead(
         };
         let xr = combine(2.0, 1.0);
         let fr = cost(&xr);
-        let mut shrink = false;
-        if fr < f[0] {
+        // The point that replaces the worst vertex, if any (else: shrink).
+        let accepted = if fr < f[0] {
             let xe = combine(3.0, 2.0);
             let fe = cost(&xe);
-            if fe < fr {
-                v[n] = xe;
-                f[n] = fe;
-            } else {
-                v[n] = xr;
-                f[n] = fr;
-            }
+            Some(if fe < fr { (xe, fe) } else { (xr, fr) })
         } else if fr < f[n - 1] {
-            v[n] = xr;
-            f[n] = fr;
+            Some((xr, fr))
         } else if fr < f[n] {
             let xc = combine(1.5, 0.5);
             let fc = cost(&xc);
-            if fc <= fr {
-                v[n] = xc;
-                f[n] = fc;
-            } else {
-                shrink = true;
-            }
+            (fc <= fr).then_some((xc, fc))
         } else {
             let mut xcc = xbar;
             for p in 0..np {
@@ -165,14 +180,11 @@ pub(crate) fn nelder_mead(
             }
             b.hold_fixed(&mut xcc);
             let fcc = cost(&xcc);
-            if fcc < f[n] {
-                v[n] = xcc;
-                f[n] = fcc;
-            } else {
-                shrink = true;
-            }
-        }
-        if shrink {
+            (fcc < f[n]).then_some((xcc, fcc))
+        };
+        if let Some((x, fx)) = accepted {
+            insert(&mut v, &mut f, n, &x, fx);
+        } else {
             for j in 1..=n {
                 let mut x = v[j];
                 for p in 0..np {
@@ -182,8 +194,8 @@ pub(crate) fn nelder_mead(
                 v[j] = x;
                 f[j] = cost(&x);
             }
+            sort(&mut v, &mut f, n);
         }
-        sort(&mut v, &mut f, n);
     };
     NmOutcome {
         x: v[0],
@@ -262,6 +274,29 @@ mod tests {
         );
         assert_eq!(out.x[2], 0.1);
         assert!((out.x[1] - 2.0).abs() < 1e-5, "{out:?}");
+    }
+
+    #[test]
+    fn insert_is_the_sort_of_a_replaced_worst_vertex() {
+        // Ties (stable order), infinities, every rank of the new vertex.
+        let sorted = [1.0, 2.0, 2.0, 5.0, f64::INFINITY, f64::INFINITY];
+        for fx in [0.5, 1.0, 2.0, 3.0, 5.0, 7.0, f64::INFINITY] {
+            for n in 1..=MAX_PARAMS {
+                let mut v: Simplex = [[0.0; MAX_PARAMS]; MAX_PARAMS + 1];
+                let mut f = [0.0; MAX_PARAMS + 1];
+                for k in 0..=n {
+                    v[k][0] = k as f64; // identifies the vertex
+                    f[k] = sorted[k];
+                }
+                let x = [-1.0; MAX_PARAMS];
+                let (mut vs, mut fs) = (v, f);
+                vs[n] = x;
+                fs[n] = fx;
+                sort(&mut vs, &mut fs, n);
+                insert(&mut v, &mut f, n, &x, fx);
+                assert_eq!((v, f), (vs, fs), "n {n}, f {fx}");
+            }
+        }
     }
 
     #[test]
