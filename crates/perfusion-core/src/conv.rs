@@ -253,7 +253,8 @@ fn evaluate_uniform<const TI: bool, const TE: bool, const VA: bool>(
     let (a2, b2) = (w1.wb * (c.h1 * (1.0 - s2.fr)), w1.wb * (c.h1 * s2.fr));
     let (ae, be) = (w2.wb * (c.g2 * (1.0 - s1.fr)), w2.wb * (c.g2 * s1.fr));
     let (av, bv) = (c.v * (1.0 - s1.fr), c.v * s1.fr);
-    let (rho1, rho2) = (w1.wa / w1.wb, w2.wa / w2.wb);
+    let rho1 = w1.wa / w1.wb;
+    let rho2 = if TE { w2.wa / w2.wb } else { 0.0 };
     let (u1, u2) = (&p.u1[..], &p.u2[..]);
     let (mut p1, mut q1) = (clamped(u1, s1.m), clamped(u1, s1.m + 1));
     let (mut p2, mut q2) = (clamped(u2, s2.m), clamped(u2, s2.m + 1));

@@ -52,11 +52,24 @@ pub(crate) fn datum<F: Float>(
     i: u32,
     #[comptime] model: u32,
 ) -> F {
+    let stride = comptime!(cube_of(model));
+    datum_at::<F>(data, curve, ctx, i, i * stride + ctx.lane, model)
+}
+
+/// [`datum`] with the shared-memory index `c = i cube + lane` already computed.
+#[cube]
+pub(crate) fn datum_at<F: Float>(
+    data: &Array<f32>,
+    curve: &SharedMemory<f32>,
+    ctx: Ctx<F>,
+    i: u32,
+    c: u32,
+    #[comptime] model: u32,
+) -> F {
     #[allow(unused_assignments)]
     let mut d = F::new(0.0);
     if comptime!(shared_curve(model)) {
-        let stride = comptime!(cube_of(model));
-        d = F::cast_from(curve[(i * stride + ctx.lane) as usize]);
+        d = F::cast_from(curve[c as usize]);
     } else {
         d = F::cast_from(data[(i * ctx.nvox + ctx.voxel) as usize]);
     }
@@ -559,7 +572,8 @@ pub(crate) fn slope_base<F: Float>(nt: u32, which: u32, sh: Shift<F>) -> u32 {
 /// as `A u[j] + B u[j+1]`, `A = coef (1 - fr)`, `B = coef fr`, and the inputs of a
 /// recursion already times its weight `wb`, so that a step is `y = E y + (rho f[i-1] + f[i])`
 /// with `rho = wa / wb` (perfusion-core's `evaluate_uniform`). The mix, not each step, pays
-/// for `wb`. `mix`'s `av`, `bv` are not weighted (the vascular term enters `y` directly).
+/// for `wb`. `av`, `bv` are not weighted (the vascular term enters `y` directly); `e1`, `e2`
+/// are the recursions' decays `E`.
 #[derive(CubeType, Clone, Copy)]
 pub(crate) struct Mix<F: Float> {
     pub a1: F,
@@ -572,6 +586,8 @@ pub(crate) struct Mix<F: Float> {
     pub bv: F,
     pub rho1: F,
     pub rho2: F,
+    pub e1: F,
+    pub e2: F,
 }
 
 /// The running state of [`sse_uniform`]: the sample pairs of both inputs, the recursions,
@@ -601,31 +617,10 @@ pub(crate) struct WalkStep {
     c: u32,
 }
 
-/// The datum of a [`WalkStep`] ([`datum`] with the shared index precomputed).
-#[cube]
-fn datum_at<F: Float>(
-    data: &Array<f32>,
-    curve: &SharedMemory<f32>,
-    ctx: Ctx<F>,
-    at: WalkStep,
-    #[comptime] model: u32,
-) -> F {
-    #[allow(unused_assignments)]
-    let mut d = F::new(0.0);
-    if comptime!(shared_curve(model)) {
-        d = F::cast_from(curve[at.c as usize]);
-    } else {
-        d = F::cast_from(data[(at.i * ctx.nvox + ctx.voxel) as usize]);
-    }
-    d
-}
-
 /// Time step `i >= 1` of [`sse_uniform`], reading at `at`.
 #[cube]
 fn uni_step<F: Float>(
     st: &mut UniState<F>,
-    w1: Weights<F>,
-    w2: Weights<F>,
     mx: Mix<F>,
     data: &Array<f32>,
     curve: &SharedMemory<f32>,
@@ -643,19 +638,19 @@ fn uni_step<F: Float>(
         st.q2 = input_load::<F>(grid, inputs, at.k2, model);
         f1 = f1 + mx.a2 * st.p2 + mx.b2 * st.q2;
     }
-    st.y1 = w1.e * st.y1 + (mx.rho1 * st.f1p + f1);
+    st.y1 = mx.e1 * st.y1 + (mx.rho1 * st.f1p + f1);
     st.f1p = f1;
     let mut y = st.y1;
     if comptime!(two_exp(model)) {
         let f2 = mx.ae * st.p1 + mx.be * st.q1;
-        st.y2 = w2.e * st.y2 + (mx.rho2 * st.f2p + f2);
+        st.y2 = mx.e2 * st.y2 + (mx.rho2 * st.f2p + f2);
         st.f2p = f2;
         y += st.y2;
     }
     if comptime!(vascular(model)) {
         y += mx.av * st.p1 + mx.bv * st.q1;
     }
-    let r = y - datum_at::<F>(data, curve, ctx, at, model);
+    let r = y - datum_at::<F>(data, curve, ctx, at.i, at.c, model);
     st.total += r * r;
 }
 
@@ -665,8 +660,6 @@ fn uni_step<F: Float>(
 #[allow(clippy::too_many_arguments)]
 fn uni_steps<F: Float>(
     st: &mut UniState<F>,
-    w1: Weights<F>,
-    w2: Weights<F>,
     mx: Mix<F>,
     data: &Array<f32>,
     curve: &SharedMemory<f32>,
@@ -694,7 +687,7 @@ fn uni_steps<F: Float>(
             i: base.i + k,
             c: base.c + k * stride,
         };
-        uni_step::<F>(st, w1, w2, mx, data, curve, inputs, grid, ctx, at, model);
+        uni_step::<F>(st, mx, data, curve, inputs, grid, ctx, at, model);
     }
 }
 
@@ -738,7 +731,10 @@ fn sse_uniform<F: Float>(
         av: c.v * (one - s1.fr),
         bv: c.v * s1.fr,
         rho1: w1.wa / w1.wb,
+        // Read by the 2CXM only: other models compile no use of it.
         rho2: w2.wa / w2.wb,
+        e1: w1.e,
+        e2: w2.e,
     };
     let u1 = walk_index(nt, 0u32, s1.m, model);
     let mut u2 = u1;
@@ -777,8 +773,6 @@ fn sse_uniform<F: Float>(
     for b in 0..blocks {
         uni_steps::<F>(
             &mut st,
-            w1,
-            w2,
             mx,
             data,
             curve,
@@ -796,13 +790,13 @@ fn sse_uniform<F: Float>(
     let mut i = 1 + blocks * UNI_UNROLL;
     if i + 4 <= nt {
         uni_steps::<F>(
-            &mut st, w1, w2, mx, data, curve, inputs, grid, ctx, o1, o2, i, 4u32, model,
+            &mut st, mx, data, curve, inputs, grid, ctx, o1, o2, i, 4u32, model,
         );
         i += 4;
     }
     while i < nt {
         uni_steps::<F>(
-            &mut st, w1, w2, mx, data, curve, inputs, grid, ctx, o1, o2, i, 1u32, model,
+            &mut st, mx, data, curve, inputs, grid, ctx, o1, o2, i, 1u32, model,
         );
         i += 1;
     }
