@@ -5,7 +5,8 @@
 //! host memory up, maps down: `fit_on`) with Nelder-Mead and LM in f64 and f32, and the
 //! kernels alone in several cube shapes. Targets: NM <= 0.1 s, LM <= 0.03 s; the paper:
 //! 0.9 min on a Tesla C2050. CPU: NM and LM at Nt = 64, one thread and all threads
-//! (targets: NM >= 1,500 and LM >= 10,000 voxels/s per core).
+//! (targets: NM >= 1,500 and LM >= 10,000 voxels/s per core). Three groups, so that
+//! `--filter` can pick one: `perfusion-end-to-end`, `perfusion-kernels`, `perfusion-cpu`.
 
 use crate::report::Measurement;
 use crate::suite::{Options, measurement};
@@ -35,6 +36,10 @@ fn options(method: Method, precision: Precision) -> FitOptions {
         .with_precision(precision)
 }
 
+fn precision_name(p: Precision) -> &'static str {
+    if p == Precision::F64 { "f64" } else { "f32" }
+}
+
 fn as_err(e: perfusion_core::Error) -> gpu_runtime::Error {
     gpu_runtime::Error::Backend {
         device: "perfusion".into(),
@@ -54,16 +59,31 @@ fn summary(f: &Fits) -> String {
     )
 }
 
-pub fn run(device: &Device, opts: &Options, _earlier: &[Measurement]) -> Result<Vec<Measurement>> {
+/// Which groups to run.
+#[derive(Clone, Copy, Debug)]
+pub struct Groups {
+    pub end_to_end: bool,
+    pub kernels: bool,
+    pub cpu: bool,
+}
+
+pub fn run(
+    device: &Device,
+    opts: &Options,
+    groups: Groups,
+    _earlier: &[Measurement],
+) -> Result<Vec<Measurement>> {
     let mut out = Vec::new();
-    if device.is_gpu() {
-        out.extend(gpu(device, opts)?);
+    if device.is_gpu() && (groups.end_to_end || groups.kernels) {
+        out.extend(gpu(device, opts, groups)?);
     }
-    out.extend(cpu(opts)?);
+    if groups.cpu {
+        out.extend(cpu(opts)?);
+    }
     Ok(out)
 }
 
-fn gpu(device: &Device, opts: &Options) -> Result<Vec<Measurement>> {
+fn gpu(device: &Device, opts: &Options, groups: Groups) -> Result<Vec<Measurement>> {
     let voxels = if opts.quick { 8192 } else { PAPER_VOXELS };
     eprintln!("bench: perfusion: simulating {voxels} voxels (Nt 128, CNR 20)");
     let sim = Simulation::paper(128)
@@ -98,14 +118,14 @@ fn gpu(device: &Device, opts: &Options) -> Result<Vec<Measurement>> {
                 Method::LevenbergMarquardt => 30.0,
             };
             // End to end as `fit_on` runs it, then (full runs) with the work split into
-            // 1, 2, 4 and 8 launches: each launch's curves go up while the previous one runs,
-            // but each launch of persistent units ends in a tail. Chooses the default.
-            let splits: &[Option<usize>] = if opts.quick {
-                &[None]
-            } else {
-                &[None, Some(1), Some(2), Some(4), Some(8)]
+            // 1, 2, 4 and 8 launches: each launch's curves go up while the previous one runs
+            // and, on CUDA, each launch runs on its own lane, so that its cubes fill the
+            // multiprocessors the previous launch's tail frees. Chooses the default.
+            let splits: &[Option<usize>] = match (groups.end_to_end, opts.quick) {
+                (false, _) => &[],
+                (true, true) => &[None],
+                (true, false) => &[None, Some(1), Some(2), Some(4), Some(8)],
             };
-            let mut fits = None;
             for &launches in splits {
                 let mut last = None;
                 let t = bench(1, reps, || {
@@ -131,15 +151,16 @@ fn gpu(device: &Device, opts: &Options) -> Result<Vec<Measurement>> {
                     "voxels/s",
                     t,
                     format!(
-                        "{id}; curves up (pieces packed while the previous one is copied; launch k + 1's during launch k), maps down; default: one launch for persistent NM units, else 4; NM persistent units {} ({PERSISTENT_ENV}); {:.0}x the paper's 11,600 voxels/s; target {target} ms for 626,400 voxels; {}",
+                        "{id}; curves up (pieces packed while the previous one is copied; launch k + 1's during launch k), maps down; default 4 launches, on CUDA each on its own lane; NM persistent units {} ({PERSISTENT_ENV}); {:.0}x the paper's 11,600 voxels/s; target {target} ms for 626,400 voxels; {}",
                         std::env::var(PERSISTENT_ENV).unwrap_or_else(|_| "on CUDA by default".into()),
                         rate / PAPER_RATE,
                         summary(&f)
                     ),
                 ));
-                fits.get_or_insert(f);
             }
-            let fits = fits.expect("ran");
+            if !groups.kernels {
+                continue;
+            }
             // The kernel alone, in several cube shapes (curves already on the device).
             // On CUDA the cube size also caps registers (`__launch_bounds__`): 384 units leave
             // 170 registers per unit, 512 leave 128 (`cargo xtask build-ptx` reports what each
@@ -176,7 +197,7 @@ fn gpu(device: &Device, opts: &Options) -> Result<Vec<Measurement>> {
                 };
                 out.push(measurement(
                     "perfusion",
-                    &format!("kernel {} {} {voxels} voxels Nt 128, cube {used}{shape}", method.name(), fits.precision),
+                    &format!("kernel {} {} {voxels} voxels Nt 128, cube {used}{shape}", method.name(), precision_name(precision)),
                     voxels as f64 / (kt.median_ms / 1e3),
                     "voxels/s",
                     kt,

@@ -74,7 +74,8 @@ pub fn print(run: &Run) {
 }
 
 /// Add `run` to the JSON database (replacing an earlier run of the same device name,
-/// suite set and date) and re-render the Markdown.
+/// suite set, date and command: a repeat; runs of other commands that day are kept) and
+/// re-render the Markdown.
 pub fn record(docs: &Path, run: Run) -> Result<()> {
     let json_path = docs.join("benchmarks.json");
     let mut runs: Vec<Run> = if json_path.exists() {
@@ -90,7 +91,10 @@ pub fn record(docs: &Path, run: Run) -> Result<()> {
         s
     };
     runs.retain(|r| {
-        !(r.device.name == run.device.name && r.date == run.date && suites(r) == suites(&run))
+        !(r.device.name == run.device.name
+            && r.date == run.date
+            && r.command == run.command
+            && suites(r) == suites(&run))
     });
     runs.push(run);
     std::fs::write(&json_path, serde_json::to_string_pretty(&runs)? + "\n")?;

@@ -39,9 +39,19 @@ pub fn run(device: &Device, command: &str, opts: &Options) -> Result<Run> {
         eprintln!("bench: montecarlo on {device}");
         measurements.extend(crate::montecarlo_bench::run(device, opts, &measurements)?);
     }
-    if wanted("perfusion") {
-        eprintln!("bench: perfusion on {device}");
-        measurements.extend(crate::perfusion_bench::run(device, opts, &measurements)?);
+    let perfusion = crate::perfusion_bench::Groups {
+        end_to_end: wanted("perfusion-end-to-end"),
+        kernels: wanted("perfusion-kernels"),
+        cpu: wanted("perfusion-cpu"),
+    };
+    if perfusion.end_to_end || perfusion.kernels || perfusion.cpu {
+        eprintln!("bench: perfusion on {device} ({perfusion:?})");
+        measurements.extend(crate::perfusion_bench::run(
+            device,
+            opts,
+            perfusion,
+            &measurements,
+        )?);
     }
     Ok(Run {
         date: crate::report::today(),

@@ -127,6 +127,19 @@ pub trait RawTransfers: Runtime {
     ) -> std::result::Result<bool, String> {
         Ok(false)
     }
+    /// Copy `rows` rows of `width` bytes, packed one after the other in `src`, into the
+    /// device memory of `dst` at byte `offset + r * pitch` for row `r`; `Ok(false)` when
+    /// not supported.
+    fn copy_rows_to_device_at(
+        _client: &ComputeClient<Self>,
+        _dst: &cubecl::server::Handle,
+        _offset: usize,
+        _pitch: usize,
+        _width: usize,
+        _src: &[u8],
+    ) -> std::result::Result<bool, String> {
+        Ok(false)
+    }
     /// Copy the device memory of `src` into `dst`; `Ok(false)` when not supported.
     fn copy_to_host(
         _client: &ComputeClient<Self>,
@@ -163,6 +176,45 @@ impl RawTransfers for cubecl::cuda::CudaRuntime {
             // (the callers check `offset + src.len()` against the array); `run`
             // synchronises the stream before `src` can be touched again.
             unsafe { cudarc::driver::result::memcpy_htod_async(ptr, src, stream) }
+        })?;
+        Ok(true)
+    }
+
+    fn copy_rows_to_device_at(
+        client: &ComputeClient<Self>,
+        dst: &cubecl::server::Handle,
+        offset: usize,
+        pitch: usize,
+        width: usize,
+        src: &[u8],
+    ) -> std::result::Result<bool, String> {
+        use cudarc::driver::sys;
+        let res = client
+            .get_resource(dst.clone())
+            .map_err(|e| e.to_string())?;
+        let copy = sys::CUDA_MEMCPY2D {
+            srcMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_HOST,
+            srcHost: src.as_ptr().cast(),
+            srcPitch: width,
+            dstMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+            dstDevice: res.resource().ptr + offset as u64,
+            dstPitch: pitch,
+            WidthInBytes: width,
+            Height: src.len() / width.max(1),
+            srcXInBytes: 0,
+            srcY: 0,
+            srcDevice: 0,
+            srcArray: std::ptr::null_mut(),
+            dstXInBytes: 0,
+            dstY: 0,
+            dstHost: std::ptr::null_mut(),
+            dstArray: std::ptr::null_mut(),
+        };
+        copy_stream::run(|stream| {
+            // SAFETY: the caller checked that every row lies within the handle's allocation
+            // and `src` holds `Height` rows; `run` synchronises the stream before `src` can
+            // be touched again.
+            unsafe { sys::cuMemcpy2DAsync_v2(&raw const copy, stream) }.result()
         })?;
         Ok(true)
     }
@@ -344,6 +396,53 @@ impl<R: KnownRuntime> Gpu<R> {
         }
         let _span = tracing::debug_span!("upload_unsynced", bytes = src.len(), offset).entered();
         self.with_context(|| R::copy_to_device_at(self.client(), dst.handle(), offset, src))
+    }
+
+    /// Copy `rows` rows of `width` bytes, packed one after the other in `src`, into `dst`
+    /// at byte `offset + r * pitch` for row `r`, without waiting for the queued work, as
+    /// [`Gpu::upload_bytes_at_unsynced`] (a block of columns of a row-major array, e.g. some
+    /// voxels of every time row). Returns `Ok(false)` where the runtime has no raw copies.
+    ///
+    /// # Safety
+    ///
+    /// As [`Gpu::upload_bytes_at_unsynced`]: no queued or running work may access those
+    /// bytes of `dst` while they are copied.
+    pub unsafe fn upload_rows_at_unsynced<T: CubeElement>(
+        &self,
+        src: &[u8],
+        dst: &GpuArray<T>,
+        offset: usize,
+        pitch: usize,
+        width: usize,
+    ) -> Result<bool> {
+        let room = dst.len() * std::mem::size_of::<T>();
+        let rows = src.len().checked_div(width).unwrap_or(0);
+        let fits = width <= pitch
+            && src.len() == rows * width
+            && (rows == 0
+                || (rows - 1)
+                    .checked_mul(pitch)
+                    .and_then(|last| last.checked_add(offset + width))
+                    .is_some_and(|end| end <= room));
+        if !fits {
+            return Err(Error::InvalidLaunch {
+                kernel: "upload_rows_at_unsynced".into(),
+                why: format!(
+                    "{} bytes in rows of {width} at offset {offset}, pitch {pitch}, into a device array of {room}",
+                    src.len()
+                ),
+            });
+        }
+        if !R::RAW {
+            return Ok(false);
+        }
+        if rows == 0 {
+            return Ok(true);
+        }
+        let _span = tracing::debug_span!("upload_rows_unsynced", rows, width, offset).entered();
+        self.with_context(|| {
+            R::copy_rows_to_device_at(self.client(), dst.handle(), offset, pitch, width, src)
+        })
     }
 
     /// Whether [`Gpu::upload_staged_into`] is available (raw copies, i.e. CUDA).

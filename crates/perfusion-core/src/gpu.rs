@@ -1,6 +1,7 @@
 //! The GPU path: curves to the device (time-major, f32, packed on all cores into
-//! page-locked pieces while earlier pieces cross the link), one `gpu_kernels::perfusion` fit
-//! per voxel in f64 (CUDA) or f32 (wgpu), maps back.
+//! page-locked pieces while earlier pieces cross the link; on CUDA the kernel starts after the
+//! first piece and each unit waits for its voxel's), one `gpu_kernels::perfusion` fit per
+//! voxel in f64 (CUDA) or f32 (wgpu), maps back.
 //!
 //! Launch shape settings for tests and benchmarks (docs/perfusion.md): `BIOGPU_PERFUSION_CUBE`
 //! (32, 64, 128, 256, 384, 512 units per cube), `BIOGPU_PERFUSION_PERSISTENT=0|1` and
@@ -15,7 +16,7 @@ use crate::model::MAX_PARAMS;
 use crate::problem::Problem;
 use gpu_kernels::perfusion::{self as kernels, CUBE_FIT, FitParams, KernelFloat};
 use gpu_runtime::{Device, Gpu, GpuArray, HostStaging, KnownRuntime, par_copy, with_gpu};
-use ndarray::{ArrayView2, Axis, s};
+use ndarray::{ArrayView2, Axis, Zip, s};
 use rayon::prelude::*;
 use std::ops::Range;
 use std::time::Duration;
@@ -25,18 +26,41 @@ pub const CUBE_ENV: &str = "BIOGPU_PERFUSION_CUBE";
 
 /// Most voxels per launch: `i * voxels + v` indexes the curves in 32 bits.
 const MAX_CHUNK: usize = 1 << 20;
-/// Launches per round where units fit one voxel each (LM, and Nelder-Mead without persistent
-/// units): the curves of launch k + 1 cross the link while launch k runs. Persistent
-/// Nelder-Mead runs a round in one launch: every launch ends with a tail in which the
-/// last voxels' units finish alone.
+/// Launches per round without raw copies (wgpu) where units fit one voxel each (LM, and
+/// Nelder-Mead without persistent units): the curves of launch k + 1 go up after launch k
+/// is queued. On CUDA a round is one launch, started after its first piece of curves (the
+/// rest stream in while it runs), and so are persistent units everywhere: every launch
+/// ends with a tail in which its last voxels' units finish alone.
 const PIPELINE_CHUNKS: usize = 4;
 /// Launches are not made smaller than this for the pipeline (a launch must still fill the
 /// GPU); an explicit launch count (benchmarks, tests) is taken as given.
 const MIN_PIPELINE_CHUNK: usize = 1 << 16;
-/// The curves go up in pieces of about this many bytes (whole time rows of a launch's
-/// time-major block): one piece is packed on all cores while the previous one crosses the
-/// link, so packing and the copy overlap.
+/// The curves go up in pieces of about this many bytes (a block of voxels of every time row
+/// of a launch's time-major array): one piece is packed on all cores while the previous one
+/// crosses the link, so packing and the copy overlap, and the kernel, started after the
+/// first, fits the voxels of each piece as soon as it has landed.
 const PIECE_BYTES: usize = 16 << 20;
+/// Pieces hold whole groups of this many voxels: 128 bytes of every time row, so that no
+/// cache sector the kernel reads holds samples of a voxel whose piece is still on its way.
+const PIECE_ALIGN: usize = 32;
+/// A launch's curves go up in at least this many pieces where it has the voxels: its
+/// kernel starts after the first (and small jobs, such as the tests', stream too).
+const MIN_PIECES: usize = 8;
+
+/// Values per time row of a launch's curves on the device where they stream in: whole
+/// 32-voxel groups, so that the rows' 128-byte lines hold the voxels of one piece only.
+fn padded_row(voxels: usize) -> usize {
+    voxels.next_multiple_of(PIECE_ALIGN)
+}
+
+/// Voxels per piece of curves of `nt` samples for launches of at most `longest` voxels.
+fn piece_voxels(nt: usize, longest: usize) -> usize {
+    let by_bytes = PIECE_BYTES / (4 * nt).max(1);
+    by_bytes
+        .min(longest.div_ceil(MIN_PIECES))
+        .next_multiple_of(PIECE_ALIGN)
+        .max(PIECE_ALIGN)
+}
 
 /// Tolerances below f32 rounding would never be met: the f32 kernels use at least these.
 const F32_TOL: f64 = 1e-6;
@@ -112,6 +136,7 @@ fn params<F: KernelFloat>(
     let delay = |d: usize| if d == NO_DELAY { u32::MAX } else { d as u32 };
     FitParams {
         voxels: voxels as u32,
+        stride: voxels as u32,
         nt: problem.len() as u32,
         model: setup.model.id(),
         free_mask,
@@ -173,7 +198,7 @@ mod staging_cache {
     pub fn take<R: KnownRuntime>(gpu: &Gpu<R>, slot: usize, len: usize) -> HostStaging {
         let cached = SLOTS.with_borrow_mut(|s| s[slot].take());
         match cached {
-            Some(b) if b.len() >= len && b.is_pinned() == gpu.host_staging(0).is_pinned() => b,
+            Some(b) if b.len() >= len && b.is_pinned() == gpu.can_write_in_place() => b,
             _ => gpu.host_staging(len),
         }
     }
@@ -226,14 +251,15 @@ pub(crate) fn fit(
     }
 }
 
-/// Launches a round of `round` voxels is split into: `launches` if given, else one for
-/// persistent Nelder-Mead and [`PIPELINE_CHUNKS`] (of at least [`MIN_PIPELINE_CHUNK`]
-/// voxels) otherwise; never more than [`MAX_CHUNK`] voxels a launch.
-fn split(round: Range<usize>, launches: Option<usize>, persistent_nm: bool) -> Vec<Range<usize>> {
+/// Launches a round of `round` voxels is split into: `launches` if given, else one where
+/// `one_launch` (raw copies, or persistent units) and [`PIPELINE_CHUNKS`] (of at
+/// least [`MIN_PIPELINE_CHUNK`] voxels) otherwise; never more than [`MAX_CHUNK`] voxels a
+/// launch.
+fn split(round: Range<usize>, launches: Option<usize>, one_launch: bool) -> Vec<Range<usize>> {
     let n = round.len();
     let len = match launches {
         Some(k) => n.div_ceil(k.max(1)),
-        None if persistent_nm => n,
+        None if one_launch => n,
         None => n
             .div_ceil(PIPELINE_CHUNKS)
             .next_multiple_of(1024)
@@ -273,8 +299,8 @@ fn run<F: KernelFloat>(
         // room for the memory pool's rounding and earlier buffers.
         let round = gpu.budget().plan(n, 2 * per_voxel, fixed)?.chunk_len();
         let p = params::<F>(setup, problem, 0, gpu.info());
-        let persistent_nm = setup.method == Method::NelderMead
-            && p.shared_nt(
+        let one_launch = gpu.can_write_in_place()
+            || p.shared_nt(
                 gpu.client().properties().hardware.max_shared_memory_size,
                 fsize as usize,
             ) > 0;
@@ -282,7 +308,7 @@ fn run<F: KernelFloat>(
             if control.stopped() {
                 break;
             }
-            let chunks = split(start..(start + round).min(n), launches, persistent_nm);
+            let chunks = split(start..(start + round).min(n), launches, one_launch);
             let queued = queue_round::<_, F>(
                 gpu, curves, &chunks, problem, setup, &grid, &setup_dev, control,
             )?;
@@ -307,10 +333,12 @@ struct Launched<F: KernelFloat> {
 }
 
 /// Queue the launches of one round. Every buffer of the round is allocated first, so that
-/// on CUDA the curves of launch k + 1 can be copied without waiting for the queue: they
-/// cross the link (in pieces, each packed on all cores while the previous one is copied)
-/// while launch k runs. Elsewhere (wgpu: no raw copies) each launch's curves go up whole,
-/// after the queued work. Returns the launches queued (fewer when stopped).
+/// on CUDA the curves can be copied without waiting for the queue: each launch is queued
+/// once its first piece of curves has landed, and the other pieces cross the link (each
+/// packed on all cores while the previous one is copied) while it runs, its units waiting
+/// for their voxels' pieces (the counter's second word). Elsewhere (wgpu: no raw copies)
+/// each launch's curves go up whole, after the queued work. Returns the launches queued
+/// (fewer when stopped).
 #[allow(clippy::too_many_arguments)]
 fn queue_round<R: KnownRuntime, F: KernelFloat>(
     gpu: &Gpu<R>,
@@ -332,21 +360,24 @@ fn queue_round<R: KnownRuntime, F: KernelFloat>(
         for r in chunks {
             let len = r.len();
             let data = if raw {
-                Some(gpu.empty::<f32>(len * nt)?)
+                Some(gpu.empty::<f32>(padded_row(len) * nt)?)
             } else {
                 None
             };
             let out = gpu.empty::<F>((np + 2) * len)?;
             let status = gpu.empty::<u32>(len)?;
-            // (A new upload waits for the queue: made now, before any launch of the round.)
-            let counter = gpu.upload(&[0u32])?;
+            // The next voxel for persistent units and the voxels whose curves are up (raised
+            // piece by piece with raw copies). (A new upload waits for the queue: made now,
+            // before any launch of the round.)
+            let ready = if raw { 0 } else { len as u32 };
+            let counter = gpu.upload(&[0u32, ready])?;
             bufs.push((data, out, status, counter));
         }
     }
     let longest = chunks.iter().map(ExactSizeIterator::len).max().unwrap_or(0);
-    let rows_per_piece = (PIECE_BYTES / (4 * longest).max(1)).clamp(1, nt);
+    let piece_voxels = piece_voxels(nt, longest);
     let mut ring = if raw {
-        let bytes = rows_per_piece * longest * 4;
+        let bytes = piece_voxels.min(longest) * nt * 4;
         Some([
             staging_cache::take(gpu, 0, bytes),
             staging_cache::take(gpu, 1, bytes),
@@ -362,37 +393,47 @@ fn queue_round<R: KnownRuntime, F: KernelFloat>(
             break;
         }
         let len = range.len();
-        let data = match (data, ring.as_mut(), whole.as_mut()) {
-            (Some(data), Some(ring), _) => {
-                upload_pieces(gpu, curves, range, nt, rows_per_piece, &data, ring).map(|()| data)
-            }
-            (_, _, Some(staging)) => {
-                pack(curves, range.clone(), 0..nt, staging.as_bytes_mut());
-                gpu.upload_staged::<f32>(staging, len * nt)
-            }
-            _ => unreachable!("raw copies have a ring, others a whole staging buffer"),
-        };
-        let launched = data.and_then(|data| {
+        let mut p = params::<F>(setup, problem, len, gpu.info());
+        if raw {
+            p.stride = padded_row(len) as u32;
+        }
+        let start = |data: &GpuArray<f32>| {
             let _span = tracing::debug_span!("launch", voxels = len).entered();
-            let p = params::<F>(setup, problem, len, gpu.info());
             launch::<R, F>(
                 gpu,
                 setup.method,
-                &data,
+                data,
                 grid,
                 setup_dev,
                 &p,
                 &out,
                 &status,
                 &counter,
-            )?;
-            Ok(Launched {
-                range: range.clone(),
-                _data: data,
-                out,
-                status,
-                _counter: counter,
-            })
+            )
+        };
+        let launched = match (data, ring.as_mut(), whole.as_mut()) {
+            (Some(data), Some(ring), _) => {
+                let pieces = Pieces {
+                    range: range.clone(),
+                    nt,
+                    voxels: piece_voxels,
+                };
+                stream_pieces(gpu, curves, &pieces, &data, &counter, ring, || start(&data))
+                    .map(|()| data)
+            }
+            (_, _, Some(staging)) => {
+                pack(curves, range.clone(), 0..nt, staging.as_bytes_mut());
+                gpu.upload_staged::<f32>(staging, len * nt)
+                    .and_then(|data| start(&data).map(|()| data))
+            }
+            _ => unreachable!("raw copies have a ring, others a whole staging buffer"),
+        };
+        let launched = launched.map(|data| Launched {
+            range: range.clone(),
+            _data: data,
+            out,
+            status,
+            _counter: counter,
         });
         match launched {
             Ok(l) => queued.push(l),
@@ -419,56 +460,97 @@ fn queue_round<R: KnownRuntime, F: KernelFloat>(
     }
 }
 
-/// Curves `range` into `data` (time-major), `rows` time rows a piece: piece j + 1 is packed
-/// on the other cores while piece j is copied, through the two page-locked `ring` buffers.
-/// The copies do not wait for the queue: `data` is used by no queued launch.
-fn upload_pieces<R: KnownRuntime>(
+/// A launch's curves split for the upload: voxels `range` (of the job), `nt` time rows,
+/// pieces of `voxels` voxels (a multiple of [`PIECE_ALIGN`]; the last one shorter).
+struct Pieces {
+    range: Range<usize>,
+    nt: usize,
+    voxels: usize,
+}
+
+impl Pieces {
+    /// Voxel ranges within the launch.
+    fn iter(&self) -> impl Iterator<Item = Range<usize>> + '_ {
+        let len = self.range.len();
+        (0..len)
+            .step_by(self.voxels.max(1))
+            .map(move |a| a..(a + self.voxels).min(len))
+    }
+
+    /// Piece `within` packed into `dst`: time-major, row t at `t * within.len() * 4`.
+    fn pack(&self, curves: ArrayView2<f32>, within: Range<usize>, dst: &mut [u8]) {
+        let s = self.range.start;
+        pack(curves, s + within.start..s + within.end, 0..self.nt, dst);
+    }
+}
+
+/// Curves `pieces` into `data` (time-major, a row of [`padded_row`] values per time point),
+/// piece by piece: piece
+/// j + 1 is packed on the other cores while piece j is copied (into its columns of every
+/// row), through the two page-locked `ring` buffers. After each piece the second word of
+/// `counter` (the voxels whose curves are up) is raised, and after the first `start` queues
+/// the launch, whose units wait for their voxels' pieces. The copies do not wait for the
+/// queue: `data` was allocated for this launch before any launch of the round, and the
+/// launch reads a voxel's curve only once its piece is up.
+fn stream_pieces<R: KnownRuntime>(
     gpu: &Gpu<R>,
     curves: ArrayView2<f32>,
-    range: &Range<usize>,
-    nt: usize,
-    rows: usize,
+    pieces: &Pieces,
     data: &GpuArray<f32>,
+    counter: &GpuArray<u32>,
     ring: &mut [HostStaging; 2],
+    start: impl FnOnce() -> gpu_runtime::Result<()>,
 ) -> gpu_runtime::Result<()> {
-    let _span = tracing::debug_span!("upload_curves", voxels = range.len()).entered();
-    let row_bytes = range.len() * 4;
-    let pieces: Vec<Range<usize>> = (0..nt)
-        .step_by(rows)
-        .map(|r| r..(r + rows).min(nt))
-        .collect();
+    let _span = tracing::debug_span!("upload_curves", voxels = pieces.range.len()).entered();
+    let len = pieces.range.len();
+    let pitch = padded_row(len) * 4;
+    let list: Vec<Range<usize>> = pieces.iter().collect();
+    let raise = |ready: usize| {
+        let word = (ready as u32).to_ne_bytes();
+        // SAFETY: the launch only reads the word (atomically); the host is its only writer.
+        unsafe { gpu.upload_bytes_at_unsynced(&word, counter, 4) }
+    };
     {
         let _span = tracing::debug_span!("pack_first").entered();
-        pack(
-            curves,
-            range.clone(),
-            pieces[0].clone(),
-            ring[0].as_bytes_mut(),
-        );
+        pieces.pack(curves, list[0].clone(), ring[0].as_bytes_mut());
     }
-    for (j, piece) in pieces.iter().enumerate() {
-        let [a, b] = ring;
+    let mut start = Some(start);
+    let mut result = Ok(());
+    for (j, piece) in list.iter().enumerate() {
+        let [a, b] = &mut *ring;
         let (cur, next) = if j % 2 == 0 { (a, b) } else { (b, a) };
-        let src = &cur.as_bytes()[..piece.len() * row_bytes];
-        let following = pieces.get(j + 1).cloned();
+        let src = &cur.as_bytes()[..piece.len() * pieces.nt * 4];
+        let following = list.get(j + 1).cloned();
         let dst = next.as_bytes_mut();
         let copied = rayon::in_place_scope(|sc| {
-            if let Some(rows) = following {
-                let range = range.clone();
-                sc.spawn(move |_| pack(curves, range, rows, dst));
+            if let Some(within) = following {
+                sc.spawn(move |_| pieces.pack(curves, within, dst));
             }
-            // SAFETY: `data` was allocated for this launch before any launch of the round
-            // was queued, and no queued launch takes it.
-            unsafe { gpu.upload_bytes_at_unsynced(src, data, piece.start * row_bytes) }
-        })?;
-        if !copied {
-            return Err(gpu_runtime::Error::InvalidLaunch {
+            // SAFETY: see above; the launch reads these voxels only after `raise`.
+            unsafe {
+                gpu.upload_rows_at_unsynced(src, data, piece.start * 4, pitch, piece.len() * 4)
+            }
+        });
+        result = match copied {
+            Ok(true) => raise(piece.end).map(|_| ()),
+            Ok(false) => Err(gpu_runtime::Error::InvalidLaunch {
                 kernel: "perfusion upload".into(),
                 why: "no raw copies on this device".into(),
-            });
+            }),
+            Err(e) => Err(e),
+        };
+        if result.is_err() {
+            break;
+        }
+        if let Some(start) = start.take() {
+            start()?;
         }
     }
-    Ok(())
+    if result.is_err() && start.is_none() {
+        // The launch is queued: let its units find every voxel ready, so that it ends.
+        let _ = raise(len);
+    }
+    result
 }
 
 /// Wait for a round's launches, then bring each launch's maps down and store them (the
@@ -544,13 +626,10 @@ fn store<F: KernelFloat>(
                 .for_each(|(d, v)| *d = KernelFloat::to_f64(*v));
         }
     }
-    let statuses = fits.status.slice_mut(s![range.clone()]);
-    let iterations = fits.iterations.slice_mut(s![range.clone()]);
-    statuses
-        .into_iter()
-        .zip(iterations)
-        .zip(words)
-        .for_each(|((st, it), &w)| {
+    Zip::from(fits.status.slice_mut(s![range.clone()]))
+        .and(fits.iterations.slice_mut(s![range.clone()]))
+        .and(ndarray::ArrayView1::from(words))
+        .par_for_each(|st, it, &w| {
             *st = FitStatus::from_code((w & 0xFF) as u8).unwrap_or(FitStatus::Failed) as u8;
             *it = w >> 8;
         });
@@ -571,7 +650,7 @@ fn launch<R: KnownRuntime, F: KernelFloat>(
     match method {
         Method::NelderMead => kernels::nelder_mead(gpu, data, grid, setup, p, out, status, counter),
         Method::LevenbergMarquardt => {
-            kernels::levenberg_marquardt(gpu, data, grid, setup, p, out, status)
+            kernels::levenberg_marquardt(gpu, data, grid, setup, p, out, status, counter)
         }
     }
 }
@@ -626,9 +705,10 @@ fn time_kernel<F: KernelFloat>(
             p.persistent = on;
         }
         p.cube = cube.unwrap_or_else(|| cube_units(setup.method, F::NAME == "f64", p.persistent));
-        // One zeroed counter per launch, made before the timed launches.
+        // One counter per launch (no voxel taken, all curves up), made before the timed
+        // launches.
         let counters = (0..=reps.max(1))
-            .map(|_| gpu.upload(&[0u32]))
+            .map(|_| gpu.upload(&[0u32, n as u32]))
             .collect::<gpu_runtime::Result<Vec<_>>>()?;
         let run = |k: usize| {
             launch(
@@ -653,4 +733,58 @@ fn time_kernel<F: KernelFloat>(
         Ok((times, p.cube))
     })
     .map_err(Error::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pieces_cover_a_launch_in_aligned_blocks() {
+        // The paper's liver at Nt 128: 16 MiB pieces of 32,768 voxels, the last one shorter.
+        assert_eq!(piece_voxels(128, 626_400), 32_768);
+        // Small launches still stream, in at least 8 pieces of whole 32-voxel groups.
+        assert_eq!(piece_voxels(32, 300), 64);
+        assert_eq!(piece_voxels(32, 10), 32);
+        // Long curves: about 16 MiB, rounded up to whole groups.
+        assert_eq!(piece_voxels(448, 1 << 20) % PIECE_ALIGN, 0);
+        for (len, nt) in [(626_400, 128), (300, 32), (31, 64), (1, 8), (65, 448)] {
+            let pieces = Pieces {
+                range: 7..7 + len,
+                nt,
+                voxels: piece_voxels(nt, len),
+            };
+            let list: Vec<_> = pieces.iter().collect();
+            assert_eq!(list.first().map(|r| r.start), Some(0));
+            assert_eq!(list.last().map(|r| r.end), Some(len));
+            assert!(list.windows(2).all(|w| w[0].end == w[1].start));
+            assert!(
+                list.iter()
+                    .all(|r| r.start % PIECE_ALIGN == 0 && !r.is_empty())
+            );
+            // At most one 32-voxel group over the piece size.
+            assert!(
+                list.iter()
+                    .all(|r| r.len() * nt * 4 <= PIECE_BYTES + 4 * nt * PIECE_ALIGN)
+            );
+        }
+    }
+
+    #[test]
+    fn a_piece_packs_its_voxels_time_major() {
+        let curves = ndarray::Array2::from_shape_fn((100, 3), |(v, t)| (v * 10 + t) as f32);
+        let pieces = Pieces {
+            range: 10..100,
+            nt: 3,
+            voxels: 32,
+        };
+        let mut dst = vec![0u8; 32 * 3 * 4];
+        pieces.pack(curves.view(), 32..64, &mut dst);
+        let got: &[f32] = bytemuck::cast_slice(&dst);
+        for t in 0..3 {
+            for k in 0..32 {
+                assert_eq!(got[t * 32 + k], ((10 + 32 + k) * 10 + t) as f32);
+            }
+        }
+    }
 }

@@ -36,9 +36,7 @@ pub(crate) mod staging_cache {
     pub fn take<R: KnownRuntime>(gpu: &Gpu<R>, slot: usize, len: usize) -> HostStaging {
         let cached = SLOTS.with_borrow_mut(|s| s.get_mut(slot).and_then(Option::take));
         match cached {
-            Some(buf) if buf.len() >= len && buf.is_pinned() == gpu.host_staging(0).is_pinned() => {
-                buf
-            }
+            Some(buf) if buf.len() >= len && buf.is_pinned() == gpu.can_write_in_place() => buf,
             _ => gpu.host_staging(len),
         }
     }

@@ -71,7 +71,7 @@ pub(crate) fn datum_at<F: Float>(
     if comptime!(shared_curve(model)) {
         d = F::cast_from(curve[c as usize]);
     } else {
-        d = F::cast_from(data[(i * ctx.nvox + ctx.voxel) as usize]);
+        d = F::cast_from(data[(i * ctx.stride + ctx.voxel) as usize]);
     }
     d
 }
@@ -194,7 +194,8 @@ pub(crate) struct Ctx<F: Float> {
     pub voxel: u32,
     /// The unit's position in its cube (its column of the shared curves).
     pub lane: u32,
-    pub nvox: u32,
+    /// Values per time row of the curves (`data[i * stride + voxel]`).
+    pub stride: u32,
     pub nt: u32,
     pub rate_scale: F,
     /// 1 / interval of a uniform grid.
