@@ -619,44 +619,12 @@ pub fn nelder_mead_kernel<F: Float + CubeElement>(
     let mut fresh = true;
     while active {
         if fresh {
-            // Start the next voxel with valid data; invalid ones are written at once.
-            let mut searching = true;
-            while searching {
-                if voxel >= nvox {
-                    searching = false;
-                    active = false;
-                } else {
-                    ctx.voxel = await_curve(counter, voxel);
-                    if comptime!(persistent) {
-                        load_curve::<F>(data, &mut curve, ctx, cube);
-                    }
-                    let st = curve_stats::<F>(data, &curve, ctx, big, model);
-                    stats.valid = st.valid;
-                    stats.sst = st.sst;
-                    stats.sumsq = st.sumsq;
-                    if st.valid {
-                        searching = false;
-                    } else {
-                        write_result::<F>(
-                            out,
-                            status,
-                            &vtx,
-                            nan,
-                            stats,
-                            u32::new(STATUS_INVALID as i64),
-                            0u32,
-                            voxel,
-                            nvox,
-                            nan,
-                            np,
-                        );
-                        voxel = nvox;
-                        if comptime!(persistent) {
-                            voxel = counter[0].fetch_add(1u32);
-                        }
-                    }
-                }
-            }
+            voxel = take_valid_voxel::<F>(
+                data, &mut curve, counter, out, status, &vtx, ctx, &mut stats, voxel, nvox, nan,
+                big, model, np, persistent,
+            );
+            ctx.voxel = voxel;
+            active = voxel < nvox;
             if active {
                 #[unroll]
                 for k in 0..30u32 {
@@ -861,6 +829,73 @@ pub fn nelder_mead_kernel<F: Float + CubeElement>(
             }
         }
     }
+}
+
+/// From voxel `first` on, the first voxel with valid data, `nvox` when none is left (the
+/// value returned is computed from the ready count read, as [`await_curve`]'s: use it for
+/// the curve's reads): its curve in the unit's shared column (persistent units) and its
+/// statistics in `stats`. Invalid voxels on the way are written at once (NaN maps, status
+/// invalid input; `x` only fills the parameter slot); persistent units take each next voxel
+/// from `counter[0]`, others have none.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn take_valid_voxel<F: Float>(
+    data: &Array<f32>,
+    curve: &mut SharedMemory<f32>,
+    counter: &mut Array<Atomic<u32>>,
+    out: &mut Array<F>,
+    status: &mut Array<u32>,
+    x: &Array<F>,
+    ctx: Ctx<F>,
+    stats: &mut Voxel<F>,
+    first: u32,
+    nvox: u32,
+    nan: F,
+    big: F,
+    #[comptime] model: u32,
+    #[comptime] np: u32,
+    #[comptime] persistent: bool,
+) -> u32 {
+    let mut voxel = first;
+    let mut at = ctx;
+    let mut searching = true;
+    while searching {
+        if voxel >= nvox {
+            searching = false;
+        } else {
+            voxel = await_curve(counter, voxel);
+            at.voxel = voxel;
+            if comptime!(persistent) {
+                load_curve::<F>(data, curve, at, comptime!(model::cube_of(model)));
+            }
+            let st = curve_stats::<F>(data, curve, at, big, model);
+            stats.valid = st.valid;
+            stats.sst = st.sst;
+            stats.sumsq = st.sumsq;
+            if st.valid {
+                searching = false;
+            } else {
+                write_result::<F>(
+                    out,
+                    status,
+                    x,
+                    nan,
+                    *stats,
+                    u32::new(STATUS_INVALID as i64),
+                    0u32,
+                    voxel,
+                    nvox,
+                    nan,
+                    np,
+                );
+                voxel = nvox;
+                if comptime!(persistent) {
+                    voxel = counter[0].fetch_add(1u32);
+                }
+            }
+        }
+    }
+    voxel
 }
 
 /// The arterial and portal value blocks of `grid` into the cube's shared `inputs`
@@ -1251,44 +1286,12 @@ pub fn levenberg_marquardt_kernel<F: Float + CubeElement>(
     let mut fresh = true;
     while active {
         if fresh {
-            // Start the next voxel with valid data; invalid ones are written at once.
-            let mut searching = true;
-            while searching {
-                if voxel >= nvox {
-                    searching = false;
-                    active = false;
-                } else {
-                    ctx.voxel = await_curve(counter, voxel);
-                    if comptime!(persistent) {
-                        load_curve::<F>(data, &mut curve, ctx, cube);
-                    }
-                    let st = curve_stats::<F>(data, &curve, ctx, big, model);
-                    stats.valid = st.valid;
-                    stats.sst = st.sst;
-                    stats.sumsq = st.sumsq;
-                    if st.valid {
-                        searching = false;
-                    } else {
-                        write_result::<F>(
-                            out,
-                            status,
-                            &x,
-                            nan,
-                            stats,
-                            u32::new(STATUS_INVALID as i64),
-                            0u32,
-                            voxel,
-                            nvox,
-                            nan,
-                            np,
-                        );
-                        voxel = nvox;
-                        if comptime!(persistent) {
-                            voxel = counter[0].fetch_add(1u32);
-                        }
-                    }
-                }
-            }
+            voxel = take_valid_voxel::<F>(
+                data, &mut curve, counter, out, status, &x, ctx, &mut stats, voxel, nvox, nan, big,
+                model, np, persistent,
+            );
+            ctx.voxel = voxel;
+            active = voxel < nvox;
             if active {
                 #[unroll]
                 for p in 0..np {
