@@ -566,15 +566,7 @@ pub fn nelder_mead_kernel<F: Float + CubeElement>(
         load_shared_inputs::<F>(grid, &mut inputs, nt);
     }
     let lane = UNIT_POS;
-    let mut voxel = ABSOLUTE_POS_X + ABSOLUTE_POS_Y * CUBE_COUNT_X * CUBE_DIM_X;
-    if comptime!(persistent) {
-        // Units past `units` (the last cube's rest) take no voxel.
-        let pos = voxel;
-        voxel = nvox;
-        if pos < units {
-            voxel = counter[0].fetch_add(1u32);
-        }
-    }
+    let mut voxel = first_voxel(counter, nvox, units, persistent);
     let ds = DelaySearch::<F> {
         start: grid_start,
         step: grid_step,
@@ -808,27 +800,80 @@ pub fn nelder_mead_kernel<F: Float + CubeElement>(
                 }
             }
             if done {
-                let best_f = fv[0];
                 let mut result = u32::new(STATUS_MAX_ITERATIONS as i64);
-                if !(best_f < inf) {
-                    result = STATUS_FAILED;
-                } else if converged {
+                if converged {
                     result = STATUS_CONVERGED;
-                    if at_bound::<F>(&vtx, setup, mask, F::new(1.0) / F::new(10000.0), np) {
-                        result = STATUS_AT_BOUND;
-                    }
                 }
-                write_result::<F>(
-                    out, status, &vtx, best_f, stats, result, it, voxel, nvox, nan, np,
+                voxel = finish_fit::<F>(
+                    out, status, counter, &vtx, setup, fv[0], stats, result, it, voxel, nvox, mask,
+                    inf, nan, np, persistent,
                 );
-                voxel = nvox;
-                if comptime!(persistent) {
-                    voxel = counter[0].fetch_add(1u32);
-                }
                 fresh = true;
             }
         }
     }
+}
+
+/// Write the fit of `voxel` (minimum `x` of cost `cost`, status `result`: failed where the
+/// cost is not finite, at a bound where a converged fit's free parameter is within 1e-4 of
+/// its range from one) and return the unit's next voxel: from `counter[0]` for persistent
+/// units, else none (`nvox`).
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn finish_fit<F: Float>(
+    out: &mut Array<F>,
+    status: &mut Array<u32>,
+    counter: &mut Array<Atomic<u32>>,
+    x: &Array<F>,
+    setup: &Array<F>,
+    cost: F,
+    stats: Voxel<F>,
+    result: u32,
+    iterations: u32,
+    voxel: u32,
+    nvox: u32,
+    mask: u32,
+    inf: F,
+    nan: F,
+    #[comptime] np: u32,
+    #[comptime] persistent: bool,
+) -> u32 {
+    let mut code = result;
+    if !(cost < inf) {
+        code = STATUS_FAILED;
+    } else if code == STATUS_CONVERGED
+        && at_bound::<F>(x, setup, mask, F::new(1.0) / F::new(10000.0), np)
+    {
+        code = STATUS_AT_BOUND;
+    }
+    write_result::<F>(
+        out, status, x, cost, stats, code, iterations, voxel, nvox, nan, np,
+    );
+    let mut next = nvox;
+    if comptime!(persistent) {
+        next = counter[0].fetch_add(1u32);
+    }
+    next
+}
+
+/// The unit's first voxel: its own position, or for persistent units the next from
+/// `counter[0]` (units past `units`, the last cube's rest, take none: `nvox`).
+#[cube]
+fn first_voxel(
+    counter: &mut Array<Atomic<u32>>,
+    nvox: u32,
+    units: u32,
+    #[comptime] persistent: bool,
+) -> u32 {
+    let mut voxel = ABSOLUTE_POS_X + ABSOLUTE_POS_Y * CUBE_COUNT_X * CUBE_DIM_X;
+    if comptime!(persistent) {
+        let pos = voxel;
+        voxel = nvox;
+        if pos < units {
+            voxel = counter[0].fetch_add(1u32);
+        }
+    }
+    voxel
 }
 
 /// From voxel `first` on, the first voxel with valid data, `nvox` when none is left (the
@@ -1239,15 +1284,7 @@ pub fn levenberg_marquardt_kernel<F: Float + CubeElement>(
         load_shared_inputs::<F>(grid, &mut inputs, nt);
     }
     let lane = UNIT_POS;
-    let mut voxel = ABSOLUTE_POS_X + ABSOLUTE_POS_Y * CUBE_COUNT_X * CUBE_DIM_X;
-    if comptime!(persistent) {
-        // Units past `units` (the last cube's rest) take no voxel.
-        let pos = voxel;
-        voxel = nvox;
-        if pos < units {
-            voxel = counter[0].fetch_add(1u32);
-        }
-    }
+    let mut voxel = first_voxel(counter, nvox, units, persistent);
     let total = grid_total::<F>(ds);
     let ten = F::new(10.0);
     let mut ctx = Ctx::<F> {
@@ -1438,20 +1475,10 @@ pub fn levenberg_marquardt_kernel<F: Float + CubeElement>(
                 }
             }
             if done {
-                if !(cost < inf) {
-                    result = STATUS_FAILED;
-                } else if result == STATUS_CONVERGED
-                    && at_bound::<F>(&x, setup, mask, F::new(1.0) / F::new(10000.0), np)
-                {
-                    result = STATUS_AT_BOUND;
-                }
-                write_result::<F>(
-                    out, status, &x, cost, stats, result, it, voxel, nvox, nan, np,
+                voxel = finish_fit::<F>(
+                    out, status, counter, &x, setup, cost, stats, result, it, voxel, nvox, mask,
+                    inf, nan, np, persistent,
                 );
-                voxel = nvox;
-                if comptime!(persistent) {
-                    voxel = counter[0].fetch_add(1u32);
-                }
                 fresh = true;
             }
         }
