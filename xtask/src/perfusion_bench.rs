@@ -117,10 +117,10 @@ fn gpu(device: &Device, opts: &Options, groups: Groups) -> Result<Vec<Measuremen
                 Method::NelderMead => 100.0,
                 Method::LevenbergMarquardt => 30.0,
             };
-            // End to end as `fit_on` runs it, then (full runs) with the work split into
-            // 1, 2, 4 and 8 launches: each launch's curves go up while the previous one runs
-            // and, on CUDA, each launch runs on its own lane, so that its cubes fill the
-            // multiprocessors the previous launch's tail frees. Chooses the default.
+            // End to end as `fit_on` runs it (on CUDA one launch per round, started after
+            // the first piece of curves), then (full runs) with the work split into 1, 2, 4
+            // and 8 launches, each of which ends in a tail of its slowest fits. Chooses the
+            // default.
             let splits: &[Option<usize>] = match (groups.end_to_end, opts.quick) {
                 (false, _) => &[],
                 (true, true) => &[None],
@@ -151,7 +151,7 @@ fn gpu(device: &Device, opts: &Options, groups: Groups) -> Result<Vec<Measuremen
                     "voxels/s",
                     t,
                     format!(
-                        "{id}; curves up (pieces packed while the previous one is copied; launch k + 1's during launch k), maps down; default 4 launches, on CUDA each on its own lane; NM persistent units {} ({PERSISTENT_ENV}); {:.0}x the paper's 11,600 voxels/s; target {target} ms for 626,400 voxels; {}",
+                        "{id}; curves up (pieces packed while the previous one is copied, the launch's units fitting the pieces already up), maps down; default one launch per round on CUDA (the curves stream in while it runs), else 4 for LM; NM persistent units {} ({PERSISTENT_ENV}); {:.0}x the paper's 11,600 voxels/s; target {target} ms for 626,400 voxels; {}",
                         std::env::var(PERSISTENT_ENV).unwrap_or_else(|_| "on CUDA by default".into()),
                         rate / PAPER_RATE,
                         summary(&f)

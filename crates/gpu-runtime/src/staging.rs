@@ -128,8 +128,8 @@ pub trait RawTransfers: Runtime {
         Ok(false)
     }
     /// Copy `rows` rows of `width` bytes, packed one after the other in `src`, into the
-    /// device memory of `dst` at byte `offset + r * pitch` for row `r`; `Ok(false)` when
-    /// not supported.
+    /// device memory of `dst` at byte `offset + r * pitch` for row `r`, then `flag`'s bytes
+    /// (handle, byte offset, bytes) on the same stream; `Ok(false)` when not supported.
     fn copy_rows_to_device_at(
         _client: &ComputeClient<Self>,
         _dst: &cubecl::server::Handle,
@@ -137,6 +137,7 @@ pub trait RawTransfers: Runtime {
         _pitch: usize,
         _width: usize,
         _src: &[u8],
+        _flag: Option<(&cubecl::server::Handle, usize, &[u8])>,
     ) -> std::result::Result<bool, String> {
         Ok(false)
     }
@@ -187,11 +188,21 @@ impl RawTransfers for cubecl::cuda::CudaRuntime {
         pitch: usize,
         width: usize,
         src: &[u8],
+        flag: Option<(&cubecl::server::Handle, usize, &[u8])>,
     ) -> std::result::Result<bool, String> {
         use cudarc::driver::sys;
         let res = client
             .get_resource(dst.clone())
             .map_err(|e| e.to_string())?;
+        let flag = match flag {
+            Some((handle, at, bytes)) => {
+                let res = client
+                    .get_resource(handle.clone())
+                    .map_err(|e| e.to_string())?;
+                Some((res.resource().ptr + at as u64, bytes))
+            }
+            None => None,
+        };
         let copy = sys::CUDA_MEMCPY2D {
             srcMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_HOST,
             srcHost: src.as_ptr().cast(),
@@ -211,10 +222,20 @@ impl RawTransfers for cubecl::cuda::CudaRuntime {
             dstArray: std::ptr::null_mut(),
         };
         copy_stream::run(|stream| {
-            // SAFETY: the caller checked that every row lies within the handle's allocation
-            // and `src` holds `Height` rows; `run` synchronises the stream before `src` can
-            // be touched again.
-            unsafe { sys::cuMemcpy2DAsync_v2(&raw const copy, stream) }.result()
+            if copy.Height > 0 {
+                // SAFETY: the caller checked that every row lies within the handle's
+                // allocation and `src` holds `Height` rows; `run` synchronises the stream
+                // before `src` can be touched again.
+                unsafe { sys::cuMemcpy2DAsync_v2(&raw const copy, stream) }.result()?;
+            }
+            match flag {
+                // SAFETY: the caller checked the flag's bytes against its allocation;
+                // queued after the rows on the same stream, synchronised by `run`.
+                Some((ptr, bytes)) => unsafe {
+                    cudarc::driver::result::memcpy_htod_async(ptr, bytes, stream)
+                },
+                None => Ok(()),
+            }
         })?;
         Ok(true)
     }
@@ -401,12 +422,15 @@ impl<R: KnownRuntime> Gpu<R> {
     /// Copy `rows` rows of `width` bytes, packed one after the other in `src`, into `dst`
     /// at byte `offset + r * pitch` for row `r`, without waiting for the queued work, as
     /// [`Gpu::upload_bytes_at_unsynced`] (a block of columns of a row-major array, e.g. some
-    /// voxels of every time row). Returns `Ok(false)` where the runtime has no raw copies.
+    /// voxels of every time row); then, with `flag = Some((words, k, value))`, `value` into
+    /// `words[k]` on the same stream, so that a running kernel that sees the new value finds
+    /// the rows in place (one synchronisation for both). Returns `Ok(false)` where the
+    /// runtime has no raw copies.
     ///
     /// # Safety
     ///
     /// As [`Gpu::upload_bytes_at_unsynced`]: no queued or running work may access those
-    /// bytes of `dst` while they are copied.
+    /// bytes of `dst` while they are copied, and running work may only read `words[k]`.
     pub unsafe fn upload_rows_at_unsynced<T: CubeElement>(
         &self,
         src: &[u8],
@@ -414,7 +438,16 @@ impl<R: KnownRuntime> Gpu<R> {
         offset: usize,
         pitch: usize,
         width: usize,
+        flag: Option<(&GpuArray<u32>, usize, u32)>,
     ) -> Result<bool> {
+        if let Some((words, k, _)) = flag
+            && k >= words.len()
+        {
+            return Err(Error::InvalidLaunch {
+                kernel: "upload_rows_at_unsynced".into(),
+                why: format!("flag word {k} of an array of {}", words.len()),
+            });
+        }
         let room = dst.len() * std::mem::size_of::<T>();
         let rows = src.len().checked_div(width).unwrap_or(0);
         let fits = width <= pitch
@@ -436,12 +469,16 @@ impl<R: KnownRuntime> Gpu<R> {
         if !R::RAW {
             return Ok(false);
         }
-        if rows == 0 {
+        if rows == 0 && flag.is_none() {
             return Ok(true);
         }
         let _span = tracing::debug_span!("upload_rows_unsynced", rows, width, offset).entered();
+        let bytes = flag.map(|(_, _, v)| v.to_ne_bytes());
+        let flag = flag
+            .zip(bytes.as_ref())
+            .map(|((words, k, _), b)| (words.handle(), 4 * k, &b[..]));
         self.with_context(|| {
-            R::copy_rows_to_device_at(self.client(), dst.handle(), offset, pitch, width, src)
+            R::copy_rows_to_device_at(self.client(), dst.handle(), offset, pitch, width, src, flag)
         })
     }
 

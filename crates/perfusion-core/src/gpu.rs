@@ -47,6 +47,13 @@ const PIECE_ALIGN: usize = 32;
 /// kernel starts after the first (and small jobs, such as the tests', stream too).
 const MIN_PIECES: usize = 8;
 
+/// A fit launch's counter: no voxel taken yet, `ready` voxels' curves on the device.
+fn counter_words(ready: u32) -> [u32; kernels::COUNTER_WORDS] {
+    let mut words = [0; kernels::COUNTER_WORDS];
+    words[kernels::READY_WORD] = ready;
+    words
+}
+
 /// Values per time row of a launch's curves on the device where they stream in: whole
 /// 32-voxel groups, so that the rows' 128-byte lines hold the voxels of one piece only.
 fn padded_row(voxels: usize) -> usize {
@@ -336,7 +343,7 @@ struct Launched<F: KernelFloat> {
 /// on CUDA the curves can be copied without waiting for the queue: each launch is queued
 /// once its first piece of curves has landed, and the other pieces cross the link (each
 /// packed on all cores while the previous one is copied) while it runs, its units waiting
-/// for their voxels' pieces (the counter's second word). Elsewhere (wgpu: no raw copies)
+/// for their voxels' pieces (the counter's ready word). Elsewhere (wgpu: no raw copies)
 /// each launch's curves go up whole, after the queued work. Returns the launches queued
 /// (fewer when stopped).
 #[allow(clippy::too_many_arguments)]
@@ -370,7 +377,7 @@ fn queue_round<R: KnownRuntime, F: KernelFloat>(
             // piece by piece with raw copies). (A new upload waits for the queue: made now,
             // before any launch of the round.)
             let ready = if raw { 0 } else { len as u32 };
-            let counter = gpu.upload(&[0u32, ready])?;
+            let counter = gpu.upload(&counter_words(ready))?;
             bufs.push((data, out, status, counter));
         }
     }
@@ -485,13 +492,13 @@ impl Pieces {
 }
 
 /// Curves `pieces` into `data` (time-major, a row of [`padded_row`] values per time point),
-/// piece by piece: piece
-/// j + 1 is packed on the other cores while piece j is copied (into its columns of every
-/// row), through the two page-locked `ring` buffers. After each piece the second word of
-/// `counter` (the voxels whose curves are up) is raised, and after the first `start` queues
-/// the launch, whose units wait for their voxels' pieces. The copies do not wait for the
-/// queue: `data` was allocated for this launch before any launch of the round, and the
-/// launch reads a voxel's curve only once its piece is up.
+/// piece by piece: piece j + 1 is packed on the other cores while piece j is copied (into
+/// its columns of every row), through the two page-locked `ring` buffers. Behind each
+/// piece, on the same stream, the ready word of `counter` (the voxels whose curves are up)
+/// is raised, and after the first piece `start` queues the launch, whose units wait for
+/// their voxels' pieces. The copies do not wait for the queue: `data` was allocated for
+/// this launch before any launch of the round, and the launch reads a voxel's curve only
+/// once its piece is up.
 fn stream_pieces<R: KnownRuntime>(
     gpu: &Gpu<R>,
     curves: ArrayView2<f32>,
@@ -505,11 +512,6 @@ fn stream_pieces<R: KnownRuntime>(
     let len = pieces.range.len();
     let pitch = padded_row(len) * 4;
     let list: Vec<Range<usize>> = pieces.iter().collect();
-    let raise = |ready: usize| {
-        let word = (ready as u32).to_ne_bytes();
-        // SAFETY: the launch only reads the word (atomically); the host is its only writer.
-        unsafe { gpu.upload_bytes_at_unsynced(&word, counter, 4) }
-    };
     {
         let _span = tracing::debug_span!("pack_first").entered();
         pieces.pack(curves, list[0].clone(), ring[0].as_bytes_mut());
@@ -526,13 +528,21 @@ fn stream_pieces<R: KnownRuntime>(
             if let Some(within) = following {
                 sc.spawn(move |_| pieces.pack(curves, within, dst));
             }
-            // SAFETY: see above; the launch reads these voxels only after `raise`.
+            // SAFETY: see above; the launch reads these voxels only once it reads the
+            // count that lands after them, and only reads that word (atomically).
             unsafe {
-                gpu.upload_rows_at_unsynced(src, data, piece.start * 4, pitch, piece.len() * 4)
+                gpu.upload_rows_at_unsynced(
+                    src,
+                    data,
+                    piece.start * 4,
+                    pitch,
+                    piece.len() * 4,
+                    Some((counter, kernels::READY_WORD, piece.end as u32)),
+                )
             }
         });
         result = match copied {
-            Ok(true) => raise(piece.end).map(|_| ()),
+            Ok(true) => Ok(()),
             Ok(false) => Err(gpu_runtime::Error::InvalidLaunch {
                 kernel: "perfusion upload".into(),
                 why: "no raw copies on this device".into(),
@@ -548,7 +558,17 @@ fn stream_pieces<R: KnownRuntime>(
     }
     if result.is_err() && start.is_none() {
         // The launch is queued: let its units find every voxel ready, so that it ends.
-        let _ = raise(len);
+        // SAFETY: no rows; the launch only reads the word (atomically).
+        let _ = unsafe {
+            gpu.upload_rows_at_unsynced(
+                &[],
+                data,
+                0,
+                0,
+                0,
+                Some((counter, kernels::READY_WORD, len as u32)),
+            )
+        };
     }
     result
 }
@@ -708,7 +728,7 @@ fn time_kernel<F: KernelFloat>(
         // One counter per launch (no voxel taken, all curves up), made before the timed
         // launches.
         let counters = (0..=reps.max(1))
-            .map(|_| gpu.upload(&[0u32, n as u32]))
+            .map(|_| gpu.upload(&counter_words(n as u32)))
             .collect::<gpu_runtime::Result<Vec<_>>>()?;
         let run = |k: usize| {
             launch(

@@ -984,17 +984,37 @@ fn load_curve<F: Float>(
     }
 }
 
-/// Wait until `counter[1]`, the voxels whose curves are on the device (the host raises it
-/// as pieces land while the kernel runs), passes `voxel`; returns `voxel` computed from the
-/// word read (`voxel + (ready >> 31)`: launches hold at most 2^20 voxels, so the same value),
-/// so that the curve's loads depend on that read and cannot be issued before it. The host
-/// uploads pieces of whole 32-voxel groups into rows padded to such groups, so no cache line
-/// holds samples of a voxel not yet ready.
+/// Word of a fit launch's counter that holds the voxels whose curves are on the device
+/// (word 0: the next voxel for persistent units). A cache line away from word 0, so that
+/// units waiting on it do not slow the units taking voxels.
+pub const READY_WORD: usize = 32;
+/// Words of a fit launch's counter.
+pub const COUNTER_WORDS: usize = READY_WORD + 1;
+/// Dependent integer steps between two reads of the ready count by a waiting unit (about
+/// 40 us on an H100): units that outrun the upload would otherwise keep one L2 slice busy
+/// with their atomic reads and may slow every unit (LM on the H100, runs 36-37: some
+/// launches took 33 ms instead of 18). The pause also leaves units idle after their piece
+/// has landed (run 38: LM 25-29 ms end to end instead of 23 in the fast case); a shorter one
+/// is not measured yet.
+const WAIT_STEPS: u32 = 16384;
+
+/// Wait until the ready count (`counter[READY_WORD]`: the voxels whose curves are on the
+/// device, raised by the host as pieces land while the kernel runs) passes `voxel`, reading
+/// it every [`WAIT_STEPS`] steps; returns `voxel` computed from the word read (`voxel +
+/// (ready >> 31)`: launches hold at most 2^20 voxels, so the same value), so that the
+/// curve's loads depend on that read and cannot be issued before it. The host uploads pieces
+/// of whole 32-voxel groups into rows padded to such groups, so no cache line holds samples
+/// of a voxel not yet ready.
 #[cube]
 fn await_curve(counter: &Array<Atomic<u32>>, voxel: u32) -> u32 {
-    let mut ready = counter[1].load();
+    let mut ready = counter[READY_WORD].load();
+    let mut pause = voxel;
     while ready <= voxel {
-        ready = counter[1].load();
+        for _ in 0..WAIT_STEPS {
+            pause = pause * 1664525u32 + 1013904223u32;
+        }
+        // `pause & (ready >> 31)` is 0 (ready < 2^31) but keeps the steps from being removed.
+        ready = counter[(READY_WORD as u32 + (pause & (ready >> 31))) as usize].load();
     }
     voxel + (ready >> 31)
 }
@@ -1628,9 +1648,10 @@ fn check<F: KernelFloat>(
 /// Launch [`nelder_mead_kernel`]: `data` holds `nt * voxels` f32 values (time-major),
 /// `grid` the shared grid ([`grid_values`]), `setup` start/lower/upper; `out` receives
 /// `(np + 2) * voxels` values, `status` one word per voxel (status | iterations << 8).
-/// `counter` holds two words: the next voxel for persistent units (zero at launch) and the
-/// voxels whose curves are on the device (`voxels` if all are; else the host raises it while
-/// the kernel runs, in whole groups of 32 voxels, and units wait for their voxel's curve).
+/// `counter` holds [`COUNTER_WORDS`] words: word 0 the next voxel for persistent units (zero
+/// at launch) and [`READY_WORD`] the voxels whose curves are on the device (`voxels` if all
+/// are; else the host raises it while the kernel runs, in whole groups of 32 voxels, and
+/// units wait for their voxel's curve).
 /// (Passed in rather than made here: a new buffer would wait for the queued work.)
 #[allow(clippy::too_many_arguments)]
 pub fn nelder_mead<R: Runtime, F: KernelFloat>(
@@ -1645,8 +1666,11 @@ pub fn nelder_mead<R: Runtime, F: KernelFloat>(
 ) -> Result<()> {
     let name = "perfusion_nelder_mead";
     check(name, p, data, grid, setup, out, status)?;
-    if counter.len() < 2 {
-        return Err(invalid(name, "the counter needs two words".into()));
+    if counter.len() < COUNTER_WORDS {
+        return Err(invalid(
+            name,
+            format!("the counter needs {COUNTER_WORDS} words"),
+        ));
     }
     if p.voxels == 0 {
         return Ok(());
@@ -1681,7 +1705,7 @@ pub fn nelder_mead<R: Runtime, F: KernelFloat>(
                 setup.arg(),
                 out.arg(),
                 status.arg(),
-                ArrayArg::from_raw_parts(counter.handle().clone(), 2),
+                ArrayArg::from_raw_parts(counter.handle().clone(), COUNTER_WORDS),
                 p.voxels,
                 p.stride,
                 units,
@@ -1709,8 +1733,8 @@ pub fn nelder_mead<R: Runtime, F: KernelFloat>(
     })
 }
 
-/// Launch [`levenberg_marquardt_kernel`]; buffers as [`nelder_mead`] (`counter`'s second
-/// word: the voxels whose curves are on the device).
+/// Launch [`levenberg_marquardt_kernel`]; buffers as [`nelder_mead`] (`counter`'s
+/// [`READY_WORD`]: the voxels whose curves are on the device).
 #[allow(clippy::too_many_arguments)]
 pub fn levenberg_marquardt<R: Runtime, F: KernelFloat>(
     gpu: &Gpu<R>,
@@ -1724,8 +1748,11 @@ pub fn levenberg_marquardt<R: Runtime, F: KernelFloat>(
 ) -> Result<()> {
     let name = "perfusion_levenberg_marquardt";
     check(name, p, data, grid, setup, out, status)?;
-    if counter.len() < 2 {
-        return Err(invalid(name, "the counter needs two words".into()));
+    if counter.len() < COUNTER_WORDS {
+        return Err(invalid(
+            name,
+            format!("the counter needs {COUNTER_WORDS} words"),
+        ));
     }
     if p.voxels == 0 {
         return Ok(());
@@ -1766,7 +1793,7 @@ pub fn levenberg_marquardt<R: Runtime, F: KernelFloat>(
                 setup.arg(),
                 out.arg(),
                 status.arg(),
-                ArrayArg::from_raw_parts(counter.handle().clone(), 2),
+                ArrayArg::from_raw_parts(counter.handle().clone(), COUNTER_WORDS),
                 p.voxels,
                 p.stride,
                 units,
