@@ -558,17 +558,9 @@ fn stream_pieces<R: KnownRuntime>(
     }
     if result.is_err() && start.is_none() {
         // The launch is queued: let its units find every voxel ready, so that it ends.
-        // SAFETY: no rows; the launch only reads the word (atomically).
-        let _ = unsafe {
-            gpu.upload_rows_at_unsynced(
-                &[],
-                data,
-                0,
-                0,
-                0,
-                Some((counter, kernels::READY_WORD, len as u32)),
-            )
-        };
+        let word = (len as u32).to_ne_bytes();
+        // SAFETY: the launch only reads the word (atomically); the host is its only writer.
+        let _ = unsafe { gpu.upload_bytes_at_unsynced(&word, counter, 4 * kernels::READY_WORD) };
     }
     result
 }
