@@ -8,7 +8,7 @@
 pub mod base;
 pub mod catalog;
 pub mod flim;
-mod linalg;
+pub mod linalg;
 pub mod montecarlo;
 pub mod perfusion;
 pub mod speckle;

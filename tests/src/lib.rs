@@ -5,7 +5,7 @@
 //! `SKIPPED (no GPU): ...` and passes, unless `BIOGPU_REQUIRE_GPU=1` (CI and the GPU
 //! bundle set it), in which case the missing device is a failure.
 
-use gpu_runtime::{Device, DeviceRequest};
+use gpu_runtime::{Backend, Device, DeviceRequest};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 /// GPU tests take turns: CubeCL reports kernel-build faults per process, so two tests
@@ -42,7 +42,112 @@ pub fn proptest_cases(default: u32) -> proptest::test_runner::Config {
     }
 }
 
+/// The backends every GPU test is instantiated for (see [`gpu_test!`]): the test's module
+/// gets one `#[test]` per entry, named as here.
+pub const BACKENDS: [Backend; 2] = [Backend::Cuda, Backend::Wgpu];
+
+/// The device a test instance for `backend` runs on: the one `BIOGPU_DEVICE` names when it
+/// is of that backend (`cuda:1`, `wgpu:0`), else `cuda:0` or the software wgpu adapter
+/// (lavapipe), which CI uses.
+fn request_for(backend: Backend) -> DeviceRequest {
+    let named = DeviceRequest::from_env().unwrap_or_else(|e| panic!("{e}"));
+    match (backend, named) {
+        (Backend::Cuda, DeviceRequest::Cuda(i)) => DeviceRequest::Cuda(i),
+        (Backend::Cuda, _) => DeviceRequest::Cuda(0),
+        (Backend::Wgpu, r @ (DeviceRequest::Wgpu(_) | DeviceRequest::WgpuSoftware)) => r,
+        (Backend::Wgpu, _) => DeviceRequest::WgpuSoftware,
+        (Backend::Cpu, _) => DeviceRequest::Cpu,
+    }
+}
+
+/// Whether a missing `backend` fails its tests: `BIOGPU_REQUIRE_GPU` lists backends
+/// (`cuda`, `wgpu`, comma-separated), or is `1` for the backend `BIOGPU_DEVICE` names.
+fn required(backend: Backend) -> bool {
+    let Ok(value) = std::env::var(REQUIRE_GPU_ENV) else {
+        return false;
+    };
+    value.split(',').map(str::trim).any(|v| match v {
+        "1" => match DeviceRequest::from_env() {
+            Ok(DeviceRequest::Cuda(_)) => backend == Backend::Cuda,
+            Ok(DeviceRequest::Wgpu(_) | DeviceRequest::WgpuSoftware) => backend == Backend::Wgpu,
+            _ => false,
+        },
+        name => name.split(':').next() == Some(&backend.to_string()),
+    })
+}
+
+/// The `backend` device under test, held exclusively for the life of the value, or `None`
+/// (after printing `SKIPPED`) when this machine has none.
+///
+/// # Panics
+/// When the backend is missing and required (`BIOGPU_REQUIRE_GPU`).
+pub fn lease(backend: Backend, test: &str) -> Option<GpuLease> {
+    let turn = GPU_TURN.lock().unwrap_or_else(PoisonError::into_inner);
+    let why = match Device::select(request_for(backend), true) {
+        Ok(sel) if sel.device.is_gpu() => {
+            return Some(GpuLease {
+                device: sel.device,
+                _turn: turn,
+            });
+        }
+        Ok(sel) => sel.notes.join("; "),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        !required(backend),
+        "{test} on {backend}: the backend is required ({REQUIRE_GPU_ENV}) but not usable: {why}"
+    );
+    eprintln!("SKIPPED (no {backend} device): {test}: {why}");
+    None
+}
+
+/// Run `body` on the `backend` device when there is one (see [`lease`]).
+pub fn run_on(backend: Backend, test: &str, body: impl FnOnce(&Device)) {
+    if let Some(device) = lease(backend, test) {
+        body(&device);
+    }
+}
+
+/// Define a GPU-vs-CPU test once and instantiate it for every backend in [`BACKENDS`]:
+///
+/// ```ignore
+/// biogpu_tests::gpu_test! {
+///     /// What the test shows.
+///     fn sums_match(device) {
+///         // `device: &gpu_runtime::Device`, exclusively held
+///     }
+/// }
+/// ```
+///
+/// expands to `mod sums_match { #[test] fn cuda() .. #[test] fn wgpu() .. }`; an instance
+/// whose backend is absent prints `SKIPPED` (or fails where `BIOGPU_REQUIRE_GPU` asks for
+/// it). Property tests put the closure form of `proptest!` in the body.
+#[macro_export]
+macro_rules! gpu_test {
+    ($(#[$meta:meta])* fn $name:ident($device:ident) $body:block) => {
+        $(#[$meta])*
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+
+            fn body($device: &::gpu_runtime::Device) $body
+
+            #[test]
+            fn cuda() {
+                $crate::run_on(::gpu_runtime::Backend::Cuda, module_path!(), body);
+            }
+
+            #[test]
+            fn wgpu() {
+                $crate::run_on(::gpu_runtime::Backend::Wgpu, module_path!(), body);
+            }
+        }
+    };
+}
+
 /// The GPU device under test, or `None` (after saying why) when there is none.
+///
+/// Transitional: tests are moving to [`gpu_test!`], which runs on every backend present.
 ///
 /// # Panics
 /// When no GPU is available and `BIOGPU_REQUIRE_GPU=1`.

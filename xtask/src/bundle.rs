@@ -8,14 +8,18 @@ use std::process::Command;
 const MAX_BYTES: u64 = 64 << 20;
 
 const RUN_SH: &str = r#"#!/usr/bin/env bash
-# Check this machine's GPU with biogpu: list devices, run the GPU-vs-CPU tests on the GPU,
-# run the benchmark suite. Results go to $OUT (default ./out).
+# Check this machine's GPU with biogpu: list devices, run the GPU-vs-CPU tests and the demo on
+# the GPU, run the benchmark suite (and a baseline build's, for an A/B on the same machine).
+# Results go to $OUT (default ./out).
 # Usage: ./run.sh            (device: cuda)
 #        BIOGPU_DEVICE=wgpu ./run.sh;  BENCH_ARGS="--filter speckle" ./run.sh
+#        TEST_ARGS="perfusion" SKIP_BENCH=1 SKIP_DEMO=1 ./run.sh
+#        BASELINE=/path/to/old/biogpu-bench ./run.sh   (the same benches with an older build)
 set -u
 here="$(cd "$(dirname "$0")" && pwd)"
 OUT="${OUT:-$here/out}"; mkdir -p "$OUT"
 DEVICE="${BIOGPU_DEVICE:-cuda}"
+export BIOGPU_KERNEL_CACHE="${BIOGPU_KERNEL_CACHE:-$here/kernel-cache}"
 status=0
 "$here/biogpu" devices | tee "$OUT/devices.txt" || status=1
 for t in "$here"/tests/*; do
@@ -23,8 +27,16 @@ for t in "$here"/tests/*; do
   BIOGPU_DEVICE="$DEVICE" BIOGPU_REQUIRE_GPU=1 "$t" ${TEST_ARGS:-} 2>&1 | tee -a "$OUT/tests.log"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 done
+if [ "${SKIP_DEMO:-0}" != 1 ]; then
+  rm -rf "$here/demo"
+  "$here/biogpu" --device "$DEVICE" demo --out "$here/demo" 2>&1 | tee "$OUT/demo.log"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+fi
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
   "$here/biogpu-bench" --device "$DEVICE" --out "$OUT/bench-${DEVICE//:/_}.json" ${BENCH_ARGS:-} || status=1
+  if [ -n "${BASELINE:-}" ]; then
+    "$BASELINE" --device "$DEVICE" --out "$OUT/bench-baseline-${DEVICE//:/_}.json" ${BENCH_ARGS:-} || status=1
+  fi
 fi
 echo "run.sh: exit status $status"
 exit $status

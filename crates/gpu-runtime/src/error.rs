@@ -48,6 +48,23 @@ pub enum Error {
     Backend { device: String, message: String },
 }
 
+impl Error {
+    /// A malformed launch of `kernel` (grid too large, buffer too short, ...): the one
+    /// constructor every launch wrapper uses.
+    pub fn invalid_launch(kernel: &str, why: impl Into<String>) -> Self {
+        Error::InvalidLaunch {
+            kernel: kernel.to_string(),
+            why: why.into(),
+        }
+    }
+
+    /// Whether the device ran out of memory: callers can retry in smaller chunks or fall
+    /// back to the CPU.
+    pub fn is_out_of_memory(&self) -> bool {
+        matches!(self, Error::OutOfDeviceMemory { .. })
+    }
+}
+
 /// Result alias for gpu-runtime.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 

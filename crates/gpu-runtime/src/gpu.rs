@@ -81,8 +81,8 @@ impl<R: Runtime> Gpu<R> {
     }
 
     /// This device as a CUDA one, where biogpu's own driver copies replace CubeCL's uploads.
-    /// (Downloads stay with CubeCL: a pageable driver copy was no faster on an H100, 1.4 GB/s
-    /// at 32 MiB and up, and slower at 4 MiB; bulk paths use pinned staging.)
+    /// (Downloads stay with CubeCL: a pageable driver copy was no faster, and slower for
+    /// small buffers; bulk paths use pinned staging.)
     fn as_cuda(&self) -> Option<&Gpu<CudaRuntime>> {
         (self as &dyn std::any::Any).downcast_ref::<Gpu<CudaRuntime>>()
     }

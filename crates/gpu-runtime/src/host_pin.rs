@@ -1,12 +1,11 @@
 //! Page-locking host memory in place, so that later uploads from it run at the link's full
 //! rate with no staging copy.
 //!
-//! A pageable buffer goes to a CUDA device through a copy into pinned memory first (on the
-//! H100 host 16 cores copy about 50 GB/s, about the link's own rate, so the copy doubles
-//! the cost of an upload unless it overlaps perfectly). Locking the buffer itself costs
-//! more than one such copy (measured on the H100 host: 6.2 ms to lock 128 MiB, 2.5 ms to
-//! unlock), so it pays for data that go up more than once: a cube analysed by several
-//! methods, a stack streamed repeatedly, a benchmark.
+//! A pageable buffer goes to a CUDA device through a copy into pinned memory first (all of a
+//! GPU host's cores copy at about the link's own rate, so the copy doubles the cost of an
+//! upload unless it overlaps perfectly). Locking the buffer itself costs more than one such
+//! copy (docs/benchmarks.md), so it pays for data that go up more than once: a cube analysed
+//! by several methods, a stack streamed repeatedly, a benchmark.
 
 use crate::device::{Backend, Device, DeviceInfo};
 use crate::error::{Error, Result};

@@ -2,7 +2,7 @@
 //! copies between them and device arrays.
 //!
 //! CubeCL 0.10 uploads through `create_from_slice`, which copies the slice, stages it and
-//! allocates per call (about 1 GB/s measured on an H200). Streaming needs the link's full
+//! allocates per call, far below the link's rate (docs/benchmarks.md). Streaming needs the link's full
 //! rate, so on CUDA biogpu keeps its own pinned buffers and copies with the driver into
 //! buffers CubeCL allocated, draining CubeCL's queue before and after so the copies are
 //! ordered with its kernels. Other backends fall back to CubeCL's own transfers.
@@ -91,8 +91,8 @@ impl Drop for HostStaging {
     }
 }
 
-/// `dst.copy_from_slice(src)` on all cores, in 1 MiB pieces: one core copies about
-/// 6.5 GB/s into pinned memory on the H100 host, sixteen about 50 GB/s.
+/// `dst.copy_from_slice(src)` on all cores, in 1 MiB pieces: one core cannot keep up with
+/// the host link when copying into pinned memory; a GPU host's cores together can.
 pub fn par_copy(dst: &mut [u8], src: &[u8]) {
     use rayon::prelude::*;
     const PIECE: usize = 1 << 20;
