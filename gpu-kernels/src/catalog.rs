@@ -60,10 +60,6 @@ pub(crate) fn array() -> ArrayCompilationArg {
 /// Every kernel in this crate, configured as its launch wrapper configures it.
 pub fn all<R: Runtime>(client: &ComputeClient<R>) -> Vec<CatalogEntry> {
     use crate::base::{atomic_accumulate_kernel, axpy_kernel, block_sum_kernel, fill_kernel};
-    use crate::speckle::{
-        BORDER_REFLECT, BORDER_VALID, BORDER_ZERO, TILE_X, UNITS_Y, spatial_contrast_kernel,
-        temporal_contrast_kernel,
-    };
     let s = || settings_1d(crate::CUBE_1D);
     let c = || client.clone();
     let mut entries = vec![
@@ -94,56 +90,7 @@ pub fn all<R: Runtime>(client: &ComputeClient<R>) -> Vec<CatalogEntry> {
             ),
         ),
     ];
-    // Speckle: the windows the benchmarks use, both pixel packings, every border.
-    for (name, r, bits, border) in [
-        ("spatial_5x5_u16_reflect", 2, 16, BORDER_REFLECT),
-        ("spatial_7x7_u16_reflect", 3, 16, BORDER_REFLECT),
-        ("spatial_31x31_u16_zero", 15, 16, BORDER_ZERO),
-        ("spatial_7x7_u8_valid", 3, 8, BORDER_VALID),
-    ] {
-        let k = spatial_contrast_kernel::SpatialContrastKernel::<R>::new(
-            settings_2d(TILE_X, UNITS_Y),
-            c(),
-            array(),
-            array(),
-            array(),
-            array(),
-            (),
-            (),
-            (),
-            (),
-            (),
-            (),
-            (),
-            r,
-            bits,
-            border,
-            true,
-            true,
-            true,
-        );
-        entries.push(entry("speckle", name, k));
-    }
-    for (name, r) in [("temporal_u16", 0), ("spatiotemporal_5x5_u16", 2)] {
-        let k = temporal_contrast_kernel::TemporalContrastKernel::<R>::new(
-            s(),
-            c(),
-            array(),
-            array(),
-            array(),
-            (),
-            (),
-            (),
-            (),
-            (),
-            r,
-            16,
-            BORDER_REFLECT,
-            true,
-        );
-        entries.push(entry("speckle", name, k));
-    }
-    entries.extend(crate::speckle_flow::catalog(client));
+    entries.extend(crate::speckle::catalog(client));
     entries.extend(crate::flim::catalog(client));
     entries.extend(crate::montecarlo::catalog(client));
     entries.extend(crate::perfusion::catalog(client));

@@ -12,7 +12,6 @@ pub mod linalg;
 pub mod montecarlo;
 pub mod perfusion;
 pub mod speckle;
-pub mod speckle_flow;
 
 /// Units per cube for 1-D kernels: a multiple of every vendor's SIMD width (32 NVIDIA,
 /// 64 AMD, 8 lavapipe) and small enough for every backend's limit.

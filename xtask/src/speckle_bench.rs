@@ -8,12 +8,11 @@ use anyhow::Result;
 use gpu_kernels::speckle::{self as kernels, PixelBits, SpatialParams};
 use gpu_runtime::{Device, Gpu, KnownRuntime, Timing, bench, with_gpu};
 use ndarray::{Array2, Array3};
-use speckle_core::engine::{ContrastParams, contrast};
-use speckle_core::flow::{FlowModel, tau_c_map_on};
-use speckle_core::io::Frame;
-use speckle_core::mesi::{MesiOptions, MesiParams, fit_mesi_map_on, simulate_mesi};
-use speckle_core::pipeline::process_stream;
-use speckle_core::{RawStack, Window};
+use speckle_core::sim::simulate_mesi;
+use speckle_core::{
+    ContrastParams, FlowModel, FlowParams, Frame, GpuTuning, MesiInput, MesiOptions, MesiParams,
+    RawStack, StreamParams, Window, contrast, flow, mesi, stream,
+};
 
 const SIZES: [(usize, usize); 3] = [(1392, 1040), (2048, 2048), (4000, 4000)];
 
@@ -166,6 +165,7 @@ fn streaming(
     let pool: Vec<Array2<u16>> = (0..8).map(|i| frame_u16(w, h, 100 + i)).collect();
     // Frames are in host memory before the clock starts, as a camera driver delivers them;
     // the pipeline then copies each once into pinned memory.
+    let tuning = GpuTuning::from_lookup(|k| std::env::var(k).ok())?;
     let mut out = Vec::new();
     for (label, exposure, down_bytes, batch) in [
         ("K", None, 4.0, 8),
@@ -188,7 +188,8 @@ fn streaming(
                 .collect();
             let src = delivered.into_iter();
             let mut checksum = 0f64;
-            let report = process_stream(src, &params, device, batch, |m| {
+            let stream_params = StreamParams::new(params, batch).with_tuning(tuning);
+            let report = stream(src, &stream_params, device, |m| {
                 checksum += f64::from(m.k[[0, 0]]);
                 Ok(())
             })?;
@@ -270,9 +271,8 @@ fn cpu_spatial(opts: &Options) -> Result<Vec<Measurement>> {
         for size in [5usize, 7] {
             let win = Window::new(size)?;
             let t = bench(3, if opts.quick { 5 } else { 30 }, || {
-                let o = speckle_core::contrast::ContrastOut::new(k.view_mut())
-                    .sfi(sfi.view_mut(), 5e-3);
-                speckle_core::contrast::spatial_contrast_into(
+                let o = speckle_core::cpu::ContrastOut::new(k.view_mut()).sfi(sfi.view_mut(), 5e-3);
+                speckle_core::cpu::spatial_contrast_into(
                     frame.view(),
                     win,
                     speckle_core::Border::Reflect,
@@ -349,8 +349,11 @@ fn flow_maps(device: &Device, opts: &Options) -> Result<Vec<Measurement>> {
     ] {
         let mut converged = 0.0;
         let t = bench(1, 3, || {
-            let maps =
-                fit_mesi_map_on(k.view(), &exposures, &mesi_opts, device).map_err(as_bench_err)?;
+            let input = MesiInput {
+                k: k.view(),
+                exposures_s: &exposures,
+            };
+            let (maps, _) = mesi(input, &mesi_opts, device).map_err(as_bench_err)?;
             converged = maps.status.iter().filter(|&&s| s == 0).count() as f64 / (w * h) as f64;
             Ok(())
         })?;
@@ -368,7 +371,8 @@ fn flow_maps(device: &Device, opts: &Options) -> Result<Vec<Measurement>> {
     }
     let plane = k.index_axis(ndarray::Axis(0), 2).to_owned();
     let t = bench(2, 5, || {
-        tau_c_map_on(plane.view(), 1e-3, 0.6, FlowModel::Lorentzian, device)
+        let params = FlowParams::new(1e-3, 0.6).with_model(FlowModel::Lorentzian);
+        flow(plane.view(), &params, device)
             .map(|_| ())
             .map_err(as_bench_err)
     })?;

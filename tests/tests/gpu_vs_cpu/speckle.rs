@@ -1,11 +1,13 @@
 //! Speckle contrast on the GPU against the exact CPU reference, for every mode, window,
 //! border and pixel type, with random images (proptest).
 
-use biogpu_tests::{Tolerance, assert_close, gpu_under_test};
+use biogpu_tests::{Tolerance, assert_close, gpu_test};
 use ndarray::{Array2, Array3};
 use proptest::prelude::*;
-use speckle_core::engine::{ContrastParams, ContrastResult, contrast};
-use speckle_core::{Border, RawStack, Window};
+use speckle_core::{
+    Border, ContrastInfo, ContrastMaps, ContrastParams, Frame, RawStack, StreamParams, Window,
+    contrast, stream,
+};
 
 /// Integer sums are exact on both paths; the GPU rounds D and S1 to f32 and takes sqrt and
 /// a division in f32: at most about 5 f32 roundings, 3e-7 relative. Stated bound: 1e-6.
@@ -63,7 +65,7 @@ fn border_strategy() -> impl Strategy<Value = Border> {
     ]
 }
 
-fn compare(what: &str, gpu: &ContrastResult, cpu: &ContrastResult) {
+fn compare(what: &str, gpu: &ContrastMaps, cpu: &ContrastMaps) {
     assert_eq!(gpu.k.dim(), cpu.k.dim(), "{what}: shape");
     let g: Vec<f64> = gpu.k.iter().map(|&v| f64::from(v)).collect();
     let c: Vec<f64> = cpu.k.iter().map(|&v| f64::from(v)).collect();
@@ -80,31 +82,38 @@ fn cpu() -> gpu_runtime::Device {
     gpu_runtime::Device::cpu()
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 40, ..ProptestConfig::default() })]
+/// The maps of [`contrast`], without where they ran.
+fn maps(
+    r: speckle_core::Result<(ContrastMaps, ContrastInfo)>,
+) -> speckle_core::Result<ContrastMaps> {
+    r.map(|(m, _)| m)
+}
 
-    #[test]
-    fn spatial_k_matches_reference_for_any_window_border_and_pixel_type(
+gpu_test! {
+    fn spatial_k_matches_reference_for_any_window_border_and_pixel_type(device) {
+    proptest!(ProptestConfig { cases: 40, ..ProptestConfig::default() }, |(
         stack in stack_strategy(),
         size in prop_oneof![3usize..=9, 3usize..=31],
         border in border_strategy(),
         saturate in any::<bool>(),
-    ) {
-        let Some(device) = gpu_under_test("spatial_k_matches_reference") else { return Ok(()) };
+    )| {
         let size = size | 1;
         let sat = saturate.then_some(if stack.dtype() == "u8" { 250.0 } else { 60000.0 });
         let params = ContrastParams::spatial(Window::new(size).unwrap()).with_border(border).with_saturation(sat).with_exposure(5e-3).unwrap();
-        let want = contrast(&stack, &params, &cpu());
-        let got = contrast(&stack, &params, &device);
+        let want = maps(contrast(&stack, &params, &cpu()));
+        let got = maps(contrast(&stack, &params, device));
         match (got, want) {
             (Ok(g), Ok(c)) => compare(&format!("{size}x{size} {border:?} {}", stack.dtype()), &g, &c),
             (Err(_), Err(_)) => {} // e.g. `valid` on an image smaller than the window
             (g, c) => panic!("GPU and CPU disagree on success: gpu {:?} cpu {:?}", g.map(|_| ()), c.map(|_| ())),
         }
+    });
     }
+}
 
-    #[test]
-    fn temporal_and_spatiotemporal_k_match_reference(
+gpu_test! {
+    fn temporal_and_spatiotemporal_k_match_reference(device) {
+    proptest!(ProptestConfig { cases: 40, ..ProptestConfig::default() }, |(
         frames in 2usize..10,
         n in 2usize..10,
         h in 1usize..24,
@@ -113,8 +122,7 @@ proptest! {
         spatio in any::<bool>(),
         border in border_strategy(),
         seed in any::<u32>(),
-    ) {
-        let Some(device) = gpu_under_test("temporal_k_matches_reference") else { return Ok(()) };
+    )| {
         let n = n.min(frames);
         let mut s = seed | 1;
         let stack = RawStack::U16(Array3::from_shape_fn((frames, h, w), |_| { s ^= s << 13; s ^= s >> 17; s ^= s << 5; (s % 4096) as u16 }));
@@ -124,19 +132,17 @@ proptest! {
             ContrastParams::temporal(n)
         }
         .with_saturation(Some(4000.0));
-        match (contrast(&stack, &params, &device), contrast(&stack, &params, &cpu())) {
+        match (maps(contrast(&stack, &params, device)), maps(contrast(&stack, &params, &cpu()))) {
             (Ok(g), Ok(c)) => compare(&format!("temporal n={n} spatio={spatio}"), &g, &c),
             (Err(_), Err(_)) => {}
             (g, c) => panic!("GPU and CPU disagree on success: gpu {:?} cpu {:?}", g.map(|_| ()), c.map(|_| ())),
         }
+    });
     }
 }
 
-#[test]
-fn large_frame_is_exact_where_float_running_sums_fail() {
-    let Some(device) = gpu_under_test("large_frame_is_exact") else {
-        return;
-    };
+gpu_test! {
+fn large_frame_is_exact_where_float_running_sums_fail(device) {
     // High mean, small variance: K ~ 1e-3, the regime where float sums lose digits.
     let (h, w) = (1040, 1392);
     let stack = RawStack::U16(Array3::from_shape_fn((1, h, w), |(_, y, x)| {
@@ -145,16 +151,14 @@ fn large_frame_is_exact_where_float_running_sums_fail() {
     let params = ContrastParams::spatial(Window::new(7).unwrap());
     compare(
         "1392x1040 u16 7x7",
-        &contrast(&stack, &params, &device).unwrap(),
-        &contrast(&stack, &params, &cpu()).unwrap(),
+        &contrast(&stack, &params, device).unwrap().0,
+        &contrast(&stack, &params, &cpu()).unwrap().0,
     );
 }
+}
 
-#[test]
-fn chunked_runs_equal_one_pass() {
-    let Some(device) = gpu_under_test("chunked_runs_equal_one_pass") else {
-        return;
-    };
+gpu_test! {
+fn chunked_runs_equal_one_pass(device) {
     let stack = RawStack::U16(Array3::from_shape_fn((9, 40, 50), |(t, y, x)| {
         ((t * 131 + y * 17 + x * 29) % 1000 + 5) as u16
     }));
@@ -165,8 +169,8 @@ fn chunked_runs_equal_one_pass() {
         ContrastParams::temporal(4),
         ContrastParams::spatiotemporal(Window::new(3).unwrap(), 3),
     ] {
-        let whole = contrast(&stack, &params, &device).unwrap();
-        let chunked = contrast(&stack, &params, &small).unwrap();
+        let (whole, _) = contrast(&stack, &params, device).unwrap();
+        let (chunked, _) = contrast(&stack, &params, &small).unwrap();
         assert_eq!(
             whole.k.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
             chunked.k.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
@@ -175,32 +179,29 @@ fn chunked_runs_equal_one_pass() {
         );
     }
 }
+}
 
-#[test]
-fn bad_windows_are_clear_errors_on_the_gpu_path_too() {
-    let Some(device) = gpu_under_test("bad_windows_are_clear_errors") else {
-        return;
-    };
+gpu_test! {
+fn bad_windows_are_clear_errors_on_the_gpu_path_too(device) {
     let stack = RawStack::U16(Array3::from_elem((3, 4, 4), 7));
     let e = contrast(
         &stack,
         &ContrastParams::spatial(Window::new(5).unwrap()).with_border(Border::Valid),
-        &device,
+        device,
     )
     .unwrap_err();
     assert!(
         e.to_string().contains("too small") || e.to_string().contains("4x4"),
         "{e}"
     );
-    let e = contrast(&stack, &ContrastParams::temporal(5), &device).unwrap_err();
+    let e = contrast(&stack, &ContrastParams::temporal(5), device).unwrap_err();
     assert!(e.to_string().contains("frames"), "{e}");
 }
+}
 
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
-
-    #[test]
-    fn streamed_frames_match_the_cpu_in_order(
+gpu_test! {
+    fn streamed_frames_match_the_cpu_in_order(device) {
+    proptest!(ProptestConfig { cases: 12, ..ProptestConfig::default() }, |(
         frames in 1usize..12,
         batch in 1usize..6,
         h in 3usize..30,
@@ -208,10 +209,7 @@ proptest! {
         wide in any::<bool>(),
         saturate in any::<bool>(),
         seed in any::<u32>(),
-    ) {
-        use speckle_core::io::Frame;
-        use speckle_core::pipeline::process_stream;
-        let Some(device) = gpu_under_test("streamed_frames_match_the_cpu_in_order") else { return Ok(()) };
+    )| {
         let mut s = seed | 1;
         let mut next = move || { s ^= s << 13; s ^= s >> 17; s ^= s << 5; s };
         let stack = if wide {
@@ -221,14 +219,14 @@ proptest! {
         };
         let sat = saturate.then_some(250.0);
         let params = ContrastParams::spatial(Window::new(3).unwrap()).with_saturation(sat).with_exposure(2e-3).unwrap();
-        let want = contrast(&stack, &params, &cpu()).unwrap();
+        let (want, _) = contrast(&stack, &params, &cpu()).unwrap();
         let source: Vec<_> = match &stack {
             RawStack::U16(a) => a.outer_iter().map(|f| Ok(Frame::U16(f.to_owned()))).collect(),
             RawStack::U8(a) => a.outer_iter().map(|f| Ok(Frame::U8(f.to_owned()))).collect(),
             RawStack::F32(_) => unreachable!(),
         };
         let mut seen = 0usize;
-        let report = process_stream(source.into_iter(), &params, &device, batch, |m| {
+        let report = stream(source.into_iter(), &StreamParams::new(params, batch), device, |m| {
             assert_eq!(m.index, seen, "frames arrive in order");
             let k: Vec<f64> = m.k.iter().map(|&v| f64::from(v)).collect();
             let kc: Vec<f64> = want.k.index_axis(ndarray::Axis(0), m.index).iter().map(|&v| f64::from(v)).collect();
@@ -245,18 +243,14 @@ proptest! {
         }).unwrap();
         prop_assert_eq!(report.frames, frames);
         prop_assert_eq!(seen, frames);
+    });
     }
 }
 
+gpu_test! {
 /// A bad frame mid-stream ends the stream with an error naming it, after every frame
 /// before it reached the sink in order (several batches in flight on the GPU path).
-#[test]
-fn a_bad_frame_mid_stream_is_named_after_the_good_ones_are_delivered() {
-    use speckle_core::io::Frame;
-    use speckle_core::pipeline::process_stream;
-    let Some(device) = gpu_under_test("a_bad_frame_mid_stream_is_named") else {
-        return;
-    };
+fn a_bad_frame_mid_stream_is_named_after_the_good_ones_are_delivered(device) {
     let good = |t: u16| {
         Frame::U16(Array2::from_shape_fn((9, 11), |(y, x)| {
             (x as u16 * 7 + y as u16 * 3 + t) % 97 + 1
@@ -267,7 +261,7 @@ fn a_bad_frame_mid_stream_is_named_after_the_good_ones_are_delivered() {
     source.push(Ok(good(8)));
     let params = ContrastParams::spatial(Window::new(3).unwrap());
     let mut seen = Vec::new();
-    let err = process_stream(source.into_iter(), &params, &device, 2, |m| {
+    let err = stream(source.into_iter(), &StreamParams::new(params, 2), device, |m| {
         seen.push(m.index);
         Ok(())
     })
@@ -283,10 +277,14 @@ fn a_bad_frame_mid_stream_is_named_after_the_good_ones_are_delivered() {
     // A sink that fails stops the stream at once with its own error.
     let source = (0..9).map(|t| Ok(good(t)));
     let mut calls = 0;
-    let err = process_stream(source, &params, &device, 2, |m| {
+    let err = stream(source, &StreamParams::new(params, 2), device, |m| {
         calls += 1;
         if m.index == 3 {
-            return Err(speckle_core::Error::Gpu("sink full".into()));
+            return Err(speckle_core::Error::InvalidParameter {
+                name: "sink",
+                value: "frame 3".into(),
+                why: "sink full".into(),
+            });
         }
         Ok(())
     })
@@ -302,7 +300,7 @@ fn a_bad_frame_mid_stream_is_named_after_the_good_ones_are_delivered() {
         .with_saturation(Some(90.0));
     let extras = |p: &ContrastParams| {
         let mut seen = Vec::new();
-        process_stream((0..5).map(|t| Ok(good(t))), p, &device, 2, |m| {
+        stream((0..5).map(|t| Ok(good(t))), &StreamParams::new(*p, 2), device, |m| {
             seen.push((m.sfi.is_some(), m.flags.is_some()));
             Ok(())
         })
@@ -311,4 +309,5 @@ fn a_bad_frame_mid_stream_is_named_after_the_good_ones_are_delivered() {
     };
     assert_eq!(extras(&rich), vec![(true, true); 5]);
     assert_eq!(extras(&params), vec![(false, false); 5]);
+}
 }

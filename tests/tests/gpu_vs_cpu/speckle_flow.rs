@@ -12,14 +12,40 @@
 //!   pixels where f32 and f64 end in different ones are counted (at most 5%), the rest
 //!   agree to [`MESI_CURVE_FREE`].
 
-use biogpu_tests::{Tolerance, gpu_under_test};
+use biogpu_tests::{Tolerance, gpu_test};
 use gpu_runtime::Device;
-use ndarray::{Array2, Array3};
+use ndarray::{Array2, Array3, ArrayView2, ArrayView3};
 use proptest::prelude::*;
-use speckle_core::flow::{FlowModel, k2_model, tau_c_map, tau_c_map_on};
-use speckle_core::mesi::{
-    FitStatus, MesiOptions, MesiParams, fit_mesi_map, fit_mesi_map_on, mesi_k2, simulate_mesi,
+use speckle_core::cpu::{fit_mesi_map, tau_c_map};
+use speckle_core::model::flow::k2_model;
+use speckle_core::model::mesi::mesi_k2;
+use speckle_core::sim::simulate_mesi;
+use speckle_core::{
+    BetaMode, FitStatus, FlowModel, FlowParams, MesiInput, MesiMaps, MesiOptions, MesiParams,
+    TauMap, flow, mesi,
 };
+
+/// [`flow`] on `device`, the map only.
+fn tau_c_map_on(
+    k: ArrayView2<f32>,
+    exposure_s: f64,
+    beta: f64,
+    model: FlowModel,
+    device: &Device,
+) -> speckle_core::Result<TauMap> {
+    let params = FlowParams::new(exposure_s, beta).with_model(model);
+    flow(k, &params, device).map(|(m, _)| m)
+}
+
+/// [`mesi`] on `device`, the maps only.
+fn fit_mesi_map_on(
+    k: ArrayView3<f32>,
+    exposures_s: &[f64],
+    opts: &MesiOptions,
+    device: &Device,
+) -> speckle_core::Result<MesiMaps> {
+    mesi(MesiInput { k, exposures_s }, opts, device).map(|(m, _)| m)
+}
 
 const K_BACKWARD: Tolerance = Tolerance::new("K from the model at the GPU's tau_c", 1e-5, 0.0);
 const TAU_FORWARD: Tolerance = Tolerance::new("tau_c, well-conditioned K", 2e-4, 0.0);
@@ -42,19 +68,16 @@ fn model_strategy() -> impl Strategy<Value = FlowModel> {
     prop_oneof![Just(FlowModel::Lorentzian), Just(FlowModel::Gaussian)]
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
-
-    #[test]
-    fn tau_c_matches_the_cpu_inversion(
+gpu_test! {
+    fn tau_c_matches_the_cpu_inversion(device) {
+    proptest!(ProptestConfig { cases: 24, ..ProptestConfig::default() }, |(
         model in model_strategy(),
         beta in 0.2f64..1.0,
         exposure in 1e-4f64..0.1,
         h in 1usize..40,
         w in 1usize..40,
         seed in any::<u64>(),
-    ) {
-        let Some(device) = gpu_under_test("tau_c_matches_the_cpu_inversion") else { return Ok(()) };
+    )| {
         let mut s = seed | 1;
         let mut next = move || { s ^= s << 13; s ^= s >> 7; s ^= s << 17; s };
         let kmax = beta.sqrt() as f32;
@@ -67,7 +90,7 @@ proptest! {
             _ => kmax * ((next() % 1_000_000) as f32 / 1e6).max(1e-4),
         });
         let want = tau_c_map(k.view(), exposure, beta, model).unwrap();
-        let got = tau_c_map_on(k.view(), exposure, beta, model, &device).unwrap();
+        let got = tau_c_map_on(k.view(), exposure, beta, model, device).unwrap();
         prop_assert_eq!(&got.flags, &want.flags);
         for ((&g, &c), &kv) in got.tau_c.iter().zip(&want.tau_c).zip(&k) {
             if !c.is_finite() || c == 0.0 {
@@ -83,6 +106,7 @@ proptest! {
                     "K {kv}: tau GPU {g} vs CPU {c} ({})", TAU_FORWARD.name);
             }
         }
+    });
     }
 }
 
@@ -112,7 +136,7 @@ fn stack(truths: &[MesiParams], noise: f64, seed: u64) -> Array3<f32> {
     k
 }
 
-fn params_at(m: &speckle_core::mesi::MesiMaps, i: usize) -> MesiParams {
+fn params_at(m: &MesiMaps, i: usize) -> MesiParams {
     let at = [i / 16, i % 16];
     MesiParams {
         tau_c: f64::from(m.tau_c[at]),
@@ -122,11 +146,8 @@ fn params_at(m: &speckle_core::mesi::MesiMaps, i: usize) -> MesiParams {
     }
 }
 
-#[test]
-fn mesi_recovers_exact_data_like_the_cpu() {
-    let Some(device) = gpu_under_test("mesi_recovers_exact_data_like_the_cpu") else {
-        return;
-    };
+gpu_test! {
+fn mesi_recovers_exact_data_like_the_cpu(device) {
     for (opts, exact) in [
         (MesiOptions::fixed_beta(0.5), MESI_EXACT_KNOWN),
         (MesiOptions::default(), MESI_EXACT_FREE),
@@ -134,7 +155,7 @@ fn mesi_recovers_exact_data_like_the_cpu() {
         let truth = truths(0.5);
         let k = stack(&truth, 0.0, 1);
         let want = fit_mesi_map_on(k.view(), &EXPOSURES, &opts, &Device::cpu()).unwrap();
-        let got = fit_mesi_map_on(k.view(), &EXPOSURES, &opts, &device).unwrap();
+        let got = fit_mesi_map_on(k.view(), &EXPOSURES, &opts, device).unwrap();
         let (mut cpu_ok, mut gpu_ok) = (0, 0);
         for (i, p) in truth.iter().enumerate() {
             let at = [i / 16, i % 16];
@@ -158,21 +179,19 @@ fn mesi_recovers_exact_data_like_the_cpu() {
         assert!(gpu_ok >= 243, "{opts:?}: GPU converged on {gpu_ok}/256");
     }
 }
+}
 
-#[test]
-fn mesi_noisy_fits_agree_with_the_cpu_and_recover_tau_c() {
-    let Some(device) = gpu_under_test("mesi_noisy_fits_agree_with_the_cpu") else {
-        return;
-    };
+gpu_test! {
+fn mesi_noisy_fits_agree_with_the_cpu_and_recover_tau_c(device) {
     for (opts, curve_tol) in [
         (MesiOptions::fixed_beta(0.5), MESI_CURVE_KNOWN),
         (MesiOptions::default(), MESI_CURVE_FREE),
     ] {
-        let known = matches!(opts.beta, speckle_core::mesi::BetaMode::Fixed(_));
+        let known = matches!(opts.beta, BetaMode::Fixed(_));
         let truth = truths(0.5);
         let k = stack(&truth, 0.01, 7);
         let want = fit_mesi_map(k.view(), &EXPOSURES, &opts).unwrap();
-        let got = fit_mesi_map_on(k.view(), &EXPOSURES, &opts, &device).unwrap();
+        let got = fit_mesi_map_on(k.view(), &EXPOSURES, &opts, device).unwrap();
         let (mut both, mut within_10, mut other_minimum) = (0, 0, 0);
         for (i, p) in truth.iter().enumerate() {
             let at = [i / 16, i % 16];
@@ -232,31 +251,29 @@ fn mesi_noisy_fits_agree_with_the_cpu_and_recover_tau_c() {
         }
     }
 }
+}
 
-#[test]
-fn mesi_bad_input_is_an_error_or_a_pixel_status_on_the_gpu() {
-    let Some(device) = gpu_under_test("mesi_bad_input_on_the_gpu") else {
-        return;
-    };
+gpu_test! {
+fn mesi_bad_input_is_an_error_or_a_pixel_status_on_the_gpu(device) {
     let mut k = stack(&truths(0.5), 0.0, 3);
     let opts = MesiOptions::fixed_beta(0.5);
-    let err = fit_mesi_map_on(k.view(), &EXPOSURES[..5], &opts, &device).unwrap_err();
+    let err = fit_mesi_map_on(k.view(), &EXPOSURES[..5], &opts, device).unwrap_err();
     assert!(err.to_string().contains("exposure"), "{err}");
     let mut bad_t = EXPOSURES;
     bad_t[2] = 0.0;
-    let err = fit_mesi_map_on(k.view(), &bad_t, &opts, &device).unwrap_err();
+    let err = fit_mesi_map_on(k.view(), &bad_t, &opts, device).unwrap_err();
     assert!(err.to_string().contains("exposure"), "{err}");
     let err = fit_mesi_map_on(
         k.view(),
         &EXPOSURES,
         &MesiOptions::fixed_beta(-1.0),
-        &device,
+        device,
     )
     .unwrap_err();
     assert!(err.to_string().contains("beta"), "{err}");
     k[[3, 0, 0]] = f32::NAN;
     k[[1, 0, 1]] = 0.0;
-    let got = fit_mesi_map_on(k.view(), &EXPOSURES, &opts, &device).unwrap();
+    let got = fit_mesi_map_on(k.view(), &EXPOSURES, &opts, device).unwrap();
     for at in [[0, 0], [0, 1]] {
         assert_eq!(got.status[at], FitStatus::InvalidInput as u8);
         assert!(got.tau_c[at].is_nan());
@@ -267,8 +284,9 @@ fn mesi_bad_input_is_an_error_or_a_pixel_status_on_the_gpu() {
         0.0,
         0.5,
         FlowModel::Lorentzian,
-        &device,
+        device,
     )
     .unwrap_err();
     assert!(err.to_string().contains("exposure"), "{err}");
+}
 }

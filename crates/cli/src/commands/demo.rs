@@ -37,71 +37,9 @@ pub fn run(args: &Args, device: &Device) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A simulated flow phantom (a channel with a parabolic velocity profile in static tissue),
-/// imaged by a 12-bit camera: K on the device, checked against the CPU reference, and the
-/// decorrelation time recovered on the channel axis against the simulation's truth.
+/// The speckle demo (`speckle_core::sim::demo`): K on the device against the CPU reference.
 fn speckle(args: &Args, device: &Device) -> anyhow::Result<()> {
-    use ndarray::Axis;
-    use speckle_core::engine::{ContrastParams, contrast};
-    use speckle_core::flow::{FlowModel, tau_c_map};
-    use speckle_core::output::{Colormap, Range, render_png};
-    use speckle_core::sim::{Camera, FlowPhantom};
-    let (w, h, frames, exposure, tau_center) = (192, 128, 16, 5e-3, 2e-4);
-    let phantom = FlowPhantom::new(w, h, frames, exposure, tau_center)
-        .with_seed(42)
-        .with_speckle_size(2.0)
-        .simulate()?;
-    let raw = Camera::new(1500.0, 12).expose(phantom.intensity.view(), 7)?;
-    let params = ContrastParams::spatial(speckle_core::Window::new(7)?)
-        .with_saturation(Some(4095.0))
-        .with_exposure(exposure)?;
-    let got = contrast(&raw, &params, device)?;
-    let want = contrast(&raw, &params, &Device::cpu())?;
-    let worst = got
-        .k
-        .iter()
-        .zip(&want.k)
-        .filter(|(g, c)| c.is_finite() && g.is_finite())
-        .map(|(g, c)| f64::from((g - c).abs() / c.abs().max(1e-12)))
-        .fold(0.0, f64::max);
-    ensure!(
-        worst <= 1e-6,
-        "speckle: {} K differs from the CPU reference by {worst:.1e} (> 1e-6)",
-        got.backend
-    );
-    let k2 = got.k.map_axis(Axis(0), |k| {
-        (k.iter().map(|v| f64::from(v * v)).sum::<f64>() / k.len() as f64) as f32
-    });
-    let k_mean = k2.mapv(f32::sqrt);
-    let tau = tau_c_map(k_mean.view(), exposure, 1.0, FlowModel::Lorentzian)?;
-    let axis = h / 2;
-    let rec: Vec<f64> = (w / 4..3 * w / 4)
-        .map(|x| f64::from(tau.tau_c[[axis, x]]))
-        .filter(|v| v.is_finite())
-        .collect();
-    let rec = rec.iter().sum::<f64>() / rec.len().max(1) as f64;
-    std::fs::create_dir_all(&args.out)?;
-    render_png(
-        k_mean.view(),
-        Colormap::Viridis,
-        Range::Percentile(1.0, 99.0),
-        args.out.join("speckle_k.png"),
-    )?;
-    render_png(
-        tau.tau_c.mapv(|t| t * 1e3).view(),
-        Colormap::Inferno,
-        Range::Percentile(1.0, 95.0),
-        args.out.join("speckle_tau_c_ms.png"),
-    )?;
-    println!(
-        "speckle: flow phantom {w}x{h}x{frames} (12-bit), 7x7 K + SFI on {}: matches the CPU to {worst:.1e}; \
-         tau_c on the channel axis {:.3} ms (simulated {:.3} ms, spatial-window bias included); maps in {}",
-        got.backend,
-        rec * 1e3,
-        tau_center * 1e3,
-        args.out.display()
-    );
-    Ok(())
+    super::speckle::demo(&args.out, device).map(drop)
 }
 
 /// Runs the runtime's own kernels on the device and compares them with the CPU.

@@ -5,14 +5,15 @@ use anyhow::{Context, bail};
 use gpu_runtime::Device;
 use indicatif::{ProgressBar, ProgressStyle};
 use ndarray::{Array3, Axis, s};
-use speckle_core::engine::{ContrastParams, ContrastResult, Mode, contrast};
-use speckle_core::flow::{BetaSource, FlowModel, calibrate_beta, tau_c_map_on};
+use speckle_core::cpu::{calibrate_beta, correct, rms_over_frames};
+use speckle_core::io::output::{Colormap, Range, render_png, write_gif, write_stack_tiff};
 use speckle_core::io::{LoadOptions, RawSpec, load_frame, load_stack};
-use speckle_core::mesi::{MesiOptions, fit_mesi_map_on};
-use speckle_core::output::{Colormap, Range, render_png, write_gif, write_stack_tiff};
-use speckle_core::roi::{Roi, time_course};
-use speckle_core::{Border, CameraInfo, RawStack, Window, correct};
-use std::path::PathBuf;
+use speckle_core::{
+    BetaSource, Border, CameraInfo, ContrastInfo, ContrastMaps, ContrastParams, FlowModel,
+    FlowParams, MesiInput, MesiOptions, Mode, RawStack, Roi, RoiParams, Window, contrast, flow,
+    mesi, roi,
+};
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 #[derive(Debug, clap::Args)]
@@ -156,6 +157,12 @@ struct RoiArgs {
     sfi: bool,
 }
 
+/// The speckle part of `biogpu demo`: prints the library demo's report.
+pub fn demo(out: &Path, device: &Device) -> anyhow::Result<bool> {
+    println!("{}", speckle_core::sim::demo(out, device)?);
+    Ok(true)
+}
+
 pub fn run(args: Args, device: &Device) -> anyhow::Result<()> {
     match args.command {
         Command::Contrast(a) => run_contrast(&a, device),
@@ -192,12 +199,7 @@ fn load(input: &Input) -> anyhow::Result<(RawStack, CameraInfo)> {
         return Ok((stack, camera));
     };
     let dark = load_frame(dark, &opts).with_context(|| format!("dark frame {}", dark.display()))?;
-    let sub = match &stack {
-        RawStack::U8(s) => correct::subtract_dark_stack(s.view(), dark.view())?,
-        RawStack::U16(s) => correct::subtract_dark_stack(s.view(), dark.view())?,
-        RawStack::F32(s) => correct::subtract_dark_stack(s.view(), dark.view())?,
-    };
-    Ok((RawStack::F32(sub), camera))
+    Ok((correct::subtract_dark_raw(&stack, dark.view())?, camera))
 }
 
 /// Contrast of the whole stack in batches, with a progress bar for long stacks.
@@ -205,7 +207,7 @@ fn contrast_with_progress(
     stack: &RawStack,
     p: &ContrastParams,
     device: &Device,
-) -> anyhow::Result<ContrastResult> {
+) -> anyhow::Result<(ContrastMaps, ContrastInfo)> {
     let frames = stack.dim().0;
     let batch = 64usize;
     if p.mode != Mode::Spatial || frames <= batch {
@@ -227,29 +229,10 @@ fn contrast_with_progress(
         bar.inc((end - start) as u64);
     }
     bar.finish_and_clear();
-    let cat =
-        |f: &dyn Fn(&ContrastResult) -> ndarray::ArrayView3<f32>| -> anyhow::Result<Array3<f32>> {
-            Ok(ndarray::concatenate(
-                Axis(0),
-                &parts.iter().map(f).collect::<Vec<_>>(),
-            )?)
-        };
-    let k = cat(&|r| r.k.view())?;
-    let sfi = if p.exposure_s.is_some() {
-        Some(cat(&|r| r.sfi.as_ref().expect("sfi requested").view())?)
-    } else {
-        None
-    };
-    let flags = ndarray::concatenate(
-        Axis(0),
-        &parts.iter().map(|r| r.flags.view()).collect::<Vec<_>>(),
-    )?;
-    Ok(ContrastResult {
-        k,
-        sfi,
-        flags,
-        backend: parts[0].backend,
-    })
+    let info = parts[0].1;
+    let maps: Vec<ContrastMaps> = parts.into_iter().map(|(m, _)| m).collect();
+    let maps = ContrastMaps::concat(&maps)?.expect("at least one batch");
+    Ok((maps, info))
 }
 
 fn run_contrast(a: &ContrastArgs, device: &Device) -> anyhow::Result<()> {
@@ -257,7 +240,7 @@ fn run_contrast(a: &ContrastArgs, device: &Device) -> anyhow::Result<()> {
     let p = params(&a.contrast, camera)?;
     let out = OutDir::create(&a.output.out, a.output.force, &[&a.input.path])?;
     let t0 = Instant::now();
-    let r = contrast_with_progress(&stack, &p, device)?;
+    let (r, info) = contrast_with_progress(&stack, &p, device)?;
     let secs = t0.elapsed().as_secs_f64();
     write_maps(&out, &a.output, "k", &r.k)?;
     if let Some(sfi) = &r.sfi {
@@ -268,7 +251,7 @@ fn run_contrast(a: &ContrastArgs, device: &Device) -> anyhow::Result<()> {
         "input": a.input.path, "frames": f, "width": w, "height": h, "dtype": stack.dtype(),
         "mode": format!("{:?}", p.mode), "window": p.window.size(), "temporal_frames": p.frames,
         "border": format!("{:?}", p.border), "exposure_s": p.exposure_s, "device": device.info().id,
-        "backend": r.backend.to_string(), "seconds": secs, "frames_per_second": f as f64 / secs,
+        "backend": info.backend.to_string(), "seconds": secs, "frames_per_second": f as f64 / secs,
         "k_mean": nan_mean(r.k.iter().copied()), "undefined_pixels": r.flags.iter().filter(|&&x| x & 1 != 0).count(),
         "saturated_pixels": r.flags.iter().filter(|&&x| x & 2 != 0).count(),
     });
@@ -277,7 +260,7 @@ fn run_contrast(a: &ContrastArgs, device: &Device) -> anyhow::Result<()> {
         "{} frame(s) {w}x{h} -> K{} on {} in {:.3} s; outputs in {}",
         f,
         if r.sfi.is_some() { " + SFI" } else { "" },
-        r.backend,
+        info.backend,
         secs,
         out.path().display()
     );
@@ -296,11 +279,9 @@ fn run_flow(a: &FlowArgs, device: &Device) -> anyhow::Result<()> {
     let (stack, camera) = load(&a.input)?;
     let p = params(&a.contrast, camera)?;
     let out = OutDir::create(&a.output.out, a.output.force, &[&a.input.path])?;
-    let r = contrast_with_progress(&stack, &p, device)?;
+    let (r, info) = contrast_with_progress(&stack, &p, device)?;
     // Average K^2 over frames (speckle averaging), then invert the model.
-    let k_avg = r.k.map_axis(Axis(0), |k| {
-        (nan_mean(k.iter().map(|v| v * v)) as f32).sqrt()
-    });
+    let k_avg = rms_over_frames(r.k.view());
     let beta = match (a.beta, &a.static_frame) {
         (Some(b), _) => b,
         (None, Some(path)) => {
@@ -311,16 +292,18 @@ fn run_flow(a: &FlowArgs, device: &Device) -> anyhow::Result<()> {
                 frame_height: a.input.frame_height,
                 dark: None,
             })?;
-            let rs = contrast(&s, &params(&a.contrast, cam)?, device)?;
-            let ks = rs.k.map_axis(Axis(0), |k| {
-                (nan_mean(k.iter().map(|v| v * v)) as f32).sqrt()
-            });
+            let (rs, _) = contrast(&s, &params(&a.contrast, cam)?, device)?;
+            let ks = rms_over_frames(rs.k.view());
             let all = ndarray::Array2::from_elem(ks.dim(), true);
             calibrate_beta(ks.view(), BetaSource::Static(all.view()))?
         }
         (None, None) => calibrate_beta(k_avg.view(), BetaSource::Percentile(99.0))?,
     };
-    let tau = tau_c_map_on(k_avg.view(), exposure, beta, model, device)?;
+    let (tau, _) = flow(
+        k_avg.view(),
+        &FlowParams::new(exposure, beta).with_model(model),
+        device,
+    )?;
     let tau_ms = tau.tau_c.mapv(|t| t * 1e3);
     write_maps(
         &out,
@@ -340,7 +323,7 @@ fn run_flow(a: &FlowArgs, device: &Device) -> anyhow::Result<()> {
     let inv = k_avg.mapv(|k| 1.0 / (k * k));
     write_maps(&out, &a.output, "inv_k2", &inv.insert_axis(Axis(0)))?;
     out.write_json("summary.json", &serde_json::json!({
-        "beta": beta, "model": a.model, "exposure_s": exposure, "backend": r.backend.to_string(),
+        "beta": beta, "model": a.model, "exposure_s": exposure, "backend": info.backend.to_string(),
         "tau_c_ms_median": median(tau_ms.iter().copied()),
     }))?;
     println!(
@@ -370,18 +353,20 @@ fn run_mesi(a: &MesiArgs, device: &Device) -> anyhow::Result<()> {
         let p = ContrastParams::spatial(Window::new(a.window)?)
             .with_saturation(cam.saturation())
             .with_exposure(t)?;
-        let r = contrast(&stack, &p, device)
+        let (r, _) = contrast(&stack, &p, device)
             .with_context(|| format!("contrast of {}", path.display()))?;
-        ks.push(r.k.map_axis(Axis(0), |k| {
-            (nan_mean(k.iter().map(|v| v * v)) as f32).sqrt()
-        }));
+        ks.push(rms_over_frames(r.k.view()));
     }
     let views: Vec<_> = ks.iter().map(|k| k.view()).collect();
     let k = ndarray::stack(Axis(0), &views).context("recordings differ in size")?;
     let opts = a
         .beta
         .map_or_else(MesiOptions::default, MesiOptions::fixed_beta);
-    let fit = fit_mesi_map_on(k.view(), &a.exposures, &opts, device)?;
+    let input = MesiInput {
+        k: k.view(),
+        exposures_s: &a.exposures,
+    };
+    let (fit, _) = mesi(input, &opts, device)?;
     write_maps(
         &out,
         &a.output,
@@ -422,13 +407,13 @@ fn run_roi(a: &RoiArgs, device: &Device) -> anyhow::Result<()> {
         bail!("--sfi needs --exposure (seconds)");
     }
     let out = OutDir::create(&a.output.out, a.output.force, &[&a.input.path])?;
-    let r = contrast_with_progress(&stack, &p, device)?;
+    let (r, _) = contrast_with_progress(&stack, &p, device)?;
     let maps = if a.sfi {
         r.sfi.as_ref().expect("requested")
     } else {
         &r.k
     };
-    let table = time_course(maps.view(), &a.rois)?;
+    let (table, _) = roi(maps.view(), &RoiParams::new(a.rois.clone()), device)?;
     let csv = out.file("roi.csv")?;
     table.write_csv(&csv)?;
     table.write_plot_png(out.file("roi.png")?, if a.sfi { "SFI (1/s)" } else { "K" })?;

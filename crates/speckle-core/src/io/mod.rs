@@ -3,10 +3,14 @@
 //! [`load_stack`] reads a whole file, choosing the reader by extension; [`open_frames`]
 //! returns a [`FrameSource`] that reads one frame at a time (TIFF and raw files are never
 //! loaded whole); [`frame_channel`] lets a live camera feed the same pipeline.
-//! [`load_frame`] reads a dark or static-scatter calibration frame.
+//! [`load_frame`] reads a dark or static-scatter calibration frame. [`output`] writes maps
+//! (float TIFF, PNG colour maps, GIF previews); ROI masks and tables are read and written
+//! here too.
 
+pub mod output;
 mod png;
 mod raw;
+mod roi;
 mod stream;
 #[cfg(test)]
 pub(crate) mod test_util;
@@ -19,12 +23,13 @@ use ndarray::Array2;
 pub use self::png::read_png;
 pub use self::raw::{ByteOrder, RawDtype, RawFrameReader, RawSpec, read_raw, write_raw};
 pub use self::stream::{
-    Frame, FrameReceiver, FrameSender, FrameSource, collect_stack, frame_channel, stack_frames,
+    FrameReceiver, FrameSender, FrameSource, collect_stack, frame_channel, stack_frames,
 };
 pub use self::tiff::{TiffFrameReader, read_tiff};
+pub use crate::model::frame::Frame;
 
-use crate::error::{Error, Result};
-use crate::types::{CameraInfo, RawStack};
+use crate::model::error::{Error, Result};
+use crate::model::types::{CameraInfo, RawStack};
 
 /// How to read an input file; the defaults suit self-describing TIFF and PNG files.
 ///
@@ -350,7 +355,7 @@ mod tests {
             (f * 1000 + r * 5 + c) as u16
         }));
         let tif = dir.path("s.TIF");
-        crate::output::write_raw_stack_tiff(&tif, &stack).unwrap();
+        crate::io::output::write_raw_stack_tiff(&tif, &stack).unwrap();
         let (back, cam) = load_stack(&tif, &LoadOptions::default()).unwrap();
         assert_eq!((back, cam.bit_depth), (stack.clone(), Some(16)));
         let (src, _) = open_frames(&tif, &LoadOptions::default()).unwrap();

@@ -8,8 +8,8 @@ use std::path::Path;
 use ndarray::Array3;
 use png::{BitDepth, ColorType, Decoder, DecodingError, Limits};
 
-use crate::error::{Error, Result};
-use crate::types::{CameraInfo, RawStack};
+use crate::model::error::{Error, Result};
+use crate::model::types::{CameraInfo, RawStack};
 
 /// Largest image the decoder may allocate.
 const MAX_PNG_BYTES: usize = 1 << 32;

@@ -13,9 +13,10 @@ use std::str::FromStr;
 
 use ndarray::Array2;
 
-use super::stream::{Frame, FrameGuard};
-use crate::error::{Error, Result};
-use crate::types::{CameraInfo, RawStack};
+use super::stream::FrameGuard;
+use crate::model::error::{Error, Result};
+use crate::model::frame::Frame;
+use crate::model::types::{CameraInfo, RawStack};
 
 /// Pixel type of a raw file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -12,9 +12,10 @@ use tiff::decoder::{Decoder, Limits};
 use tiff::tags::SampleFormat;
 use tiff::{ColorType, TiffError};
 
-use super::stream::{Frame, FrameGuard, collect_stack};
-use crate::error::{Error, Result};
-use crate::types::{CameraInfo, RawStack};
+use super::stream::{FrameGuard, collect_stack};
+use crate::model::error::{Error, Result};
+use crate::model::frame::Frame;
+use crate::model::types::{CameraInfo, RawStack};
 
 /// Largest page the decoder may allocate (the `tiff` default of 256 MiB is too small for
 /// large sCMOS frames in float).

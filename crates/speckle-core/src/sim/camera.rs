@@ -6,8 +6,8 @@ use ndarray::{Array3, ArrayView3, Axis};
 use rayon::prelude::*;
 
 use super::rng::SimRng;
-use crate::error::{Error, Result};
-use crate::types::{CameraInfo, RawStack};
+use crate::model::error::{Error, Result};
+use crate::model::types::{CameraInfo, RawStack};
 
 /// Camera parameters; counts are digital numbers with a gain of one count per electron.
 #[derive(Debug, Clone, PartialEq)]

@@ -9,7 +9,7 @@
 //! where `rho` is the fraction of light scattered by moving particles, `beta` the coherence
 //! factor and `v_noise` the exposure-independent variance (noise, non-ergodic terms).
 //! `L` is the Lorentzian model of [`crate::flow`] and `M(x) = L(x / 2) / 2`, so both come
-//! from [`crate::flow::lorentzian_terms`] (series near x = 0, no cancellation).
+//! from [`crate::model::flow::lorentzian_terms`] (series near x = 0, no cancellation).
 //!
 //! # Fit
 //! [`fit_mesi`] is a Levenberg-Marquardt fit over a fixed-size state (3 or 4 parameters,
@@ -31,7 +31,7 @@
 //!
 //! # What the data can resolve
 //! Simulations (tests below; K^2 with Gaussian relative noise) show:
-//! - beta known (calibrated, e.g. [`crate::flow::calibrate_beta`]), six log-spaced exposures
+//! - beta known (calibrated, e.g. [`crate::model::flow::calibrate_beta`]), six log-spaced exposures
 //!   0.01..80 ms: every fit recovers tau_c within 10% for tau_c from 0.01 to 10 ms at 0.5%
 //!   K^2 noise (ROI-level data), and stays unbiased (median within 3%) at 1%;
 //! - the shortest exposure must reach down to about 2-3 tau_c: with 0.05 ms (the span of
@@ -42,8 +42,8 @@
 //!   exposures and 1% noise tau_c scatters by ~20%; exact data are still recovered. Prefer a
 //!   calibrated beta.
 //!
-//! Speed: about 5 us per fit with beta known (6 exposures, ~15 iterations), i.e. 3-7 s per
-//! megapixel on two cores; about 5x that with beta free.
+//! Speed: about 15 iterations per fit with beta known (6 exposures); beta free costs more
+//! (measured figures: docs/benchmarks.md).
 
 // ndarray views are cheap handles, taken by value as ndarray's own APIs do.
 #![allow(clippy::needless_pass_by_value)]
@@ -51,136 +51,14 @@
 use ndarray::{Array2, ArrayView3};
 use rayon::prelude::*;
 
-use crate::error::{Error, Result};
-use crate::flow::{ModelTerms, lorentzian_terms};
-use crate::types::Map;
+use gpu_kernels::linalg::solve_spd;
 
-/// Most exposures a fit accepts (fixed-size per-pixel state).
-pub const MAX_EXPOSURES: usize = 32;
-
-/// MESI model parameters (SI units).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct MesiParams {
-    /// Decorrelation time in seconds.
-    pub tau_c: f64,
-    /// Dynamically scattered fraction of the light, 0..=1.
-    pub rho: f64,
-    /// Exposure-independent variance added to K^2 (noise, static non-ergodic terms), >= 0.
-    pub v_noise: f64,
-    /// Coherence factor (K^2 of a static sample at short exposure, minus v_noise).
-    pub beta: f64,
-}
-
-/// `K^2` of the MESI model at exposure `exposure_s` (seconds).
-///
-/// ```
-/// use speckle_core::mesi::{MesiParams, mesi_k2};
-/// let p = MesiParams { tau_c: 1e-3, rho: 0.8, v_noise: 0.002, beta: 0.5 };
-/// assert!((mesi_k2(&p, 1e-9) - 0.502).abs() < 1e-6); // x -> 0: beta + v_noise
-/// let plateau = 0.5 * 0.2f64.powi(2) + 0.002; // x -> inf: beta (1 - rho)^2 + v_noise
-/// assert!((mesi_k2(&p, 1e3) - plateau).abs() < 1e-5);
-/// ```
-pub fn mesi_k2(p: &MesiParams, exposure_s: f64) -> f64 {
-    let (lt, mt) = lorentzian_pair(exposure_s / p.tau_c);
-    let (l, m) = (lt.f, 0.5 * mt.f);
-    let rho = p.rho;
-    p.beta * (rho * rho * l + 4.0 * rho * (1.0 - rho) * m + (1.0 - rho) * (1.0 - rho)) + p.v_noise
-}
-
-/// Lorentzian terms at `x` and `x / 2` (for L and M) with a single exponential where both
-/// use the closed form (x >= 0.5): `1 - e^{-2x} = e1 (2 - e1)` with `e1 = 1 - e^{-x}`.
-#[inline]
-fn lorentzian_pair(x: f64) -> (ModelTerms, ModelTerms) {
-    if x < 0.5 {
-        return (lorentzian_terms(x), lorentzian_terms(0.5 * x));
-    }
-    let e1 = -(-x).exp_m1();
-    let closed = |v: f64, em1: f64| {
-        let f = 2.0 * (v - em1) / (v * v);
-        ModelTerms {
-            f,
-            g: 1.0 - f,
-            s: 2.0 * em1 / v - 2.0 * f,
-        }
-    };
-    (closed(2.0 * x, e1 * (2.0 - e1)), closed(x, e1))
-}
-
-/// Whether beta is known or fitted.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum BetaMode {
-    /// Known beta (e.g. from [`crate::flow::calibrate_beta`]); needs >= 3 exposures.
-    Fixed(f64),
-    /// Fitted beta; needs >= 4 exposures.
-    Free,
-}
-
-/// Fit settings.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct MesiOptions {
-    /// Known or fitted beta.
-    pub beta: BetaMode,
-    /// Iteration cap (accepted or rejected steps each count one).
-    pub max_iterations: u32,
-    /// Relative tolerance on the cost change and on the step.
-    pub tolerance: f64,
-}
-
-impl Default for MesiOptions {
-    fn default() -> Self {
-        Self {
-            beta: BetaMode::Free,
-            max_iterations: 200,
-            tolerance: 1e-10,
-        }
-    }
-}
-
-impl MesiOptions {
-    /// Defaults with a known beta.
-    pub fn fixed_beta(beta: f64) -> Self {
-        Self {
-            beta: BetaMode::Fixed(beta),
-            ..Self::default()
-        }
-    }
-
-    fn n_params(&self) -> usize {
-        if matches!(self.beta, BetaMode::Free) {
-            4
-        } else {
-            3
-        }
-    }
-}
-
-/// Outcome of one pixel's fit (stored as `u8` in maps).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(u8)]
-pub enum FitStatus {
-    /// A convergence test passed; the parameters are a (local) least-squares minimum.
-    Converged = 0,
-    /// The iteration cap was reached first; the parameters are the best found.
-    MaxIterations = 1,
-    /// The cost could not be reduced with a non-small gradient, a value became non-finite,
-    /// or tau_c ran to its bound; the parameters are not trustworthy.
-    Failed = 2,
-    /// Too few exposures, non-finite or non-positive K or exposures, bad beta: no fit made.
-    InvalidInput = 3,
-}
-
-/// Result of [`fit_mesi`].
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct MesiFit {
-    /// Fitted parameters (NaN for [`FitStatus::InvalidInput`]).
-    pub params: MesiParams,
-    /// How the fit ended.
-    pub status: FitStatus,
-    /// Iterations used.
-    pub iterations: u32,
-    /// Sum of squared relative K^2 residuals at the result.
-    pub rss: f64,
-}
+use crate::model::error::Result;
+use crate::model::mesi::{
+    BetaMode, FitStatus, MAX_EXPOSURES, MesiFit, MesiMaps, MesiOptions, MesiParams, check_inputs,
+    lorentzian_pair,
+};
+use crate::model::types::Map;
 
 const NP: usize = 4;
 /// Relative residuals this small are rounding noise: the data are fitted exactly.
@@ -270,45 +148,6 @@ impl Data {
         }
         cost
     }
-}
-
-/// Solve `m x = b` for symmetric positive definite `m` (upper triangle used), size `n <= 4`,
-/// by Cholesky; `None` if not positive definite.
-fn cholesky_solve(m: &[[f64; NP]; NP], b: &[f64; NP], n: usize) -> Option<[f64; NP]> {
-    let mut l = [[0.0; NP]; NP];
-    for i in 0..n {
-        for j in 0..=i {
-            let mut s = m[j][i];
-            for k in 0..j {
-                s -= l[i][k] * l[j][k];
-            }
-            if i == j {
-                if s.is_nan() || s <= 0.0 {
-                    return None;
-                }
-                l[i][i] = s.sqrt();
-            } else {
-                l[i][j] = s / l[j][j];
-            }
-        }
-    }
-    let mut y = [0.0; NP];
-    for i in 0..n {
-        let mut s = b[i];
-        for k in 0..i {
-            s -= l[i][k] * y[k];
-        }
-        y[i] = s / l[i][i];
-    }
-    let mut x = [0.0; NP];
-    for i in (0..n).rev() {
-        let mut s = y[i];
-        for k in i + 1..n {
-            s -= l[k][i] * x[k];
-        }
-        x[i] = s / l[i][i];
-    }
-    Some(x)
 }
 
 /// Whether parameter `u` sits on a bound that the descent direction `-g` points out of:
@@ -403,7 +242,7 @@ fn initial_guess(data: &Data) -> [f64; NP] {
 /// function over fixed-size state (no allocation), GPU-portable.
 ///
 /// ```
-/// use speckle_core::mesi::{FitStatus, MesiOptions, MesiParams, fit_mesi, simulate_mesi};
+/// use speckle_core::{FitStatus, MesiOptions, MesiParams, cpu::fit_mesi, sim::simulate_mesi};
 /// let truth = MesiParams { tau_c: 2e-4, rho: 0.8, v_noise: 0.001, beta: 0.45 };
 /// let t = [5e-5, 2.5e-4, 1e-3, 5e-3, 2e-2, 8e-2];
 /// let k = simulate_mesi(&truth, &t, 0.0, 1);
@@ -481,14 +320,15 @@ pub fn fit_mesi(exposures_s: &[f64], k: &[f64], opts: &MesiOptions) -> MesiFit {
                 rhs[u] = -g[u];
             }
         }
-        let Some(delta) = cholesky_solve(&m, &rhs, np) else {
+        let mut delta = [0.0; NP];
+        if !solve_spd(&m, &rhs, &mut delta, np) {
             lambda *= 10.0;
             if lambda > 1e16 {
                 status = FitStatus::Failed;
                 break;
             }
             continue;
-        };
+        }
         let mut trial = p;
         for u in 0..np {
             trial[u] += delta[u];
@@ -538,75 +378,8 @@ pub fn fit_mesi(exposures_s: &[f64], k: &[f64], opts: &MesiOptions) -> MesiFit {
     }
 }
 
-/// Fitted parameter maps of [`fit_mesi_map`].
-#[derive(Debug, Clone, PartialEq)]
-pub struct MesiMaps {
-    /// tau_c in seconds.
-    pub tau_c: Map,
-    /// Dynamic fraction.
-    pub rho: Map,
-    /// Exposure-independent variance.
-    pub v_noise: Map,
-    /// Coherence factor (the fixed value where beta was given).
-    pub beta: Map,
-    /// Sum of squared relative K^2 residuals.
-    pub rss: Map,
-    /// [`FitStatus`] as `u8`.
-    pub status: Array2<u8>,
-}
-
 fn row_chunks(a: &mut Map, w: usize) -> rayon::slice::ChunksMut<'_, f32> {
     a.as_slice_mut().expect("standard layout").par_chunks_mut(w)
-}
-
-/// [`fit_mesi_map`] on `device`: one GPU thread per pixel (f32, see
-/// `gpu_kernels::speckle_flow`) where the device is a GPU, the CPU reference otherwise.
-pub fn fit_mesi_map_on(
-    k: ArrayView3<f32>,
-    exposures_s: &[f64],
-    opts: &MesiOptions,
-    device: &gpu_runtime::Device,
-) -> Result<MesiMaps> {
-    if !device.is_gpu() {
-        return fit_mesi_map(k, exposures_s, opts);
-    }
-    check_inputs(k.dim().0, exposures_s, opts)?;
-    crate::gpu_flow::fit_mesi_map(k, exposures_s, opts, device)
-}
-
-/// The stack's exposure count, the times and beta make a well-posed fit.
-fn check_inputs(ne: usize, exposures_s: &[f64], opts: &MesiOptions) -> Result<()> {
-    if ne != exposures_s.len() {
-        return Err(Error::InvalidParameter {
-            name: "exposures",
-            value: format!("{} exposure times", exposures_s.len()),
-            why: format!("the K stack has {ne} exposures; give one time per K frame"),
-        });
-    }
-    let np = opts.n_params();
-    if ne < np || ne > MAX_EXPOSURES {
-        return Err(Error::InvalidParameter {
-            name: "exposures",
-            value: ne.to_string(),
-            why: format!(
-                "MESI needs {np} to {MAX_EXPOSURES} exposures with beta {:?}",
-                opts.beta
-            ),
-        });
-    }
-    for &t in exposures_s {
-        crate::flow::check_exposure(t)?;
-    }
-    if let BetaMode::Fixed(b) = opts.beta
-        && !(b.is_finite() && b > 0.0)
-    {
-        return Err(Error::InvalidParameter {
-            name: "beta",
-            value: b.to_string(),
-            why: "must be finite and > 0".into(),
-        });
-    }
-    Ok(())
 }
 
 /// Fit every pixel of a multi-exposure K stack (exposure, row, column), rows in parallel.
@@ -665,61 +438,13 @@ pub fn fit_mesi_map(
     Ok(maps)
 }
 
-/// SplitMix64 with Box-Muller normals: a small, self-contained, seedable generator.
-#[derive(Debug, Clone)]
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in (0, 1].
-    fn uniform(&mut self) -> f64 {
-        ((self.next_u64() >> 11) + 1) as f64 / (1u64 << 53) as f64
-    }
-
-    fn normal(&mut self) -> f64 {
-        let (u1, u2) = (self.uniform(), self.uniform());
-        (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
-    }
-}
-
-/// Simulated MESI contrasts: `K_i = sqrt(K^2(T_i) (1 + noise_sd xi_i))` with independent
-/// standard normal `xi_i`, i.e. Gaussian noise on K^2 with relative standard deviation
-/// `noise_sd` (0.01 = 1%, typical of K^2 averaged over a few hundred speckles). Same seed,
-/// same values. Negative noisy K^2 (only for huge `noise_sd`) give K = 0.
-///
-/// ```
-/// use speckle_core::mesi::{MesiParams, simulate_mesi};
-/// let p = MesiParams { tau_c: 1e-3, rho: 0.9, v_noise: 0.0, beta: 0.5 };
-/// let a = simulate_mesi(&p, &[1e-4, 1e-3, 1e-2], 0.02, 7);
-/// assert_eq!(a, simulate_mesi(&p, &[1e-4, 1e-3, 1e-2], 0.02, 7));
-/// assert!(a[0] > a[2]);
-/// ```
-pub fn simulate_mesi(
-    params: &MesiParams,
-    exposures_s: &[f64],
-    noise_sd: f64,
-    seed: u64,
-) -> Vec<f64> {
-    let mut rng = SplitMix64(seed);
-    exposures_s
-        .iter()
-        .map(|&t| {
-            let k2 = mesi_k2(params, t) * (1.0 + noise_sd * rng.normal());
-            k2.max(0.0).sqrt()
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::error::Error;
+    use crate::model::flow::lorentzian_terms;
+    use crate::model::mesi::mesi_k2;
+    use crate::sim::mesi::simulate_mesi;
 
     /// Every fit's tau_c within 10% of the truth ...
     const TOL_TAU_NOISY: f64 = 0.10;

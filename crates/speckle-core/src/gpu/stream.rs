@@ -1,20 +1,20 @@
 //! Live spatial contrast on a GPU with upload, kernel and download overlapped.
 //!
-//! `WORKERS` threads (3) each own a set of device arrays and take batches in turn. CubeCL runs
+//! `GpuTuning::stream_workers` threads (3 by default) each own a set of device arrays and take batches in turn. CubeCL runs
 //! every host thread's kernels on that thread's own CUDA stream, and gpu-runtime's pinned
 //! copies also run on per-thread streams, so while one worker uploads batch b + 1, another
 //! runs the kernel on batch b and a third downloads batch b - 1. Host buffers (page-locked
 //! on CUDA) travel with each batch: the caller's thread gathers frames, a worker copies
 //! them once into pinned memory and fills the slot's K (SFI, flags) buffers, and the
 //! caller's thread hands the sink views into that memory, in frame order, before the slot
-//! is used again. At most `WORKERS` batches are in flight: back-pressure, bounded memory.
+//! is used again. At most `stream_workers` batches are in flight: back-pressure, bounded memory.
 
-use crate::contrast::contrast_shape;
-use crate::engine::ContrastParams;
-use crate::error::{Error, Result};
-use crate::gpu::{PackedPixel, spatial_params};
-use crate::io::Frame;
-use crate::pipeline::FrameMaps;
+use crate::gpu::pixel::{PackedPixel, spatial_params};
+use crate::model::contrast::ContrastParams;
+use crate::model::error::{Error, Result};
+use crate::model::frame::Frame;
+use crate::model::stream::{FrameMaps, StreamParams};
+use crate::model::window::contrast_shape;
 use gpu_kernels::speckle as kernels;
 use gpu_runtime::{Device, Gpu, GpuArray, HostStaging, KnownRuntime, with_gpu};
 use ndarray::{Array2, ArrayView2};
@@ -22,10 +22,6 @@ use rayon::prelude::*;
 use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
-
-/// Batches in flight: one uploading, one computing, one downloading. (More workers do
-/// not raise the rate: the host link is the limit.)
-const WORKERS: usize = 3;
 
 /// Geometry and settings of one stream, fixed by its first frame.
 #[derive(Clone, Copy)]
@@ -189,13 +185,17 @@ impl DeviceBuffers {
 pub(crate) fn stream_spatial<T: StreamPixel>(
     first: Frame,
     rest: &Receiver<Result<Frame>>,
-    params: &ContrastParams,
+    stream: &StreamParams,
     device: &Device,
-    batch: usize,
     sink: &mut dyn FnMut(FrameMaps<'_>) -> Result<()>,
 ) -> Result<usize> {
+    let (params, batch) = (&stream.contrast, stream.batch);
     let (h, w) = T::pixels(&first)
-        .ok_or_else(|| Error::Gpu("stream: unexpected pixel type".into()))?
+        .ok_or_else(|| Error::PixelTypeMismatch {
+            what: "stream".into(),
+            expected: T::NAME,
+            got: first.dtype(),
+        })?
         .dim();
     let shape = Shape {
         w,
@@ -216,14 +216,15 @@ pub(crate) fn stream_spatial<T: StreamPixel>(
         error: None,
         pixel: std::marker::PhantomData,
     };
+    let workers = stream.tuning.stream_workers.max(1);
     with_gpu!(device, |gpu| Ok(run(
         gpu,
         &shape,
         params,
+        workers,
         &mut frames,
         sink
-    )))
-    .map_err(|e: gpu_runtime::Error| Error::Gpu(e.to_string()))?
+    )))?
 }
 
 /// Frames from the source, checked, in batches.
@@ -277,11 +278,11 @@ fn run<R: KnownRuntime, T: StreamPixel>(
     gpu: &Gpu<R>,
     shape: &Shape,
     params: &ContrastParams,
+    n_workers: usize,
     frames: &mut Gather<'_, T>,
     sink: &mut dyn FnMut(FrameMaps<'_>) -> Result<()>,
 ) -> Result<usize> {
     let in_place = gpu.can_write_in_place();
-    let n_workers = WORKERS;
     std::thread::scope(|scope| {
         let mut workers: Vec<(SyncSender<Job>, Receiver<Result<Slot>>)> =
             Vec::with_capacity(n_workers);
@@ -316,7 +317,7 @@ fn run<R: KnownRuntime, T: StreamPixel>(
                         failure.get_or_insert(e);
                     }
                     Err(_) => {
-                        failure.get_or_insert(Error::Gpu("stream worker stopped".into()));
+                        failure.get_or_insert(Error::StreamWorkerStopped);
                     }
                 }
             };
@@ -331,7 +332,7 @@ fn run<R: KnownRuntime, T: StreamPixel>(
                 let mut slot = free.pop().expect("a slot was freed above");
                 slot.frames = batch.len();
                 if workers[next].0.send((batch, slot)).is_err() {
-                    failure = Some(Error::Gpu("stream worker stopped".into()));
+                    failure = Some(Error::StreamWorkerStopped);
                     break;
                 }
                 in_flight.push_back(next);
@@ -373,7 +374,7 @@ fn worker<R: KnownRuntime, T: StreamPixel>(
             process_batch::<R, T>(gpu, shape, params, in_place, dev, &frames, &mut slot)
         })();
         drop(frames);
-        let reply = result.map(|()| slot).map_err(|e| Error::Gpu(e.to_string()));
+        let reply = result.map(|()| slot).map_err(Error::from);
         if done.send(reply).is_err() {
             break;
         }

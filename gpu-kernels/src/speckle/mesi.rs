@@ -1,12 +1,8 @@
-//! Flow maps from speckle contrast, one pixel per unit, in f32: the decorrelation time
-//! tau_c by inverting the Lorentzian or Gaussian K^2(T / tau_c) model, and the per-pixel
-//! multi-exposure (MESI) Levenberg-Marquardt fit.
-//!
-//! Both are ports of speckle-core's f64 CPU references (`flow::tau_c`, `mesi::fit_mesi`):
-//! same model terms (series below the cancellation point, closed forms above), same
-//! bracketed Newton inversion, same bounded LM with an active set and the same statuses.
-//! What changes with f32 is stated where it matters: the convergence tests use tolerances
-//! above f32 rounding, so a GPU fit stops where f32 can no longer tell the steps apart.
+//! Per-pixel multi-exposure (MESI) Levenberg-Marquardt fits, one pixel per unit, in f32:
+//! the port of speckle-core's f64 `cpu::mesi::fit_mesi` (same model terms, same bounded LM
+//! with an active set and the same statuses). What changes with f32 is stated where it
+//! matters: the convergence tests use tolerances above f32 rounding, so a GPU fit stops
+//! where f32 can no longer tell the steps apart.
 
 // CubeCL evaluates `if comptime!(..)` at expansion time; merging it with a runtime
 // condition would turn it into a runtime branch.
@@ -18,263 +14,23 @@
     clippy::range_plus_one
 )]
 
+use super::model::lorentzian;
+use super::{
+    F32_TOLERANCE, MAX_EXPOSURES, STATUS_CONVERGED, STATUS_FAILED, STATUS_INVALID,
+    STATUS_MAX_ITERATIONS,
+};
 use crate::CUBE_1D;
 use crate::catalog::{CatalogEntry, array, entry, settings_1d};
 use crate::linalg::cholesky_solve;
 use cubecl::prelude::*;
 use gpu_runtime::{Error, Gpu, GpuArray, Result};
 
-/// Flag bits of a tau_c pixel (speckle-core's `contrast::flags` values).
-pub const FLAG_UNDEFINED: u32 = 1;
-pub const FLAG_NO_MOTION: u32 = 4;
-pub const FLAG_NO_CONTRAST: u32 = 8;
-
-/// MESI statuses (speckle-core's `mesi::FitStatus` values).
-pub const STATUS_CONVERGED: u32 = 0;
-pub const STATUS_MAX_ITERATIONS: u32 = 1;
-pub const STATUS_FAILED: u32 = 2;
-pub const STATUS_INVALID: u32 = 3;
-
-/// Most exposures a MESI fit takes (speckle-core's `mesi::MAX_EXPOSURES`).
-pub const MAX_EXPOSURES: u32 = 32;
-
-/// Smallest convergence tolerance that means anything in f32 (relative cost change and
-/// step; the CPU's default 1e-10 would never be met and every fit would run to the cap).
-pub const F32_TOLERANCE: f32 = 1e-6;
 /// Relative K^2 residuals this small are f32 rounding: the data are fitted exactly.
 const ROUNDOFF_RESIDUAL: f32 = 1e-6;
 /// Gradient cosine accepted as stationary when no step reduces the cost (CPU: 1e-6).
 const STALL_COSINE: f32 = 1e-3;
 const BETA_MIN: f32 = 1e-6;
 const BETA_MAX: f32 = 10.0;
-
-/// `f = K^2 / beta` at x, with `g = 1 - f` and `s = x df/dx`, each without cancellation.
-#[derive(CubeType, Clone, Copy)]
-struct Terms {
-    f: f32,
-    g: f32,
-    s: f32,
-}
-
-/// Lorentzian model terms at `x >= 0`: series for `2x < 0.5` (10 terms reach f32
-/// rounding there), closed form above.
-#[cube]
-fn lorentzian(x: f32) -> Terms {
-    let v = 2.0f32 * x;
-    let mut t = Terms {
-        f: 0.0f32,
-        g: 0.0f32,
-        s: 0.0f32,
-    };
-    if v < 0.5f32 {
-        // g = v sum_{j>=1} 2 (-v)^(j-1) / (j+2)!,  s = -v sum_{j>=1} 2 j (-v)^(j-1) / (j+2)!
-        let mut term = f32::new(1.0 / 3.0);
-        let mut sg = 0.0f32;
-        let mut ss = 0.0f32;
-        #[unroll]
-        for j in 1..11u32 {
-            sg += term;
-            ss += term * f32::cast_from(j);
-            term = term * (-v) / f32::cast_from(j + 3);
-        }
-        t.g = v * sg;
-        t.f = 1.0f32 - t.g;
-        t.s = -v * ss;
-    } else {
-        let em1 = 1.0f32 - f32::exp(-v);
-        let f = 2.0f32 * (v - em1) / (v * v);
-        t.f = f;
-        t.g = 1.0f32 - f;
-        t.s = 2.0f32 * em1 / v - 2.0f32 * f;
-    }
-    t
-}
-
-/// Gaussian model terms at `x >= 0`: series for `2x^2 < 0.5`, closed form (with erf) above.
-#[cube]
-fn gaussian(x: f32) -> Terms {
-    let u = 2.0f32 * x * x;
-    let mut t = Terms {
-        f: 0.0f32,
-        g: 0.0f32,
-        s: 0.0f32,
-    };
-    if u < 0.5f32 {
-        // g = u sum_{m>=2} (-u)^(m-2) / (m! (2m-1)),  s = -u sum_{m>=2} 2 (m-1) (same terms)
-        let mut a = 0.5f32; // (-u)^(m-2) / m! at m = 2
-        let mut sg = 0.0f32;
-        let mut ss = 0.0f32;
-        #[unroll]
-        for m in 2..12u32 {
-            let term = a / f32::cast_from(2 * m - 1);
-            sg += term;
-            ss += term * f32::cast_from(2 * (m - 1));
-            a = a * (-u) / f32::cast_from(m + 1);
-        }
-        t.g = u * sg;
-        t.f = 1.0f32 - t.g;
-        t.s = -u * ss;
-    } else {
-        let e = Erf::erf(core::f32::consts::SQRT_2 * x);
-        let c = 2.506_628_3f32; // sqrt(2 pi)
-        let f = (f32::exp(-u) - 1.0f32 + c * x * e) / u;
-        t.f = f;
-        t.g = 1.0f32 - f;
-        t.s = c * e / (2.0f32 * x) - 2.0f32 * f;
-    }
-    t
-}
-
-#[cube]
-fn model_terms(x: f32, #[comptime] gaussian_model: bool) -> Terms {
-    if comptime!(gaussian_model) {
-        gaussian(x)
-    } else {
-        lorentzian(x)
-    }
-}
-
-/// x = T / tau_c at which `K^2 / beta = q` (with `d = 1 - q` given separately): Newton on
-/// ln x, kept inside a shrinking bracket (bisection where Newton leaves it), solving on
-/// ln(1 - f) near the static end (q >= 0.5) and on ln f elsewhere, as the CPU does.
-#[cube]
-fn x_from_k2(q: f32, d: f32, #[comptime] gaussian_model: bool) -> f32 {
-    let upper = q >= 0.5f32;
-    let mut x0 = 1.5f32 * d;
-    if upper {
-        if comptime!(gaussian_model) {
-            x0 = f32::sqrt(3.0f32 * d);
-        }
-    } else {
-        let mut c = 1.0f32;
-        if comptime!(gaussian_model) {
-            c = 1.253_314_1f32; // sqrt(pi / 2)
-        }
-        x0 = (c + f32::sqrt(f32::max(c * c - 2.0f32 * q, 0.0f32))) / (2.0f32 * q);
-    }
-    let mut target = f32::ln(q);
-    if upper {
-        target = f32::ln(d);
-    }
-    let mut lo = f32::new(-87.0);
-    let mut hi = 88.0f32;
-    let mut y = f32::clamp(f32::ln(x0), lo, hi);
-    let mut done = false;
-    for _ in 0..100u32 {
-        if done {
-            break;
-        }
-        let t = model_terms(f32::exp(y), gaussian_model);
-        let mut r = target - f32::ln(t.f);
-        let mut dr = -t.s / t.f;
-        if upper {
-            r = f32::ln(t.g) - target;
-            dr = -t.s / t.g;
-        }
-        if r == 0.0f32 {
-            done = true;
-        } else {
-            if r > 0.0f32 {
-                hi = y;
-            } else {
-                lo = y;
-            }
-            let newton = y - r / dr;
-            let mut next = 0.5f32 * (lo + hi);
-            // The comparisons are false for NaN or infinite Newton steps.
-            if newton >= lo && newton <= hi {
-                next = newton;
-            }
-            let step = f32::abs(next - y);
-            y = next;
-            if step <= 1e-6f32 * f32::max(f32::abs(y), 1.0f32) || hi - lo <= 1e-6f32 {
-                done = true;
-            }
-        }
-    }
-    f32::exp(y)
-}
-
-/// tau_c (s) of every pixel from K, exposure T (s) and beta, with flag bits:
-/// NaN or negative K -> NaN, UNDEFINED; K^2 >= beta -> +inf, NO_MOTION; K = 0 -> 0,
-/// NO_CONTRAST. `special` holds the bits of +inf (0x7F80_0000) and is passed in because
-/// CUDA C++ cannot reinterpret a literal. Launched unchecked: the wrapper checks lengths.
-#[cube(launch_unchecked)]
-pub fn tau_c_kernel(
-    k: &Array<f32>,
-    tau: &mut Array<f32>,
-    flags: &mut Array<u32>,
-    n: u32,
-    exposure: f32,
-    beta: f32,
-    inf_bits: u32,
-    #[comptime] gaussian_model: bool,
-) {
-    let p = ABSOLUTE_POS_X + ABSOLUTE_POS_Y * CUBE_COUNT_X * CUBE_DIM_X;
-    if p < n {
-        let kv = k[p as usize];
-        let k2 = kv * kv;
-        let mut out = f32::reinterpret(inf_bits | 0x0040_0000u32); // NaN
-        let mut flag = u32::new(FLAG_UNDEFINED as i64);
-        if kv >= 0.0f32 {
-            if k2 >= beta {
-                out = f32::reinterpret(inf_bits);
-                flag = FLAG_NO_MOTION;
-            } else if k2 == 0.0f32 {
-                out = 0.0f32;
-                flag = FLAG_NO_CONTRAST;
-            } else {
-                let x = x_from_k2(k2 / beta, (beta - k2) / beta, gaussian_model);
-                out = exposure / x;
-                flag = 0u32;
-            }
-        }
-        tau[p as usize] = out;
-        flags[p as usize] = flag;
-    }
-}
-
-/// Launch [`tau_c_kernel`] over `k.len()` pixels.
-pub fn tau_c<R: Runtime>(
-    gpu: &Gpu<R>,
-    k: &GpuArray<f32>,
-    exposure_s: f32,
-    beta: f32,
-    gaussian_model: bool,
-    tau: &GpuArray<f32>,
-    flags: &GpuArray<u32>,
-) -> Result<()> {
-    let name = "tau_c";
-    let n = k.len();
-    if tau.len() < n || flags.len() < n {
-        return Err(invalid(name, format!("output buffers shorter than {n}")));
-    }
-    if !(exposure_s.is_finite() && exposure_s > 0.0 && beta.is_finite() && beta > 0.0) {
-        return Err(invalid(
-            name,
-            format!("exposure {exposure_s} s and beta {beta} must be finite and > 0"),
-        ));
-    }
-    let count = gpu.cube_count_1d(name, n, CUBE_1D)?;
-    gpu.launch(name, count, |count| {
-        // SAFETY: output lengths checked above; the kernel touches index p < n only.
-        unsafe {
-            tau_c_kernel::launch_unchecked::<R>(
-                gpu.client(),
-                count,
-                CubeDim::new_1d(CUBE_1D),
-                k.arg(),
-                tau.arg(),
-                flags.arg(),
-                n as u32,
-                exposure_s,
-                beta,
-                0x7F80_0000u32,
-                gaussian_model,
-            );
-        };
-    })
-}
 
 /// Per-pixel MESI data and bounds.
 #[derive(CubeType, Clone, Copy)]
@@ -693,13 +449,13 @@ pub fn mesi_fit<R: Runtime>(
     let pixels = p.pixels as usize;
     let need = if p.beta.is_some() { 3 } else { 4 };
     if n < need || n > MAX_EXPOSURES as usize {
-        return Err(invalid(
+        return Err(Error::invalid_launch(
             name,
             format!("{n} exposures; the fit needs {need} to {MAX_EXPOSURES}"),
         ));
     }
     if k.len() < n * pixels || out.len() < 5 * pixels || status.len() < pixels {
-        return Err(invalid(
+        return Err(Error::invalid_launch(
             name,
             format!("buffers too short for {pixels} pixels x {n} exposures"),
         ));
@@ -707,7 +463,10 @@ pub fn mesi_fit<R: Runtime>(
     if let Some(b) = p.beta
         && !(b.is_finite() && b > 0.0)
     {
-        return Err(invalid(name, format!("beta {b} must be finite and > 0")));
+        return Err(Error::invalid_launch(
+            name,
+            format!("beta {b} must be finite and > 0"),
+        ));
     }
     if pixels == 0 {
         return Ok(());
@@ -737,32 +496,10 @@ pub fn mesi_fit<R: Runtime>(
     })
 }
 
-fn invalid(kernel: &str, why: String) -> Error {
-    Error::InvalidLaunch {
-        kernel: kernel.into(),
-        why,
-    }
-}
-
-/// This module's kernels, configured as their launch wrappers configure them.
+/// This file's kernels, configured as their launch wrappers configure them.
 pub(crate) fn catalog<R: Runtime>(client: &ComputeClient<R>) -> Vec<CatalogEntry> {
     let s = || settings_1d(CUBE_1D);
     let mut entries = Vec::new();
-    for (name, gaussian_model) in [("tau_c_lorentzian", false), ("tau_c_gaussian", true)] {
-        let k = tau_c_kernel::TauCKernel::<R>::new(
-            s(),
-            client.clone(),
-            array(),
-            array(),
-            array(),
-            (),
-            (),
-            (),
-            (),
-            gaussian_model,
-        );
-        entries.push(entry("speckle_flow", name, k));
-    }
     for (name, free_beta) in [("mesi_fit_beta_known", false), ("mesi_fit_beta_free", true)] {
         let k = mesi_fit_kernel::MesiFitKernel::<R>::new(
             s(),

@@ -9,8 +9,8 @@ pub use imaging_io::{
     write_map_tiff, write_stack_tiff,
 };
 
-use crate::error::Result;
-use crate::types::RawStack;
+use crate::model::error::Result;
+use crate::model::types::RawStack;
 use std::path::Path;
 
 /// Write raw frames (u8, u16 or f32) as a multi-page greyscale TIFF in their own pixel
@@ -25,35 +25,11 @@ pub fn write_raw_stack_tiff(path: impl AsRef<Path>, stack: &RawStack) -> Result<
     Ok(())
 }
 
-impl From<imaging_io::Error> for crate::Error {
-    fn from(e: imaging_io::Error) -> Self {
-        use imaging_io::Error as E;
-        match e {
-            E::InvalidParameter { name, value, why } => Self::InvalidParameter { name, value, why },
-            E::FrameSizeMismatch {
-                what,
-                expected_w,
-                expected_h,
-                got_w,
-                got_h,
-            } => Self::FrameSizeMismatch {
-                what,
-                expected_w,
-                expected_h,
-                got_w,
-                got_h,
-            },
-            E::Format { path, why } => Self::Format { path, why },
-            E::Io { path, source } => Self::Io { path, source },
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::io::read_tiff;
     use crate::io::test_util::TempDir;
+    use crate::io::tiff::read_tiff;
     use ndarray::Array3;
 
     #[test]

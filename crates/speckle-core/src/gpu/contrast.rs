@@ -1,63 +1,23 @@
-//! The GPU path: packs integer frames into u32 words (the camera's own bytes), runs the
-//! `gpu_kernels::speckle` kernels in chunks that fit device memory, and unpacks the maps.
+//! Contrast of a stack on a GPU: packs integer frames into u32 words (the camera's own
+//! bytes), runs the `gpu_kernels::speckle` kernels in chunks that fit device memory, and
+//! unpacks the maps.
 
-use crate::Border;
-use crate::contrast::contrast_shape;
-use crate::engine::{ContrastParams, ContrastResult, Mode};
-use crate::error::{Error, Result};
-use crate::types::Pixel;
-use gpu_kernels::speckle::{self as kernels, PixelBits, SpatialParams};
+use crate::gpu::pixel::{PackedPixel, border_code, copy_into, spatial_params};
+use crate::gpu::staging as staging_cache;
+use crate::model::contrast::{ContrastMaps, ContrastParams, Mode};
+use crate::model::error::{Error, Result};
+use crate::model::flow;
+use crate::model::window::contrast_shape;
+use gpu_kernels::speckle as kernels;
 use gpu_runtime::{Device, with_gpu};
 use ndarray::{Array3, ArrayView3, s};
-
-/// Integer pixels the kernels take. Frames are uploaded as their own little-endian bytes,
-/// read by the kernels as packed 32-bit words (two u16 or four u8 per word).
-pub trait PackedPixel: Pixel + bytemuck::Pod {
-    const BITS: PixelBits;
-}
-
-impl PackedPixel for u8 {
-    const BITS: PixelBits = PixelBits::U8;
-}
-
-impl PackedPixel for u16 {
-    const BITS: PixelBits = PixelBits::U16;
-}
-
-/// Staging buffers kept per thread across calls: allocating page-locked memory costs
-/// milliseconds, so a stream of batches reuses them.
-pub(crate) mod staging_cache {
-    use gpu_runtime::{Gpu, HostStaging, KnownRuntime};
-    use std::cell::RefCell;
-
-    thread_local!(static SLOTS: RefCell<Vec<Option<HostStaging>>> = const { RefCell::new(Vec::new()) });
-
-    /// A buffer of at least `len` bytes for `slot`, reused when it fits.
-    pub fn take<R: KnownRuntime>(gpu: &Gpu<R>, slot: usize, len: usize) -> HostStaging {
-        let cached = SLOTS.with_borrow_mut(|s| s.get_mut(slot).and_then(Option::take));
-        match cached {
-            Some(buf) if buf.len() >= len && buf.is_pinned() == gpu.can_write_in_place() => buf,
-            _ => gpu.host_staging(len),
-        }
-    }
-
-    /// Return a buffer for reuse.
-    pub fn put(slot: usize, buf: HostStaging) {
-        SLOTS.with_borrow_mut(|s| {
-            if s.len() <= slot {
-                s.resize_with(slot + 1, || None);
-            }
-            s[slot] = Some(buf);
-        });
-    }
-}
 
 /// Contrast on the GPU `device`, same parameters and result as the CPU reference.
 pub fn contrast<T: PackedPixel>(
     stack: ArrayView3<T>,
     params: &ContrastParams,
     device: &Device,
-) -> Result<ContrastResult> {
+) -> Result<ContrastMaps> {
     let (nf, h, w) = stack.dim();
     let (h_out, w_out) = match params.window_for_shape() {
         Some(win) => contrast_shape(h, w, win, params.border)?,
@@ -82,8 +42,6 @@ pub fn contrast<T: PackedPixel>(
     let saturation = params
         .saturation
         .map(|s| s.ceil().clamp(1.0, f64::from(u32::MAX)) as u32);
-    let backend = device.backend();
-    let gpu_err = |e: gpu_runtime::Error| Error::Gpu(e.to_string());
 
     with_gpu!(device, |gpu| {
         let in_frame = (h * w * std::mem::size_of::<T>()) as u64 + 4;
@@ -158,13 +116,12 @@ pub fn contrast<T: PackedPixel>(
             staging_cache::put(1, staging_out);
         }
         Ok(())
-    })
-    .map_err(gpu_err)?;
+    })?;
     if saturation.is_none() {
         // Without a saturation level the only flag is "undefined", which K's NaN carries.
         ndarray::Zip::from(&mut fl).and(&k).par_for_each(|f, &k| {
             *f = if k.is_nan() {
-                crate::contrast::flags::UNDEFINED
+                crate::model::flags::UNDEFINED
             } else {
                 0
             }
@@ -179,47 +136,7 @@ pub fn contrast<T: PackedPixel>(
     ) {
         ndarray::Zip::from(sfi)
             .and(&k)
-            .par_for_each(|s, &k| *s = crate::flow::sfi(f64::from(k), t) as f32);
+            .par_for_each(|s, &k| *s = flow::sfi(f64::from(k), t) as f32);
     }
-    Ok(ContrastResult {
-        k,
-        sfi,
-        flags: fl,
-        backend,
-    })
-}
-
-/// Kernel parameters of spatial contrast for `frames` frames of `w x h` pixels.
-pub(crate) fn spatial_params<T: PackedPixel>(
-    params: &ContrastParams,
-    w: usize,
-    h: usize,
-    frames: u32,
-    saturation: Option<u32>,
-) -> SpatialParams {
-    SpatialParams {
-        width: w as u32,
-        height: h as u32,
-        frames,
-        radius: params.window.radius() as u32,
-        border: border_code(params.border),
-        pixel: T::BITS,
-        sfi_scale: params.exposure_s.map(|t| (1.0 / (2.0 * t)) as f32),
-        saturation,
-    }
-}
-
-/// Fill a freshly allocated (standard-layout) output slab from staged f32 bytes.
-fn copy_into(mut dst: ndarray::ArrayViewMut3<f32>, src: &gpu_runtime::HostStaging) {
-    let out = dst.as_slice_mut().expect("output slabs are contiguous");
-    let n = out.len() * 4;
-    gpu_runtime::par_copy(bytemuck::cast_slice_mut(out), &src.as_bytes()[..n]);
-}
-
-fn border_code(b: Border) -> u32 {
-    match b {
-        Border::Reflect => kernels::BORDER_REFLECT,
-        Border::Zero => kernels::BORDER_ZERO,
-        Border::Valid => kernels::BORDER_VALID,
-    }
+    Ok(ContrastMaps { k, sfi, flags: fl })
 }

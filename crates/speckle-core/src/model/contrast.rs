@@ -1,15 +1,11 @@
-//! One entry point for contrast on any device: [`contrast`] runs the exact CPU reference or
-//! the GPU kernels, with the same parameters and the same result type.
+//! What both contrast paths agree on: the contrast mode, the validated parameters and the
+//! result maps of [`crate::api::contrast`].
 
-use crate::contrast::{
-    ContrastStack, spatial_contrast_stack, spatiotemporal_contrast, temporal_contrast,
-};
-use crate::error::{Error, Result};
-use crate::flow;
-use crate::types::{Pixel, RawStack};
-use crate::{Border, Window};
-use gpu_runtime::{Backend, Device};
-use ndarray::{Array3, ArrayView3};
+use crate::model::error::{Error, Result};
+use crate::model::flow;
+use crate::model::window::{Border, Window};
+use gpu_runtime::Backend;
+use ndarray::Array3;
 
 /// Which contrast to compute.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -58,7 +54,7 @@ impl ContrastParams {
     /// Spatial contrast over `window`, reflect borders, no SFI.
     ///
     /// ```
-    /// use speckle_core::{Window, engine::{ContrastParams, Mode}};
+    /// use speckle_core::{ContrastParams, Mode, Window};
     /// let p = ContrastParams::spatial(Window::new(7).unwrap()).with_exposure(5e-3).unwrap();
     /// assert_eq!(p.mode, Mode::Spatial);
     /// ```
@@ -124,75 +120,57 @@ impl ContrastParams {
 
 /// Contrast maps of a stack, (frame, row, column).
 #[derive(Debug, Clone, PartialEq)]
-pub struct ContrastResult {
+pub struct ContrastMaps {
     /// Speckle contrast K (NaN where the window mean is 0).
     pub k: Array3<f32>,
     /// SFI = 1 / (2 T K^2) in 1/s, when an exposure was given.
     pub sfi: Option<Array3<f32>>,
-    /// Flag bits from [`crate::contrast::flags`].
+    /// Flag bits from [`crate::model::flags`].
     pub flags: Array3<u8>,
-    /// Where it ran.
+}
+
+impl ContrastMaps {
+    /// Consecutive parts of one stack's maps (as computed batch by batch) joined along the
+    /// frame axis; `None` for no part. Every part must have the same frame size and all or
+    /// none an SFI.
+    pub fn concat(parts: &[ContrastMaps]) -> Result<Option<ContrastMaps>> {
+        let Some(first) = parts.first() else {
+            return Ok(None);
+        };
+        let shape_err = |e: ndarray::ShapeError| Error::InvalidParameter {
+            name: "parts",
+            value: format!("{} contrast parts", parts.len()),
+            why: format!("the parts' frames differ in size: {e}"),
+        };
+        let join = |f: &dyn Fn(&ContrastMaps) -> ndarray::ArrayView3<f32>| {
+            ndarray::concatenate(ndarray::Axis(0), &parts.iter().map(f).collect::<Vec<_>>())
+                .map_err(shape_err)
+        };
+        let k = join(&|r| r.k.view())?;
+        let sfi = if first.sfi.is_some() {
+            if parts.iter().any(|r| r.sfi.is_none()) {
+                return Err(Error::InvalidParameter {
+                    name: "parts",
+                    value: format!("{} contrast parts", parts.len()),
+                    why: "some parts have an SFI and some do not".into(),
+                });
+            }
+            Some(join(&|r| r.sfi.as_ref().expect("checked").view())?)
+        } else {
+            None
+        };
+        let flags = ndarray::concatenate(
+            ndarray::Axis(0),
+            &parts.iter().map(|r| r.flags.view()).collect::<Vec<_>>(),
+        )
+        .map_err(shape_err)?;
+        Ok(Some(ContrastMaps { k, sfi, flags }))
+    }
+}
+
+/// How a contrast was computed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ContrastInfo {
+    /// Where it ran (float frames always run on the CPU).
     pub backend: Backend,
-}
-
-/// Contrast of `stack` on `device`: the GPU kernels for integer pixels on a GPU, the CPU
-/// reference otherwise (float pixels always run on the CPU, which sums them in f64).
-///
-/// ```
-/// use ndarray::Array3;
-/// use speckle_core::{RawStack, Window, engine::{ContrastParams, contrast}};
-/// let stack = RawStack::U16(Array3::from_shape_fn((2, 32, 40), |(t, y, x)| ((t + 3 * y + 7 * x) % 23 + 10) as u16));
-/// let params = ContrastParams::spatial(Window::new(5)?);
-/// let r = contrast(&stack, &params, &gpu_runtime::Device::cpu())?;
-/// assert_eq!(r.k.dim(), (2, 32, 40));
-/// # Ok::<(), speckle_core::Error>(())
-/// ```
-pub fn contrast(
-    stack: &RawStack,
-    params: &ContrastParams,
-    device: &Device,
-) -> Result<ContrastResult> {
-    if device.is_gpu() {
-        match stack {
-            RawStack::U8(s) => return crate::gpu::contrast(s.view(), params, device),
-            RawStack::U16(s) => return crate::gpu::contrast(s.view(), params, device),
-            RawStack::F32(_) => tracing::warn!(
-                "float frames run on the CPU path (the GPU kernels sum integers exactly)"
-            ),
-        }
-    }
-    match stack {
-        RawStack::U8(s) => cpu_contrast(s.view(), params),
-        RawStack::U16(s) => cpu_contrast(s.view(), params),
-        RawStack::F32(s) => cpu_contrast(s.view(), params),
-    }
-}
-
-/// The CPU reference, multithreaded.
-pub fn cpu_contrast<T: Pixel>(
-    stack: ArrayView3<T>,
-    params: &ContrastParams,
-) -> Result<ContrastResult> {
-    let ContrastStack { k, flags: fl, .. } = match params.mode {
-        Mode::Spatial => {
-            spatial_contrast_stack(stack, params.window, params.border, params.saturation)?
-        }
-        Mode::Temporal => temporal_contrast(stack, params.frames, params.saturation)?,
-        Mode::SpatioTemporal => spatiotemporal_contrast(
-            stack,
-            params.window,
-            params.frames,
-            params.border,
-            params.saturation,
-        )?,
-    };
-    let sfi = params
-        .exposure_s
-        .map(|t| k.mapv(|k| flow::sfi(f64::from(k), t) as f32));
-    Ok(ContrastResult {
-        k,
-        sfi,
-        flags: fl,
-        backend: Backend::Cpu,
-    })
 }

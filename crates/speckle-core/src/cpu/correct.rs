@@ -30,9 +30,9 @@
 use ndarray::{Array2, Array3, ArrayView2, ArrayView3, ArrayViewMut2, Axis, Zip};
 use rayon::prelude::*;
 
-use crate::contrast::flags;
-use crate::error::{Error, Result};
-use crate::types::{Map, Pixel};
+use crate::model::error::{Error, Result};
+use crate::model::flags;
+use crate::model::types::{Map, Pixel, RawStack};
 
 fn check_same_shape(what: &str, expected: (usize, usize), got: (usize, usize)) -> Result<()> {
     if expected == got {
@@ -52,7 +52,7 @@ fn check_same_shape(what: &str, expected: (usize, usize), got: (usize, usize)) -
 ///
 /// ```
 /// use ndarray::array;
-/// use speckle_core::correct::subtract_dark;
+/// use speckle_core::cpu::correct::subtract_dark;
 /// let frame = array![[100u16, 5], [30, 40]];
 /// let dark = array![[10.0f32, 8.0], [10.0, 10.0]];
 /// assert_eq!(subtract_dark(frame.view(), dark.view())?, array![[90.0f32, -3.0], [20.0, 30.0]]);
@@ -86,6 +86,16 @@ pub fn subtract_dark_stack<T: Pixel>(
                 .for_each(|o, &v, &d| *o = (v.to_f64() - f64::from(d)) as f32);
         });
     Ok(out)
+}
+
+/// [`subtract_dark_stack`] of a stack in any pixel type: the dark-subtracted frames as f32
+/// (no longer integers, so they run on the CPU path).
+pub fn subtract_dark_raw(stack: &RawStack, dark: ArrayView2<f32>) -> Result<RawStack> {
+    Ok(RawStack::F32(match stack {
+        RawStack::U8(s) => subtract_dark_stack(s.view(), dark)?,
+        RawStack::U16(s) => subtract_dark_stack(s.view(), dark)?,
+        RawStack::F32(s) => subtract_dark_stack(s.view(), dark)?,
+    }))
 }
 
 /// Camera noise of a shot-noise correction.
@@ -138,7 +148,7 @@ impl NoiseModel {
 /// <= 0, `NOISE_DOMINATED` where the corrected K^2 < 0). Pure scalar function.
 ///
 /// ```
-/// use speckle_core::correct::{NoiseModel, correct_k};
+/// use speckle_core::cpu::correct::{NoiseModel, correct_k};
 /// let (k, flag) = correct_k(0.2, 500.0, &NoiseModel::shot_only(2.0));
 /// assert_eq!(flag, 0);
 /// assert!((k * k - (0.04 - 1.0 / 1000.0)).abs() < 1e-15);
@@ -160,7 +170,7 @@ pub fn correct_k(k: f64, mean: f64, model: &NoiseModel) -> (f64, u8) {
 pub struct CorrectedK {
     /// Corrected K (NaN where flagged).
     pub k: Map,
-    /// Flag bits from [`crate::contrast::flags`].
+    /// Flag bits from [`crate::model::flags`].
     pub flags: Array2<u8>,
 }
 
@@ -196,7 +206,7 @@ const CHUNK: usize = 16 * 1024;
 ///
 /// ```
 /// use ndarray::Array3;
-/// use speckle_core::correct::rolling_average;
+/// use speckle_core::cpu::correct::rolling_average;
 /// let mut k = Array3::from_shape_fn((4, 1, 2), |(t, _, x)| (t + x) as f32);
 /// k[[1, 0, 0]] = f32::NAN;
 /// let a = rolling_average(k.view(), 2)?;
@@ -270,7 +280,7 @@ fn rolling_chunk(data: &[f32], hw: usize, p0: usize, m: usize, mut out: ArrayVie
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::contrast::spatial::tests::splitmix;
+    use crate::cpu::spatial::tests::splitmix;
     use ndarray::{Array3, array};
 
     #[test]

@@ -15,15 +15,19 @@
 //! the number of threads.
 
 mod camera;
+pub mod demo;
 mod field;
+pub mod mesi;
 mod rng;
 
 use ndarray::{Array2, Array3};
 
 pub use self::camera::Camera;
+pub use self::demo::{DemoReport, demo};
 use self::field::FieldSim;
+pub use self::mesi::simulate_mesi;
 pub use self::rng::SimRng;
-use crate::error::{Error, Result};
+use crate::model::error::{Error, Result};
 
 /// Speckle contrast squared for unordered motion (Lorentzian spectrum), beta = 1:
 /// `K^2 = (exp(-2x) - 1 + 2x) / (2x^2)` with x = T / tau_c >= 0.
@@ -426,7 +430,7 @@ impl FlowPhantom {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::types::RawStack;
+    use crate::model::types::RawStack;
     use ndarray::{Array3, Axis};
 
     /// Mean over pixels of the per-pixel temporal K^2 (f64 mean and unbiased variance).

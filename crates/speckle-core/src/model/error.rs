@@ -52,8 +52,8 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
-    #[error("GPU: {0}")]
-    Gpu(String),
+    #[error(transparent)]
+    Gpu(#[from] gpu_runtime::Error),
     #[error("pixel type mismatch in {what}: expected {expected}, got {got}")]
     PixelTypeMismatch {
         what: String,
@@ -62,7 +62,35 @@ pub enum Error {
     },
     #[error("frame stream closed: the receiving side was dropped, so no more frames can be sent")]
     StreamClosed,
+    #[error("a GPU stream worker stopped before its batch was done")]
+    StreamWorkerStopped,
+    #[error("demo check failed: {0}")]
+    DemoCheck(String),
 }
 
 /// Result alias for speckle-core.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl From<imaging_io::Error> for Error {
+    fn from(e: imaging_io::Error) -> Self {
+        use imaging_io::Error as E;
+        match e {
+            E::InvalidParameter { name, value, why } => Self::InvalidParameter { name, value, why },
+            E::FrameSizeMismatch {
+                what,
+                expected_w,
+                expected_h,
+                got_w,
+                got_h,
+            } => Self::FrameSizeMismatch {
+                what,
+                expected_w,
+                expected_h,
+                got_w,
+                got_h,
+            },
+            E::Format { path, why } => Self::Format { path, why },
+            E::Io { path, source } => Self::Io { path, source },
+        }
+    }
+}

@@ -4,9 +4,9 @@
 //! along the stack: output frame `t` covers input frames `t ..= t + N - 1`, so a stack of
 //! `F` frames gives `F - N + 1` output frames (`2 <= N <= F`). **Spatio-temporal** K pools
 //! a `(2r + 1) x (2r + 1)` window in x, y over the same `N` frames (N = area x frames pixels
-//! per estimate), with the spatial border modes of [`super::spatial`].
+//! per estimate), with the spatial border modes of [`crate::cpu::spatial`].
 //!
-//! Both use the estimator of [`super::spatial`] (sample variance, N - 1) and the same flags.
+//! Both use the estimator of [`crate::cpu::spatial`] (sample variance, N - 1) and the same flags.
 //!
 //! Exactness: integer stacks keep per-pixel running sums S1, S2 in u64, adding the frame
 //! that enters and subtracting the frame that leaves the window, so every sum is exact for
@@ -20,8 +20,8 @@
 //! For live cameras, [`TemporalStream`] keeps the window's frames and running sums between
 //! calls and writes each new K frame (optionally fused with SFI) into caller buffers.
 //!
-//! Speed (1 Mpx u16, 2 cores): 25 frames to one K frame in about 17 ms (reading 50 MB of
-//! frames); a live stream with a 25-frame window in about 2 ms per new frame.
+//! Each new K frame of a stream costs one frame added and one removed from the running sums,
+//! whatever the window length (measured figures: docs/benchmarks.md).
 
 // ndarray views are cheap handles, taken by value as ndarray's own APIs do.
 #![allow(clippy::needless_pass_by_value)]
@@ -29,13 +29,13 @@
 use ndarray::{Array3, ArrayView2, ArrayView3, ArrayViewMut2, Axis};
 use rayon::prelude::*;
 
-use super::params::{Border, Window};
-use super::spatial::{
-    ContrastStack, Finish, FloatRows, Geom, IntRows, RowSource, RowsOut, Saturation, finish_f64,
+use crate::cpu::spatial::{
+    ContrastStack, Finish, FloatRows, IntRows, RowSource, RowsOut, Saturation, finish_f64,
     finish_int, max_value, run_float_bands, run_int_bands,
 };
-use crate::error::{Error, Result};
-use crate::types::Pixel;
+use crate::model::error::{Error, Result};
+use crate::model::types::Pixel;
+use crate::model::window::{Border, Geom, Window};
 
 /// Pixels per parallel task of the per-pixel passes: the running sums of one task (u64
 /// S1 and S2, 16 bytes a pixel) stay in L2.
@@ -98,7 +98,7 @@ fn alloc_stack(n: usize, h: usize, w: usize) -> ContrastStack {
 ///
 /// ```
 /// use ndarray::Array3;
-/// use speckle_core::contrast::temporal_contrast;
+/// use speckle_core::cpu::temporal_contrast;
 /// let stack = Array3::from_shape_fn((30, 8, 8), |(t, y, x)| ((t * 37 + y * 11 + x * 5) % 50 + 100) as u16);
 /// let c = temporal_contrast(stack.view(), 25, Some(4095.0))?;
 /// assert_eq!(c.k.dim(), (6, 8, 8));
@@ -325,7 +325,7 @@ fn temporal_float<T: Pixel>(
 /// ```
 /// use ndarray::Array3;
 /// use speckle_core::{Border, Window};
-/// use speckle_core::contrast::spatiotemporal_contrast;
+/// use speckle_core::cpu::spatiotemporal_contrast;
 /// let stack = Array3::from_shape_fn((10, 16, 16), |(t, y, x)| ((t * 37 + y * 11 + x * 5) % 50 + 100) as u16);
 /// let c = spatiotemporal_contrast(stack.view(), Window::new(3)?, 5, Border::Valid, None)?;
 /// assert_eq!(c.k.dim(), (6, 14, 14));
@@ -513,7 +513,7 @@ fn update_sat_plane<T: Pixel>(
 ///
 /// ```
 /// use ndarray::Array2;
-/// use speckle_core::contrast::{ContrastOut, TemporalStream};
+/// use speckle_core::cpu::{ContrastOut, TemporalStream};
 /// let mut stream = TemporalStream::<u16>::new(4, 6, 3, Some(4095.0))?;
 /// let mut k = Array2::zeros((4, 6));
 /// for t in 0..5u16 {
@@ -596,7 +596,7 @@ impl<T: Pixel> TemporalStream<T> {
     pub fn push(
         &mut self,
         frame: ArrayView2<T>,
-        out: super::spatial::ContrastOut<'_>,
+        out: crate::cpu::spatial::ContrastOut<'_>,
     ) -> Result<bool> {
         let (h, w) = frame.dim();
         if (h, w) != (self.h, self.w) {
@@ -816,9 +816,10 @@ impl FloatRows for Planes<'_, f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::contrast::params::reflect_index;
-    use crate::contrast::spatial::tests::{TOL_F32, TOL_INT, TOL_MEAN, image_u16, splitmix};
-    use crate::contrast::{ContrastOut, flags};
+    use crate::cpu::spatial::ContrastOut;
+    use crate::cpu::spatial::tests::{TOL_F32, TOL_INT, TOL_MEAN, image_u16, splitmix};
+    use crate::model::flags;
+    use crate::model::window::reflect_index;
     use ndarray::Array2;
     use ndarray::Array3;
     use proptest::prelude::*;

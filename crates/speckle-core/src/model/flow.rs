@@ -28,17 +28,17 @@
 //! 1e12. It is a pure scalar function with a fixed iteration cap, for the GPU port.
 //!
 //! # Flags
-//! Per-pixel flags use the bits of [`crate::contrast::flags`]: `UNDEFINED` (NaN or negative
+//! Per-pixel flags use the bits of [`crate::model::flags`]: `UNDEFINED` (NaN or negative
 //! K: tau_c NaN), `NO_MOTION` (K^2 >= beta: tau_c = +inf), `NO_CONTRAST` (K = 0: tau_c = 0).
 
 // ndarray views are cheap handles, taken by value as ndarray's own APIs do.
 #![allow(clippy::needless_pass_by_value)]
 
-use ndarray::{Array2, ArrayView2, Zip};
+use ndarray::{Array2, ArrayView2};
 
-use crate::contrast::flags;
-use crate::error::{Error, Result};
-use crate::types::Map;
+use crate::model::error::{Error, Result};
+use crate::model::flags;
+use crate::model::types::Map;
 
 /// Validate an exposure time in seconds: finite and > 0.
 pub fn check_exposure(exposure_s: f64) -> Result<f64> {
@@ -49,7 +49,7 @@ pub fn check_exposure(exposure_s: f64) -> Result<f64> {
     }
 }
 
-fn check_beta(beta: f64) -> Result<f64> {
+pub fn check_beta(beta: f64) -> Result<f64> {
     if beta.is_finite() && beta > 0.0 {
         Ok(beta)
     } else {
@@ -65,7 +65,7 @@ fn check_beta(beta: f64) -> Result<f64> {
 /// NaN gives NaN.
 ///
 /// ```
-/// use speckle_core::flow::sfi;
+/// use speckle_core::model::flow::sfi;
 /// assert!((sfi(0.1, 5e-3) - 10_000.0).abs() < 1e-9);
 /// ```
 #[inline]
@@ -77,25 +77,6 @@ pub fn sfi(k: f64, exposure_s: f64) -> f64 {
 #[inline]
 pub fn inverse_k2(k: f64) -> f64 {
     1.0 / (k * k)
-}
-
-/// [`sfi`] of every pixel of a K map (in parallel).
-pub fn sfi_map(k: ArrayView2<f32>, exposure_s: f64) -> Result<Map> {
-    let t = check_exposure(exposure_s)?;
-    let mut out = Array2::zeros(k.raw_dim());
-    Zip::from(&mut out)
-        .and(&k)
-        .par_for_each(|o, &k| *o = sfi(f64::from(k), t) as f32);
-    Ok(out)
-}
-
-/// [`inverse_k2`] of every pixel of a K map (in parallel).
-pub fn inverse_k2_map(k: ArrayView2<f32>) -> Map {
-    let mut out = Array2::zeros(k.raw_dim());
-    Zip::from(&mut out)
-        .and(&k)
-        .par_for_each(|o, &k| *o = inverse_k2(f64::from(k)) as f32);
-    out
 }
 
 /// Shape of the field autocorrelation g1, which fixes the K(T / tau_c) relation.
@@ -230,7 +211,7 @@ pub fn model_terms(model: FlowModel, x: f64) -> ModelTerms {
 /// `K^2 / beta` of the model at `x = T / tau_c` (1 at x = 0).
 ///
 /// ```
-/// use speckle_core::flow::{FlowModel, k2_model};
+/// use speckle_core::model::flow::{FlowModel, k2_model};
 /// assert_eq!(k2_model(FlowModel::Lorentzian, 0.0), 1.0);
 /// let big = k2_model(FlowModel::Lorentzian, 1e6);
 /// assert!((big * 1e6 - 1.0).abs() < 1e-5); // -> 1 / x
@@ -249,7 +230,7 @@ pub const MAX_INVERSION_ITERATIONS: u32 = 100;
 /// gives NaN.
 ///
 /// ```
-/// use speckle_core::flow::{FlowModel, k2_model, x_from_k2};
+/// use speckle_core::model::flow::{FlowModel, k2_model, x_from_k2};
 /// let q = k2_model(FlowModel::Gaussian, 3.0);
 /// let x = x_from_k2(FlowModel::Gaussian, q, 1.0 - q);
 /// assert!((x - 3.0).abs() < 1e-12);
@@ -317,7 +298,7 @@ pub fn x_from_k2(model: FlowModel, q: f64, d: f64) -> f64 {
 /// (the map version checks them).
 ///
 /// ```
-/// use speckle_core::flow::{FlowModel, k2_model, tau_c};
+/// use speckle_core::model::flow::{FlowModel, k2_model, tau_c};
 /// let (t, beta, tau) = (5e-3, 0.6, 1e-3);
 /// let k = (beta * k2_model(FlowModel::Lorentzian, t / tau)).sqrt();
 /// let (got, flag) = tau_c(k, t, beta, FlowModel::Lorentzian);
@@ -344,62 +325,8 @@ pub fn tau_c(k: f64, exposure_s: f64, beta: f64, model: FlowModel) -> (f64, u8) 
 pub struct TauMap {
     /// Decorrelation time in seconds (+inf: no motion, 0: no contrast, NaN: undefined).
     pub tau_c: Map,
-    /// Flag bits from [`crate::contrast::flags`].
+    /// Flag bits from [`crate::model::flags`].
     pub flags: Array2<u8>,
-}
-
-/// [`tau_c`] of every pixel of a K map (in parallel), after checking T and beta.
-///
-/// ```
-/// use ndarray::array;
-/// use speckle_core::flow::{FlowModel, tau_c_map};
-/// let k = array![[0.2f32, 0.9], [f32::NAN, 0.0]];
-/// let m = tau_c_map(k.view(), 5e-3, 0.5, FlowModel::Lorentzian)?;
-/// assert!(m.tau_c[[0, 0]] > 0.0 && m.tau_c[[0, 0]].is_finite());
-/// assert_eq!(m.tau_c[[0, 1]], f32::INFINITY); // K^2 = 0.81 >= beta
-/// assert!(m.tau_c[[1, 0]].is_nan());
-/// assert_eq!(m.tau_c[[1, 1]], 0.0);
-/// # Ok::<(), speckle_core::Error>(())
-/// ```
-pub fn tau_c_map(
-    k: ArrayView2<f32>,
-    exposure_s: f64,
-    beta: f64,
-    model: FlowModel,
-) -> Result<TauMap> {
-    let t = check_exposure(exposure_s)?;
-    let beta = check_beta(beta)?;
-    let mut tau = Array2::zeros(k.raw_dim());
-    let mut fl = Array2::zeros(k.raw_dim());
-    Zip::from(&mut tau)
-        .and(&mut fl)
-        .and(&k)
-        .par_for_each(|o, f, &k| {
-            let (v, flag) = tau_c(f64::from(k), t, beta, model);
-            *o = v as f32;
-            *f = flag;
-        });
-    Ok(TauMap {
-        tau_c: tau,
-        flags: fl,
-    })
-}
-
-/// [`tau_c_map`] on `device`: one GPU thread per pixel (f32 Newton inversion, see
-/// `gpu_kernels::speckle_flow`) where the device is a GPU, the CPU reference otherwise.
-pub fn tau_c_map_on(
-    k: ArrayView2<f32>,
-    exposure_s: f64,
-    beta: f64,
-    model: FlowModel,
-    device: &gpu_runtime::Device,
-) -> Result<TauMap> {
-    if !device.is_gpu() {
-        return tau_c_map(k, exposure_s, beta, model);
-    }
-    let t = check_exposure(exposure_s)?;
-    let beta = check_beta(beta)?;
-    crate::gpu_flow::tau_c_map(k, t, beta, model, device)
 }
 
 /// Where beta comes from (see [`calibrate_beta`]).
@@ -413,75 +340,11 @@ pub enum BetaSource<'a> {
     Percentile(f64),
 }
 
-/// Calibrate the coherence factor beta from a K map (NaN pixels are ignored).
-///
-/// ```
-/// use ndarray::Array2;
-/// use speckle_core::flow::{BetaSource, calibrate_beta};
-/// let k = Array2::from_shape_fn((10, 10), |(y, x)| if x < 5 { 0.7f32 } else { 0.2 });
-/// let mask = Array2::from_shape_fn((10, 10), |(_, x)| x < 5);
-/// let b = calibrate_beta(k.view(), BetaSource::Static(mask.view()))?;
-/// assert!((b - 0.49).abs() < 1e-6);
-/// assert!((calibrate_beta(k.view(), BetaSource::Percentile(99.0))? - 0.49).abs() < 1e-6);
-/// # Ok::<(), speckle_core::Error>(())
-/// ```
-pub fn calibrate_beta(k: ArrayView2<f32>, source: BetaSource<'_>) -> Result<f64> {
-    let none = || Error::InvalidParameter {
-        name: "beta calibration",
-        value: "no finite K".into(),
-        why: "the region holds no finite K value; choose a region with signal".into(),
-    };
-    match source {
-        BetaSource::Static(mask) => {
-            if mask.dim() != k.dim() {
-                return Err(Error::FrameSizeMismatch {
-                    what: "static-region mask".into(),
-                    expected_w: k.ncols(),
-                    expected_h: k.nrows(),
-                    got_w: mask.ncols(),
-                    got_h: mask.nrows(),
-                });
-            }
-            let (mut sum, mut n) = (0.0, 0usize);
-            Zip::from(&k).and(&mask).for_each(|&k, &m| {
-                if m && k.is_finite() {
-                    sum += f64::from(k) * f64::from(k);
-                    n += 1;
-                }
-            });
-            if n == 0 {
-                Err(none())
-            } else {
-                Ok(sum / n as f64)
-            }
-        }
-        BetaSource::Percentile(p) => {
-            if !(p > 0.0 && p <= 100.0) {
-                return Err(Error::InvalidParameter {
-                    name: "percentile",
-                    value: p.to_string(),
-                    why: "use a percentile in (0, 100], e.g. 99".into(),
-                });
-            }
-            let mut v: Vec<f64> = k
-                .iter()
-                .filter(|k| k.is_finite())
-                .map(|&k| f64::from(k) * f64::from(k))
-                .collect();
-            if v.is_empty() {
-                return Err(none());
-            }
-            let i = ((p / 100.0 * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1;
-            Ok(*v.select_nth_unstable_by(i, f64::total_cmp).1)
-        }
-    }
-}
-
 /// The error function, to ~1 ulp: a positive-term series (no cancellation) below 2.5,
 /// a continued fraction for erfc from 2.5 to 6, and 1 beyond (erfc(6) < 2^-54).
 ///
 /// ```
-/// use speckle_core::flow::erf;
+/// use speckle_core::model::flow::erf;
 /// assert!((erf(1.0) - 0.8427007929497149).abs() < 1e-15);
 /// ```
 pub fn erf(x: f64) -> f64 {
@@ -516,10 +379,43 @@ pub fn erf(x: f64) -> f64 {
     }
 }
 
+/// Parameters of [`crate::api::flow`]: tau_c of every pixel of a K map.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FlowParams {
+    /// Exposure T in seconds (finite, > 0).
+    pub exposure_s: f64,
+    /// Coherence factor beta (finite, > 0; see [`crate::cpu::calibrate_beta`]).
+    pub beta: f64,
+    /// Shape of the field autocorrelation.
+    pub model: FlowModel,
+}
+
+impl FlowParams {
+    /// Lorentzian model with exposure `exposure_s` and coherence factor `beta`.
+    pub fn new(exposure_s: f64, beta: f64) -> Self {
+        Self {
+            exposure_s,
+            beta,
+            model: FlowModel::Lorentzian,
+        }
+    }
+
+    pub fn with_model(mut self, model: FlowModel) -> Self {
+        self.model = model;
+        self
+    }
+}
+
+/// How a tau_c map was computed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FlowInfo {
+    /// Where it ran.
+    pub backend: gpu_runtime::Backend,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ndarray::array;
 
     /// Round trip tau_c -> K -> tau_c, relative.
     const TOL_ROUND_TRIP: f64 = 1e-6;
@@ -682,64 +578,5 @@ mod tests {
         assert!(x_from_k2(m, f64::NAN, 0.5).is_nan());
         assert_eq!(x_from_k2(m, 1.0, 0.0), 0.0);
         assert_eq!(x_from_k2(m, 0.0, 1.0), f64::INFINITY);
-    }
-
-    #[test]
-    fn maps_check_parameters_and_match_scalars() {
-        let k = array![[0.1f32, 0.3], [0.0, f32::NAN]];
-        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
-            assert!(matches!(
-                sfi_map(k.view(), bad),
-                Err(Error::InvalidExposure { .. })
-            ));
-            assert!(matches!(
-                tau_c_map(k.view(), bad, 0.5, FlowModel::Gaussian),
-                Err(Error::InvalidExposure { .. })
-            ));
-            if !bad.is_infinite() {
-                assert!(matches!(
-                    tau_c_map(k.view(), 1e-3, bad, FlowModel::Gaussian),
-                    Err(Error::InvalidParameter { name: "beta", .. })
-                ));
-            }
-        }
-        let s = sfi_map(k.view(), 2e-3).unwrap();
-        assert!((f64::from(s[[0, 0]]) - 1.0 / (2.0 * 2e-3 * 0.01)).abs() < 1e-2);
-        assert_eq!(s[[1, 0]], f32::INFINITY);
-        assert!(s[[1, 1]].is_nan());
-        let ik = inverse_k2_map(k.view());
-        assert!((ik[[0, 1]] - 1.0 / (0.3f32 * 0.3)).abs() < 1e-4);
-        let tm = tau_c_map(k.view(), 1e-3, 0.5, FlowModel::Gaussian).unwrap();
-        let (want, _) = tau_c(f64::from(0.3f32), 1e-3, 0.5, FlowModel::Gaussian);
-        assert_eq!(tm.tau_c[[0, 1]], want as f32);
-        assert_eq!(
-            tm.flags,
-            array![[0, 0], [flags::NO_CONTRAST, flags::UNDEFINED]]
-        );
-    }
-
-    #[test]
-    fn beta_calibration() {
-        let k = Array2::from_shape_fn((20, 20), |(y, x)| {
-            if y < 4 {
-                0.8f32
-            } else {
-                0.05 + 0.001 * x as f32
-            }
-        });
-        let mask = Array2::from_shape_fn((20, 20), |(y, _)| y < 4);
-        let b = calibrate_beta(k.view(), BetaSource::Static(mask.view())).unwrap();
-        assert!((b - 0.64).abs() < 1e-6, "{b}");
-        let p = calibrate_beta(k.view(), BetaSource::Percentile(50.0)).unwrap();
-        assert!(p < 0.01, "median K^2 of the flow region, got {p}");
-        assert!(calibrate_beta(k.view(), BetaSource::Percentile(0.0)).is_err());
-        assert!(calibrate_beta(k.view(), BetaSource::Percentile(101.0)).is_err());
-        let wrong = Array2::from_elem((3, 3), true);
-        assert!(matches!(
-            calibrate_beta(k.view(), BetaSource::Static(wrong.view())),
-            Err(Error::FrameSizeMismatch { .. })
-        ));
-        let nan = Array2::from_elem((3, 3), f32::NAN);
-        assert!(calibrate_beta(nan.view(), BetaSource::Percentile(99.0)).is_err());
     }
 }

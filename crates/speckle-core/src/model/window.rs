@@ -1,6 +1,6 @@
 //! Parameters of contrast computation, validated once and shared by the CPU and GPU paths.
 
-use crate::error::{Error, Result};
+use crate::model::error::{Error, Result};
 
 /// Square spatial window of odd side `2 r + 1`, from 3 to 31 pixels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -88,7 +88,7 @@ impl std::str::FromStr for Border {
 /// image of at least one pixel.
 ///
 /// ```
-/// use speckle_core::contrast::reflect_index;
+/// use speckle_core::model::window::reflect_index;
 /// assert_eq!(reflect_index(-2, 10), 2);
 /// assert_eq!(reflect_index(11, 10), 7);
 /// assert_eq!(reflect_index(5, 1), 0);
@@ -104,5 +104,71 @@ pub fn reflect_index(i: isize, n: usize) -> usize {
         m as usize
     } else {
         (period - m) as usize
+    }
+}
+
+/// Output (height, width) of contrast for a `height x width` frame: the frame size, or
+/// `(height - 2r) x (width - 2r)` for [`Border::Valid`].
+///
+/// ```
+/// use speckle_core::{Border, Window};
+/// use speckle_core::model::window::contrast_shape;
+/// let w = Window::new(5)?;
+/// assert_eq!(contrast_shape(1040, 1392, w, Border::Reflect)?, (1040, 1392));
+/// assert_eq!(contrast_shape(1040, 1392, w, Border::Valid)?, (1036, 1388));
+/// assert!(contrast_shape(4, 100, w, Border::Valid).is_err());
+/// # Ok::<(), speckle_core::Error>(())
+/// ```
+pub fn contrast_shape(
+    height: usize,
+    width: usize,
+    window: Window,
+    border: Border,
+) -> Result<(usize, usize)> {
+    let g = Geom::new(height, width, window, border)?;
+    Ok((g.h_out, g.w_out))
+}
+
+/// Output geometry of a spatial window over an `h x w` frame.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Geom {
+    pub r: usize,
+    pub border: Border,
+    pub h: usize,
+    pub w: usize,
+    pub h_out: usize,
+    pub w_out: usize,
+}
+
+impl Geom {
+    pub fn new(h: usize, w: usize, window: Window, border: Border) -> Result<Self> {
+        let r = window.radius();
+        if h == 0 || w == 0 {
+            return Err(Error::InvalidParameter {
+                name: "frame",
+                value: format!("{w}x{h}"),
+                why: "the frame is empty".into(),
+            });
+        }
+        let (h_out, w_out) = if border == Border::Valid {
+            if h < 2 * r + 1 || w < 2 * r + 1 {
+                return Err(Error::ImageTooSmall {
+                    width: w,
+                    height: h,
+                    window: window.size(),
+                });
+            }
+            (h - 2 * r, w - 2 * r)
+        } else {
+            (h, w)
+        };
+        Ok(Self {
+            r,
+            border,
+            h,
+            w,
+            h_out,
+            w_out,
+        })
     }
 }

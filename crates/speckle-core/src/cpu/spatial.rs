@@ -41,9 +41,8 @@
 //! `v = (N S2 - S1^2) N / (N - 1)`, `q = 1 / (S1 v)`, `K = sqrt(v) v q`, `SFI = S1^3 q / (2T)`.
 //!
 //! # Speed
-//! 1392 x 1040 u16 frame, 5x5 or 7x7, K + SFI into reused buffers: about 3.3 ms on one
-//! core and 1.6-2 ms on two (Xeon, AVX2), against about 19 ms for OpenCV's boxFilter
-//! contrast on the same machine.
+//! K + SFI into reused buffers, with no allocation per frame; measured figures (against
+//! OpenCV's boxFilter contrast too) are in docs/benchmarks.md and docs/speckle.md.
 
 // ndarray views are cheap handles, taken by value as ndarray's own APIs do.
 #![allow(clippy::needless_pass_by_value)]
@@ -51,26 +50,10 @@
 use ndarray::{Array2, Array3, ArrayView2, ArrayView3, ArrayViewMut2};
 use rayon::prelude::*;
 
-use super::params::{Border, Window, reflect_index};
-use crate::error::{Error, Result};
-use crate::types::{Map, Pixel};
-
-/// Bits of the per-pixel flag maps. The bits of contrast, flow and correction maps are
-/// distinct, so the maps of one pipeline can be OR-ed into one quality map.
-pub mod flags {
-    /// K (or the value derived from it) is undefined: zero or non-positive mean, NaN input.
-    /// The value is NaN.
-    pub const UNDEFINED: u8 = 1;
-    /// The window contains a pixel at or above the saturation level, so K is biased low.
-    /// (Contrast flags only; flow maps keep their own bits, OR the maps to combine.)
-    pub const SATURATED: u8 = 2;
-    /// Flow: K^2 >= beta, no decorrelation detected; tau_c is +inf.
-    pub const NO_MOTION: u8 = 4;
-    /// Flow: K = 0 (or K^2 <= 0), decorrelation faster than resolvable; tau_c is 0.
-    pub const NO_CONTRAST: u8 = 8;
-    /// Correction: shot noise alone explains the measured K^2 (corrected K^2 < 0); K is NaN.
-    pub const NOISE_DOMINATED: u8 = 16;
-}
+use crate::model::error::{Error, Result};
+use crate::model::flags;
+use crate::model::types::{Map, Pixel};
+use crate::model::window::{Border, Geom, Window, contrast_shape, reflect_index};
 
 /// Spatial (or temporal) contrast of one frame: K, the window mean and the flag byte,
 /// all of the output size.
@@ -130,7 +113,7 @@ impl<'a> ContrastOut<'a> {
         self
     }
 
-    /// Also write SFI = 1 / (2 T K^2) (see [`crate::flow::sfi`]) for exposure `exposure_s`
+    /// Also write SFI = 1 / (2 T K^2) (see [`crate::model::flow::sfi`]) for exposure `exposure_s`
     /// in seconds, in the same pass. K = 0 gives +inf, undefined K gives NaN.
     pub fn sfi(mut self, sfi: ArrayViewMut2<'a, f32>, exposure_s: f64) -> Self {
         self.sfi = Some((sfi, exposure_s));
@@ -139,7 +122,7 @@ impl<'a> ContrastOut<'a> {
 
     pub(crate) fn into_slices(self, h: usize, w: usize) -> Result<(RowsOut<'a>, f64)> {
         let inv_2t = match &self.sfi {
-            Some((_, t)) => 0.5 / crate::flow::check_exposure(*t)?,
+            Some((_, t)) => 0.5 / crate::model::flow::check_exposure(*t)?,
             None => f64::NAN,
         };
         Ok((
@@ -186,28 +169,6 @@ fn out_slice<'b, U>(
     })
 }
 
-/// Output (height, width) of contrast for a `height x width` frame: the frame size, or
-/// `(height - 2r) x (width - 2r)` for [`Border::Valid`].
-///
-/// ```
-/// use speckle_core::{Border, Window};
-/// use speckle_core::contrast::contrast_shape;
-/// let w = Window::new(5)?;
-/// assert_eq!(contrast_shape(1040, 1392, w, Border::Reflect)?, (1040, 1392));
-/// assert_eq!(contrast_shape(1040, 1392, w, Border::Valid)?, (1036, 1388));
-/// assert!(contrast_shape(4, 100, w, Border::Valid).is_err());
-/// # Ok::<(), speckle_core::Error>(())
-/// ```
-pub fn contrast_shape(
-    height: usize,
-    width: usize,
-    window: Window,
-    border: Border,
-) -> Result<(usize, usize)> {
-    let g = Geom::new(height, width, window, border)?;
-    Ok((g.h_out, g.w_out))
-}
-
 /// Spatial speckle contrast of one frame (see the module docs for the exact formula).
 ///
 /// `saturation`: pixels at or above this level flag their windows [`flags::SATURATED`]
@@ -216,7 +177,7 @@ pub fn contrast_shape(
 /// ```
 /// use ndarray::Array2;
 /// use speckle_core::{Border, Window};
-/// use speckle_core::contrast::{flags, spatial_contrast};
+/// use speckle_core::{flags, cpu::spatial_contrast};
 /// let frame = Array2::from_shape_fn((64, 80), |(y, x)| ((x * 7 + y * 13) % 50 + 100) as u16);
 /// let c = spatial_contrast(frame.view(), Window::new(5)?, Border::Reflect, Some(4095.0))?;
 /// assert_eq!(c.k.dim(), (64, 80));
@@ -252,7 +213,7 @@ pub fn spatial_contrast<T: Pixel>(
 /// ```
 /// use ndarray::Array2;
 /// use speckle_core::{Border, Window};
-/// use speckle_core::contrast::{ContrastOut, spatial_contrast_into};
+/// use speckle_core::cpu::{ContrastOut, spatial_contrast_into};
 /// let frame = Array2::from_shape_fn((48, 64), |(y, x)| ((x * 31 + y * 17) % 97 + 20) as u16);
 /// let (mut k, mut sfi) = (Array2::zeros((48, 64)), Array2::zeros((48, 64)));
 /// let out = ContrastOut::new(k.view_mut()).sfi(sfi.view_mut(), 5e-3);
@@ -335,49 +296,7 @@ pub(crate) fn max_value<T: Pixel>() -> u64 {
     }
 }
 
-/// Output geometry of a spatial window over an `h x w` frame.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Geom {
-    pub r: usize,
-    pub border: Border,
-    pub h: usize,
-    pub w: usize,
-    pub h_out: usize,
-    pub w_out: usize,
-}
-
 impl Geom {
-    pub fn new(h: usize, w: usize, window: Window, border: Border) -> Result<Self> {
-        let r = window.radius();
-        if h == 0 || w == 0 {
-            return Err(Error::InvalidParameter {
-                name: "frame",
-                value: format!("{w}x{h}"),
-                why: "the frame is empty".into(),
-            });
-        }
-        let (h_out, w_out) = if border == Border::Valid {
-            if h < 2 * r + 1 || w < 2 * r + 1 {
-                return Err(Error::ImageTooSmall {
-                    width: w,
-                    height: h,
-                    window: window.size(),
-                });
-            }
-            (h - 2 * r, w - 2 * r)
-        } else {
-            (h, w)
-        };
-        Ok(Self {
-            r,
-            border,
-            h,
-            w,
-            h_out,
-            w_out,
-        })
-    }
-
     fn span(&self) -> usize {
         2 * self.r + 1
     }

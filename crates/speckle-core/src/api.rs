@@ -1,0 +1,323 @@
+//! The public verbs, one form each: `op(input, &OpParams, &Device) -> Result<(OpMaps, OpInfo)>`
+//! ([`stream`] hands each frame's maps to a sink and returns its report). This file holds
+//! the crate's only CPU-vs-GPU branch: every verb runs the f64 CPU reference of [`crate::cpu`]
+//! on the CPU device and the kernels through [`crate::gpu`] on a GPU, with the same
+//! parameters and the same result types.
+
+use crate::cpu;
+use crate::gpu;
+use crate::io::FrameSource;
+use crate::model::contrast::{ContrastInfo, ContrastMaps, ContrastParams, Mode};
+use crate::model::error::{Error, Result};
+use crate::model::flow::{FlowInfo, FlowParams, TauMap, check_beta, check_exposure};
+use crate::model::frame::Frame;
+use crate::model::mesi::{MesiInfo, MesiInput, MesiMaps, MesiOptions, check_inputs};
+use crate::model::roi::{RoiInfo, RoiParams, Table};
+use crate::model::stream::{FrameMaps, StreamParams, StreamReport};
+use crate::model::types::RawStack;
+use gpu_runtime::{Backend, Device};
+use ndarray::{ArrayView2, ArrayView3};
+use std::sync::mpsc::sync_channel;
+use std::time::{Duration, Instant};
+
+/// Contrast of `stack` on `device`: the GPU kernels for integer pixels on a GPU, the CPU
+/// reference otherwise (float pixels always run on the CPU, which sums them in f64).
+///
+/// ```
+/// use ndarray::Array3;
+/// use speckle_core::{ContrastParams, RawStack, Window, contrast};
+/// let stack = RawStack::U16(Array3::from_shape_fn((2, 32, 40), |(t, y, x)| ((t + 3 * y + 7 * x) % 23 + 10) as u16));
+/// let params = ContrastParams::spatial(Window::new(5)?);
+/// let (maps, info) = contrast(&stack, &params, &gpu_runtime::Device::cpu())?;
+/// assert_eq!(maps.k.dim(), (2, 32, 40));
+/// assert_eq!(info.backend, gpu_runtime::Backend::Cpu);
+/// # Ok::<(), speckle_core::Error>(())
+/// ```
+pub fn contrast(
+    stack: &RawStack,
+    params: &ContrastParams,
+    device: &Device,
+) -> Result<(ContrastMaps, ContrastInfo)> {
+    if device.is_gpu() {
+        let on_gpu = |maps| {
+            Ok((
+                maps,
+                ContrastInfo {
+                    backend: device.backend(),
+                },
+            ))
+        };
+        match stack {
+            RawStack::U8(s) => return on_gpu(gpu::contrast::contrast(s.view(), params, device)?),
+            RawStack::U16(s) => return on_gpu(gpu::contrast::contrast(s.view(), params, device)?),
+            RawStack::F32(_) => tracing::warn!(
+                "float frames run on the CPU path (the GPU kernels sum integers exactly)"
+            ),
+        }
+    }
+    let maps = match stack {
+        RawStack::U8(s) => cpu::contrast::contrast(s.view(), params)?,
+        RawStack::U16(s) => cpu::contrast::contrast(s.view(), params)?,
+        RawStack::F32(s) => cpu::contrast::contrast(s.view(), params)?,
+    };
+    Ok((
+        maps,
+        ContrastInfo {
+            backend: Backend::Cpu,
+        },
+    ))
+}
+
+/// tau_c of every pixel of the K map `k`: one GPU thread per pixel (f32 Newton inversion,
+/// `gpu_kernels::speckle::tau_c`) on a GPU, the f64 CPU reference otherwise.
+///
+/// ```
+/// use ndarray::array;
+/// use speckle_core::{FlowParams, flow};
+/// let k = array![[0.2f32, 0.9], [f32::NAN, 0.0]];
+/// let (m, _) = flow(k.view(), &FlowParams::new(5e-3, 0.5), &gpu_runtime::Device::cpu())?;
+/// assert_eq!(m.tau_c[[0, 1]], f32::INFINITY); // K^2 = 0.81 >= beta
+/// # Ok::<(), speckle_core::Error>(())
+/// ```
+pub fn flow(
+    k: ArrayView2<f32>,
+    params: &FlowParams,
+    device: &Device,
+) -> Result<(TauMap, FlowInfo)> {
+    if !device.is_gpu() {
+        let map = cpu::tau_c::tau_c_map(k, params.exposure_s, params.beta, params.model)?;
+        let info = FlowInfo {
+            backend: Backend::Cpu,
+        };
+        return Ok((map, info));
+    }
+    let t = check_exposure(params.exposure_s)?;
+    let beta = check_beta(params.beta)?;
+    let map = gpu::tau_c::tau_c_map(k, t, beta, params.model, device)?;
+    let info = FlowInfo {
+        backend: device.backend(),
+    };
+    Ok((map, info))
+}
+
+/// MESI fit of every pixel of a multi-exposure K stack: one GPU thread per pixel (f32,
+/// `gpu_kernels::speckle::mesi_fit`) on a GPU, the f64 CPU reference otherwise.
+pub fn mesi(
+    input: MesiInput<'_>,
+    params: &MesiOptions,
+    device: &Device,
+) -> Result<(MesiMaps, MesiInfo)> {
+    if !device.is_gpu() {
+        let maps = cpu::mesi::fit_mesi_map(input.k, input.exposures_s, params)?;
+        let info = MesiInfo {
+            backend: Backend::Cpu,
+        };
+        return Ok((maps, info));
+    }
+    check_inputs(input.k.dim().0, input.exposures_s, params)?;
+    let maps = gpu::mesi::fit_mesi_map(input.k, input.exposures_s, params, device)?;
+    let info = MesiInfo {
+        backend: device.backend(),
+    };
+    Ok((maps, info))
+}
+
+/// Mean of each ROI in each frame of `stack` (frame, row, column), see
+/// [`cpu::time_course`]. Runs on the CPU on every device: a time course reads each pixel
+/// once, so a GPU would only add copies.
+///
+/// ```
+/// use ndarray::Array3;
+/// use speckle_core::{Roi, RoiParams, roi};
+/// let k = Array3::from_shape_fn((3, 8, 8), |(f, _, _)| 0.1 * f as f32);
+/// let (t, _) = roi(k.view(), &RoiParams::new(vec![Roi::rect(0, 0, 4, 4)]), &gpu_runtime::Device::cpu())?;
+/// assert!((t.mean(2, 0) - 0.2).abs() < 1e-6);
+/// # Ok::<(), speckle_core::Error>(())
+/// ```
+pub fn roi(
+    stack: ArrayView3<'_, f32>,
+    params: &RoiParams,
+    device: &Device,
+) -> Result<(Table, RoiInfo)> {
+    let _ = device;
+    let mut table = cpu::roi::time_course(stack, &params.rois)?;
+    if !params.names.is_empty() {
+        table = table.with_names(params.names.clone())?;
+    }
+    Ok((
+        table,
+        RoiInfo {
+            backend: Backend::Cpu,
+        },
+    ))
+}
+
+/// The GPU streaming path for one pixel type.
+type StreamFn = fn(
+    Frame,
+    &std::sync::mpsc::Receiver<Result<Frame>>,
+    &StreamParams,
+    &Device,
+    &mut dyn FnMut(FrameMaps<'_>) -> Result<()>,
+) -> Result<usize>;
+
+/// Spatial contrast of a stream of frames; `sink` sees every frame's maps in order.
+///
+/// ```
+/// use ndarray::Array2;
+/// use speckle_core::io::Frame;
+/// use speckle_core::{ContrastParams, StreamParams, Window, stream};
+/// let frames = (0..10u16).map(|t| Ok(Frame::U16(Array2::from_shape_fn((16, 20), |(y, x)| (x as u16 * 3 + y as u16 + t) % 40 + 1))));
+/// let mut seen = Vec::new();
+/// let params = StreamParams::new(ContrastParams::spatial(Window::new(5)?), 4);
+/// let report = stream(frames, &params, &gpu_runtime::Device::cpu(), |m| {
+///     seen.push(m.index);
+///     Ok(())
+/// })?;
+/// assert_eq!(seen, (0..10).collect::<Vec<_>>());
+/// assert_eq!(report.frames, 10);
+/// # Ok::<(), speckle_core::Error>(())
+/// ```
+pub fn stream<S, F>(
+    source: S,
+    params: &StreamParams,
+    device: &Device,
+    mut sink: F,
+) -> Result<StreamReport>
+where
+    S: FrameSource + Send,
+    F: FnMut(FrameMaps<'_>) -> Result<()>,
+{
+    if params.contrast.mode != Mode::Spatial {
+        return Err(Error::InvalidParameter {
+            name: "mode",
+            value: format!("{:?}", params.contrast.mode),
+            why: "streaming computes spatial contrast; use the stack API for temporal contrast"
+                .into(),
+        });
+    }
+    let params = StreamParams {
+        batch: params.batch.max(1),
+        ..*params
+    };
+    let batch = params.batch;
+    let start = Instant::now();
+    let mut done = 0usize;
+    std::thread::scope(|scope| -> Result<()> {
+        // Two batches in flight at most: one being read, one being computed.
+        let (tx, rx) = sync_channel::<Result<Frame>>(2 * batch);
+        scope.spawn(move || {
+            for item in source {
+                let stop = item.is_err();
+                if tx.send(item).is_err() || stop {
+                    break;
+                }
+            }
+        });
+        let first = match rx.recv() {
+            Ok(item) => item?,
+            Err(_) => return Ok(()), // empty stream
+        };
+        // Integer frames on a GPU take the overlapped zero-copy path; the rest the CPU one.
+        if device.is_gpu() {
+            let overlapped = match first {
+                Frame::U16(_) => Some(gpu::stream::stream_spatial::<u16> as StreamFn),
+                Frame::U8(_) => Some(gpu::stream::stream_spatial::<u8> as StreamFn),
+                Frame::F32(_) => {
+                    tracing::warn!(
+                        "float frames run on the CPU path (the GPU kernels sum integers exactly)"
+                    );
+                    None
+                }
+            };
+            if let Some(stream) = overlapped {
+                done = stream(first, &rx, &params, device, &mut sink)?;
+                return Ok(());
+            }
+        }
+        done = cpu::stream::run(first, &rx, &params.contrast, batch, &mut sink)?;
+        Ok(())
+    })?;
+    let seconds = start
+        .elapsed()
+        .as_secs_f64()
+        .max(Duration::from_nanos(1).as_secs_f64());
+    Ok(StreamReport {
+        frames: done,
+        seconds,
+        frames_per_second: done as f64 / seconds,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::window::Window;
+    use ndarray::{Array2, Axis};
+
+    #[test]
+    fn stream_results_equal_the_stack_results_in_order() {
+        let frames: Vec<Array2<u16>> = (0..7u16)
+            .map(|t| {
+                Array2::from_shape_fn((12, 15), |(y, x)| {
+                    (x as u16 * 7 + y as u16 * 3 + t * 11) % 90 + 1
+                })
+            })
+            .collect();
+        let params = ContrastParams::spatial(Window::new(3).unwrap())
+            .with_exposure(1e-3)
+            .unwrap();
+        let views: Vec<_> = frames.iter().map(|f| f.view()).collect();
+        let stack = RawStack::U16(ndarray::stack(Axis(0), &views).unwrap());
+        let (want, _) = contrast(&stack, &params, &Device::cpu()).unwrap();
+        let mut got = Vec::new();
+        let src = frames.into_iter().map(|f| Ok(Frame::U16(f)));
+        let report = stream(src, &StreamParams::new(params, 3), &Device::cpu(), |m| {
+            got.push((m.index, m.k.to_owned(), m.sfi.map(|s| s.to_owned())));
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(report.frames, 7);
+        for (i, (index, k, sfi)) in got.into_iter().enumerate() {
+            assert_eq!(index, i);
+            assert_eq!(k, want.k.index_axis(Axis(0), i));
+            assert_eq!(
+                sfi.unwrap(),
+                want.sfi.as_ref().unwrap().index_axis(Axis(0), i)
+            );
+        }
+    }
+
+    #[test]
+    fn a_frame_of_another_size_stops_the_stream_with_its_index() {
+        let mut frames: Vec<Result<Frame>> = (0..4)
+            .map(|_| Ok(Frame::U8(Array2::from_elem((8, 8), 5))))
+            .collect();
+        frames.push(Ok(Frame::U8(Array2::from_elem((8, 9), 5))));
+        let err = stream(
+            frames.into_iter(),
+            &StreamParams::new(ContrastParams::spatial(Window::new(3).unwrap()), 8),
+            &Device::cpu(),
+            |_| Ok(()),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("stream frame 4"), "{err}");
+    }
+
+    #[test]
+    fn a_source_error_is_returned_not_swallowed() {
+        let frames = vec![
+            Ok(Frame::U8(Array2::from_elem((8, 8), 5))),
+            Err(Error::StreamClosed),
+        ];
+        assert!(
+            stream(
+                frames.into_iter(),
+                &StreamParams::new(ContrastParams::spatial(Window::new(3).unwrap()), 1),
+                &Device::cpu(),
+                |_| Ok(())
+            )
+            .is_err()
+        );
+    }
+}

@@ -1,0 +1,202 @@
+//! The MESI model shared by the CPU fit and the GPU kernel: parameters, K^2(T), fit
+//! settings, statuses and result maps (see [`crate::cpu::mesi`] for the fit itself).
+
+use ndarray::{Array2, ArrayView3};
+
+use crate::model::error::{Error, Result};
+use crate::model::flow::{ModelTerms, check_exposure, lorentzian_terms};
+use crate::model::types::Map;
+
+/// Most exposures a fit accepts (fixed-size per-pixel state).
+pub const MAX_EXPOSURES: usize = 32;
+
+/// MESI model parameters (SI units).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MesiParams {
+    /// Decorrelation time in seconds.
+    pub tau_c: f64,
+    /// Dynamically scattered fraction of the light, 0..=1.
+    pub rho: f64,
+    /// Exposure-independent variance added to K^2 (noise, static non-ergodic terms), >= 0.
+    pub v_noise: f64,
+    /// Coherence factor (K^2 of a static sample at short exposure, minus v_noise).
+    pub beta: f64,
+}
+
+/// `K^2` of the MESI model at exposure `exposure_s` (seconds).
+///
+/// ```
+/// use speckle_core::model::mesi::{MesiParams, mesi_k2};
+/// let p = MesiParams { tau_c: 1e-3, rho: 0.8, v_noise: 0.002, beta: 0.5 };
+/// assert!((mesi_k2(&p, 1e-9) - 0.502).abs() < 1e-6); // x -> 0: beta + v_noise
+/// let plateau = 0.5 * 0.2f64.powi(2) + 0.002; // x -> inf: beta (1 - rho)^2 + v_noise
+/// assert!((mesi_k2(&p, 1e3) - plateau).abs() < 1e-5);
+/// ```
+pub fn mesi_k2(p: &MesiParams, exposure_s: f64) -> f64 {
+    let (lt, mt) = lorentzian_pair(exposure_s / p.tau_c);
+    let (l, m) = (lt.f, 0.5 * mt.f);
+    let rho = p.rho;
+    p.beta * (rho * rho * l + 4.0 * rho * (1.0 - rho) * m + (1.0 - rho) * (1.0 - rho)) + p.v_noise
+}
+
+/// Lorentzian terms at `x` and `x / 2` (for L and M) with a single exponential where both
+/// use the closed form (x >= 0.5): `1 - e^{-2x} = e1 (2 - e1)` with `e1 = 1 - e^{-x}`.
+#[inline]
+pub(crate) fn lorentzian_pair(x: f64) -> (ModelTerms, ModelTerms) {
+    if x < 0.5 {
+        return (lorentzian_terms(x), lorentzian_terms(0.5 * x));
+    }
+    let e1 = -(-x).exp_m1();
+    let closed = |v: f64, em1: f64| {
+        let f = 2.0 * (v - em1) / (v * v);
+        ModelTerms {
+            f,
+            g: 1.0 - f,
+            s: 2.0 * em1 / v - 2.0 * f,
+        }
+    };
+    (closed(2.0 * x, e1 * (2.0 - e1)), closed(x, e1))
+}
+
+/// Whether beta is known or fitted.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum BetaMode {
+    /// Known beta (e.g. from [`crate::model::flow::calibrate_beta`]); needs >= 3 exposures.
+    Fixed(f64),
+    /// Fitted beta; needs >= 4 exposures.
+    Free,
+}
+
+/// Fit settings.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MesiOptions {
+    /// Known or fitted beta.
+    pub beta: BetaMode,
+    /// Iteration cap (accepted or rejected steps each count one).
+    pub max_iterations: u32,
+    /// Relative tolerance on the cost change and on the step.
+    pub tolerance: f64,
+}
+
+impl Default for MesiOptions {
+    fn default() -> Self {
+        Self {
+            beta: BetaMode::Free,
+            max_iterations: 200,
+            tolerance: 1e-10,
+        }
+    }
+}
+
+impl MesiOptions {
+    /// Defaults with a known beta.
+    pub fn fixed_beta(beta: f64) -> Self {
+        Self {
+            beta: BetaMode::Fixed(beta),
+            ..Self::default()
+        }
+    }
+
+    pub(crate) fn n_params(&self) -> usize {
+        if matches!(self.beta, BetaMode::Free) {
+            4
+        } else {
+            3
+        }
+    }
+}
+
+/// Outcome of one pixel's fit (stored as `u8` in maps).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum FitStatus {
+    /// A convergence test passed; the parameters are a (local) least-squares minimum.
+    Converged = 0,
+    /// The iteration cap was reached first; the parameters are the best found.
+    MaxIterations = 1,
+    /// The cost could not be reduced with a non-small gradient, a value became non-finite,
+    /// or tau_c ran to its bound; the parameters are not trustworthy.
+    Failed = 2,
+    /// Too few exposures, non-finite or non-positive K or exposures, bad beta: no fit made.
+    InvalidInput = 3,
+}
+
+/// Result of [`fit_mesi`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MesiFit {
+    /// Fitted parameters (NaN for [`FitStatus::InvalidInput`]).
+    pub params: MesiParams,
+    /// How the fit ended.
+    pub status: FitStatus,
+    /// Iterations used.
+    pub iterations: u32,
+    /// Sum of squared relative K^2 residuals at the result.
+    pub rss: f64,
+}
+
+/// Fitted parameter maps of [`fit_mesi_map`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct MesiMaps {
+    /// tau_c in seconds.
+    pub tau_c: Map,
+    /// Dynamic fraction.
+    pub rho: Map,
+    /// Exposure-independent variance.
+    pub v_noise: Map,
+    /// Coherence factor (the fixed value where beta was given).
+    pub beta: Map,
+    /// Sum of squared relative K^2 residuals.
+    pub rss: Map,
+    /// [`FitStatus`] as `u8`.
+    pub status: Array2<u8>,
+}
+
+/// The stack's exposure count, the times and beta make a well-posed fit.
+pub(crate) fn check_inputs(ne: usize, exposures_s: &[f64], opts: &MesiOptions) -> Result<()> {
+    if ne != exposures_s.len() {
+        return Err(Error::InvalidParameter {
+            name: "exposures",
+            value: format!("{} exposure times", exposures_s.len()),
+            why: format!("the K stack has {ne} exposures; give one time per K frame"),
+        });
+    }
+    let np = opts.n_params();
+    if ne < np || ne > MAX_EXPOSURES {
+        return Err(Error::InvalidParameter {
+            name: "exposures",
+            value: ne.to_string(),
+            why: format!(
+                "MESI needs {np} to {MAX_EXPOSURES} exposures with beta {:?}",
+                opts.beta
+            ),
+        });
+    }
+    for &t in exposures_s {
+        check_exposure(t)?;
+    }
+    if let BetaMode::Fixed(b) = opts.beta
+        && !(b.is_finite() && b > 0.0)
+    {
+        return Err(Error::InvalidParameter {
+            name: "beta",
+            value: b.to_string(),
+            why: "must be finite and > 0".into(),
+        });
+    }
+    Ok(())
+}
+
+/// Input of [`crate::api::mesi`]: a multi-exposure K stack (exposure, row, column) and the
+/// exposure time of each of its frames, in seconds.
+#[derive(Debug, Clone, Copy)]
+pub struct MesiInput<'a> {
+    pub k: ArrayView3<'a, f32>,
+    pub exposures_s: &'a [f64],
+}
+
+/// How MESI maps were computed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MesiInfo {
+    /// Where it ran.
+    pub backend: gpu_runtime::Backend,
+}
