@@ -24,11 +24,13 @@ use crate::report::Measurement;
 use crate::suite::{Options, measurement};
 use anyhow::{Context, Result};
 use gpu_runtime::{Device, Timing};
-use montecarlo_core::gpu::{GpuOptions, McVariant, VARIANT_ENV, default_cubes, run_fixed};
-use montecarlo_core::sim::{Outputs, Plane};
-use montecarlo_core::tally::Gates;
-use montecarlo_core::transport::Params;
-use montecarlo_core::{Material, McResult, Optics, Simulation, Source, generate, l1_norm, timos};
+use montecarlo_core::io::timos;
+use montecarlo_core::model::params::{VARIANT_ENV, default_cubes};
+use montecarlo_core::sim::generate;
+use montecarlo_core::{
+    Gates, GpuTuning, Material, McResult, McVariant, Optics, Outputs, Params, Plane, RunParams,
+    Simulation, Source, api, l1_norm,
+};
 use std::path::PathBuf;
 
 /// Environment variable naming the folder with the TIM-OS models.
@@ -91,30 +93,25 @@ fn timos_model(name: &str) -> Result<Option<Simulation>> {
 fn run_n(sim: &mut Simulation, device: &Device, photons: u64, seed: u64) -> Result<McResult> {
     sim.photons = photons;
     sim.params.seed = seed;
-    Ok(sim.run(device, None, |_, _| {})?)
+    let tuning = GpuTuning::from_lookup(|k| std::env::var(k).ok())?;
+    let (r, _) = api::run(sim, &RunParams::new().with_tuning(tuning), device)?;
+    Ok(r)
 }
 
-/// A GPU run with explicit options (variant, launch size) on `devices`, and the photons per
+/// A GPU run with explicit tuning (variant, launch size) on `devices`, and the photons per
 /// ms of the transport alone (without packing, uploads and read-back).
 fn run_gpu(
     sim: &mut Simulation,
     devices: &[Device],
-    opts: &GpuOptions,
+    tuning: &GpuTuning,
     photons: u64,
     seed: u64,
 ) -> Result<(McResult, f64)> {
     sim.photons = photons;
     sim.params.seed = seed;
-    let start = std::time::Instant::now();
-    let (fixed, total) = run_fixed(sim, devices, opts, None, |_, _| {})?;
-    let names: Vec<_> = devices.iter().map(|d| d.info().id.clone()).collect();
-    let transport_rate = fixed.photons as f64 / (fixed.transport_seconds * 1e3).max(1e-12);
-    let r = McResult::new(
-        fixed.to_tally(sim),
-        start.elapsed().as_secs_f64(),
-        names.join("+"),
-        fixed.photons < total,
-    );
+    let (r, info) = api::run_on(sim, &RunParams::new().with_tuning(*tuning), devices)?;
+    let transport_seconds = info.transport_seconds.unwrap_or(f64::NAN);
+    let transport_rate = info.photons as f64 / (transport_seconds * 1e3).max(1e-12);
     Ok((r, transport_rate))
 }
 
@@ -171,14 +168,10 @@ fn sweep(
     let mut rows = Vec::new();
     let mut reference: Option<Vec<f64>> = None;
     let mut best = (McVariant::DEFAULT, 0.0f64);
-    let mut configs: Vec<(String, GpuOptions, bool)> = Vec::new();
+    let mut configs: Vec<(String, GpuTuning, bool)> = Vec::new();
     for name in SWEEP {
         let v: McVariant = name.parse().map_err(anyhow::Error::msg)?;
-        configs.push((
-            name.to_string(),
-            GpuOptions::default().with_variant(v),
-            true,
-        ));
+        configs.push((name.to_string(), GpuTuning::default().with_variant(v), true));
     }
     // Launch sizes of the default: cubes per multiprocessor (default 2048 threads per SM).
     let default_cubes = default_cubes(device, &McVariant::DEFAULT);
@@ -186,13 +179,13 @@ fn sweep(
         let c = (default_cubes / factor).max(1);
         configs.push((
             format!("default, {c} cubes"),
-            GpuOptions::default().with_cubes(c),
+            GpuTuning::default().with_cubes(c),
             false,
         ));
     }
     configs.push((
         format!("default, {} cubes", default_cubes * 4),
-        GpuOptions::default().with_cubes(default_cubes * 4),
+        GpuTuning::default().with_cubes(default_cubes * 4),
         false,
     ));
     for (label, opts, is_variant) in &configs {
@@ -242,7 +235,7 @@ fn sweep(
     }
     // The several-device path with the device named twice: bit-identical to one device.
     let two = [device.clone(), device.clone()];
-    let (r, transport_rate) = run_gpu(&mut sim, &two, &GpuOptions::default(), n, 5)?;
+    let (r, transport_rate) = run_gpu(&mut sim, &two, &GpuTuning::default(), n, 5)?;
     let same = reference.as_ref().is_some_and(|a| *a == r.tally.absorbed);
     eprintln!(
         "  cube60 [2 workers on one device]: {:.0} photons/ms, tallies {}",
@@ -274,7 +267,7 @@ fn sweep(
 /// `opts`: each configuration warmed up, then run at `n` photons next to the plain run.
 fn outputs_cost(
     device: &Device,
-    opts: &GpuOptions,
+    opts: &GpuTuning,
     n: u64,
     out: &mut Vec<Measurement>,
 ) -> Result<()> {
@@ -400,9 +393,9 @@ pub fn run(device: &Device, opts: &Options, _earlier: &[Measurement]) -> Result<
         // The sweep's fastest variant unless one is named.
         let chosen = std::env::var_os(VARIANT_ENV).is_some();
         let gpu_opts = if chosen {
-            GpuOptions::from_env()?
+            GpuTuning::from_lookup(|k| std::env::var(k).ok())?
         } else {
-            GpuOptions::default().with_variant(fastest)
+            GpuTuning::default().with_variant(fastest)
         };
         let how = if chosen {
             format!("from {VARIANT_ENV}")

@@ -3,8 +3,8 @@
 //!
 //! `cargo run --release -p montecarlo-core --example cube60 -- [photons] [threads] [n_outside]`
 
-use montecarlo_core::transport::Params;
-use montecarlo_core::{Material, Optics, Simulation, Source, generate};
+use montecarlo_core::sim::generate;
+use montecarlo_core::{Material, Optics, Params, Simulation, Source};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let arg = |i: usize, d: f64| {

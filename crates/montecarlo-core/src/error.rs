@@ -50,8 +50,14 @@ pub enum Error {
         path: PathBuf,
         source: serde_json::Error,
     },
+    /// What the GPU path cannot run (mesh too large, unknown source kind, not a GPU).
     #[error("GPU: {0}")]
-    Gpu(String),
+    GpuPath(String),
+    /// A self-check of the demo failed (energy balance, GPU against CPU).
+    #[error("check failed: {0}")]
+    Check(String),
+    #[error(transparent)]
+    Gpu(#[from] gpu_runtime::Error),
 }
 
 pub type Result<T> = std::result::Result<T, Error>;

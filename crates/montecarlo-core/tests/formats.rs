@@ -2,7 +2,9 @@
 //! round trips, hand-written files, and truncated or corrupt input (a clear error naming the
 //! file and the line, byte or element; never a panic).
 
-use montecarlo_core::{Mesh, generate, gmsh, vtk};
+use montecarlo_core::Mesh;
+use montecarlo_core::io::{gmsh, vtk};
+use montecarlo_core::sim::generate;
 use std::path::{Path, PathBuf};
 
 fn scratch(name: &str) -> PathBuf {

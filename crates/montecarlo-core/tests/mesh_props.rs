@@ -1,7 +1,8 @@
 //! Property tests of the mesh builder and generators (random grids), and of the simulation
 //! file's error messages.
 
-use montecarlo_core::{Simulation, generate};
+use montecarlo_core::Simulation;
+use montecarlo_core::sim::generate;
 use proptest::prelude::*;
 
 fn planes(start: f64, steps: &[f64]) -> Vec<f64> {

@@ -1,7 +1,8 @@
 //! Physics checks of the CPU reference against analytic or published truth.
 
-use montecarlo_core::transport::{C_MM_PER_NS, Params, fresnel};
-use montecarlo_core::{Material, Optics, Simulation, Source, generate};
+use montecarlo_core::model::physics::{C_MM_PER_NS, fresnel};
+use montecarlo_core::sim::generate;
+use montecarlo_core::{Material, Optics, Params, RunParams, Simulation, Source, api};
 
 fn one(mua: f64, mus: f64, g: f64, n: f64, n_out: f64) -> Optics {
     Optics {
@@ -245,14 +246,14 @@ fn bad_inputs_are_clear_errors() {
 fn timos_fourlayer_reads_when_the_data_is_present() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../../shared/data/montecarlo/fourlayer");
-    let Ok(mesh) = montecarlo_core::timos::read_mesh(&dir.join("FourLayer.mesh")) else {
+    let Ok(mesh) = montecarlo_core::io::timos::read_mesh(&dir.join("FourLayer.mesh")) else {
         eprintln!("FourLayer data not found at {}: skipped", dir.display());
         return;
     };
     assert_eq!(mesh.len(), 9600);
-    let optics = montecarlo_core::timos::read_opt(&dir.join("FourLayer.opt")).unwrap();
+    let optics = montecarlo_core::io::timos::read_opt(&dir.join("FourLayer.opt")).unwrap();
     assert_eq!(optics.materials.len(), 4);
-    let (src, n) = montecarlo_core::timos::read_source(&dir.join("FourLayer.source")).unwrap();
+    let (src, n) = montecarlo_core::io::timos::read_source(&dir.join("FourLayer.source")).unwrap();
     assert_eq!(n, 10_000_000);
     let sim = Simulation::new(mesh, optics, &src, 2000, Params::default()).unwrap();
     let r = sim.run_cpu(0, 2000);
@@ -280,11 +281,9 @@ fn a_stopped_run_returns_the_normalised_partial_result() {
     )
     .unwrap();
     let stop = AtomicBool::new(false);
-    let r = sim
-        .run(&gpu_runtime::Device::cpu(), Some(&stop), |_, _| {
-            stop.store(true, Ordering::Relaxed);
-        })
-        .unwrap();
+    let progress = |_: u64, _: u64| stop.store(true, Ordering::Relaxed);
+    let params = RunParams::new().with_stop(&stop).with_progress(&progress);
+    let (r, _) = api::run(&sim, &params, &gpu_runtime::Device::cpu()).unwrap();
     let s = &r.summary;
     assert!(s.interrupted);
     assert!(s.photons > 0 && s.photons < 1_000_000, "{}", s.photons);

@@ -1,10 +1,9 @@
 //! Volume and surface sources, face fluence and time gates against exact results.
 
-use montecarlo_core::sim::{Outputs, Plane};
-use montecarlo_core::source::{lambertian, tet_barycentric, triangle_barycentric};
-use montecarlo_core::tally::Gates;
-use montecarlo_core::transport::{C_MM_PER_NS, Params, azimuth};
-use montecarlo_core::{Material, Mesh, Optics, Simulation, Source, generate};
+use montecarlo_core::model::physics::{C_MM_PER_NS, azimuth};
+use montecarlo_core::model::source::{lambertian, tet_barycentric, triangle_barycentric};
+use montecarlo_core::sim::generate;
+use montecarlo_core::{Gates, Material, Mesh, Optics, Outputs, Params, Plane, Simulation, Source};
 
 fn one(mua: f64, mus: f64, g: f64, n: f64) -> Optics {
     Optics {
@@ -17,7 +16,7 @@ fn one(mua: f64, mus: f64, g: f64, n: f64) -> Optics {
 /// mean 1/k and second moment 2/(k (k + 1)). 5 sigma over 1e5 samples.
 #[test]
 fn tet_and_triangle_barycentrics_are_uniform() {
-    let mut rng = montecarlo_core::rng::Xoshiro128::for_photon(5, 5);
+    let mut rng = montecarlo_core::model::rng::Xoshiro128::for_photon(5, 5);
     let n = 100_000;
     let (mut m4, mut s4) = ([0.0; 4], [0.0; 4]);
     let (mut m3, mut s3) = ([0.0; 3], [0.0; 3]);
@@ -57,7 +56,7 @@ fn tet_and_triangle_barycentrics_are_uniform() {
 /// the library sin/cos to 3e-15.
 #[test]
 fn lambertian_moments_and_azimuth_accuracy() {
-    let mut rng = montecarlo_core::rng::Xoshiro128::for_photon(1, 2);
+    let mut rng = montecarlo_core::model::rng::Xoshiro128::for_photon(1, 2);
     let nrm = [0.3f64, -0.4, 0.866_025_403_784_438_6];
     let l = (nrm[0] * nrm[0] + nrm[1] * nrm[1] + nrm[2] * nrm[2]).sqrt();
     let nrm = nrm.map(|v| v / l);

@@ -1,9 +1,17 @@
 //! Monte Carlo light transport in tetrahedral meshes (f32), after FullMonteCUDA and MCX.
 //!
-//! - [`kernel`]: the transport kernel (flat event loop with photon relaunch, exact
-//!   fixed-point tallies, accumulation cache) and its physics.
+//! - [`transport`]: the transport kernel (flat event loop with photon relaunch, exact
+//!   fixed-point tallies, accumulation cache), its physics and its launch wrapper
+//!   ([`transport()`](transport::transport), with the buffers [`McScene`], [`McTallies`] and
+//!   the launch settings [`McBatch`]); montecarlo-core's `cpu/transport.rs` and
+//!   `gpu/transport.rs` are its CPU reference and host side.
+//! - `photon`: the packet state and the tetrahedron geometry the transport and the launch
+//!   share.
 //! - `source`: packet launch for every source kind, mirroring montecarlo-core's sampling.
-//! - `rng`: xoshiro128** seeded per photon index, as montecarlo-core's `rng`.
+//! - `rng`: xoshiro128** seeded per photon index, as montecarlo-core's `model/rng.rs`.
+//!
+//! This file holds what the host and the kernel agree on: buffer layouts, flag bits, source
+//! kinds, the variant syntax and the catalog.
 //!
 //! Kernel variants (loop structure, neighbour prefetch, faces crossed per iteration,
 //! accumulation cache, IEEE square roots, cube size) are compile-time choices of one
@@ -13,16 +21,16 @@
 // every backend; the spelled-out forms are what it compiles.
 #![allow(clippy::approx_constant, clippy::manual_clamp)]
 
-pub mod kernel;
+mod photon;
 mod rng;
 mod source;
+pub mod transport;
 
-pub use kernel::mc_transport_kernel;
 pub use rng::seed_keys;
+pub use transport::{McBatch, McScene, McTallies, mc_transport_kernel, transport};
 
-use crate::catalog::{CatalogEntry, array, entry, settings_1d};
+use crate::catalog::{CatalogEntry, entry};
 use cubecl::prelude::*;
-use gpu_runtime::{Error, Gpu, GpuArray, Result};
 use std::fmt;
 
 /// Floats per tetrahedron in the face array: four planes `nx ny nz c` (one 64-byte record,
@@ -58,7 +66,7 @@ pub(crate) const T_GAINED: u32 = 1;
 pub(crate) const T_EXPIRED: u32 = 2;
 pub(crate) const T_LOST: u32 = 3;
 
-/// Source kinds (the numbers of montecarlo-core's `source` module).
+/// Source kinds (montecarlo-core's `model::source` re-exports them: defined once).
 pub const KIND_PENCIL: u32 = 0;
 pub const KIND_ISOTROPIC: u32 = 1;
 pub const KIND_CONE: u32 = 2;
@@ -227,234 +235,6 @@ impl std::str::FromStr for McVariant {
     }
 }
 
-/// Device buffers of a mesh, its materials and sources.
-#[derive(Debug)]
-pub struct McScene {
-    /// [`FACE_FLOATS`] per tetrahedron (index 0 a placeholder).
-    pub faces: GpuArray<f32>,
-    /// [`NEIGH_INTS`] per tetrahedron.
-    pub neigh: GpuArray<i32>,
-    /// Region per tetrahedron.
-    pub region: GpuArray<u32>,
-    /// [`MAT_FLOATS`] per region (index 0 = outside).
-    pub mats: GpuArray<f32>,
-    /// [`SRC_FLOATS`] per source.
-    pub srcs: GpuArray<f32>,
-    /// Start tetrahedron per source.
-    pub src_tet: GpuArray<u32>,
-    /// Elements of volume and surface sources, `4 AUX_VECS` floats each (at least 4
-    /// floats).
-    pub src_aux: GpuArray<f32>,
-    /// Per tetrahedron face (4 per tet): the index of its face tally or [`NO_SLOT`] (at
-    /// least one element).
-    pub face_slot: GpuArray<u32>,
-    /// Reference unit normal per tallied face, 4 floats each (at least 4 floats).
-    pub face_normal: GpuArray<f32>,
-    /// Tallied faces.
-    pub tallied_faces: usize,
-    /// Time gates of the gated tally (0: none).
-    pub gates: u32,
-    /// Tetrahedra including the placeholder 0.
-    pub tets: usize,
-    pub boundary: usize,
-    pub sources: u32,
-}
-
-/// The tallies a run adds to: 64-bit fixed-point entries as two u32 words
-/// (see [`FIXED_SCALE`]), zero at the start.
-#[derive(Debug)]
-pub struct McTallies {
-    /// Two words per tetrahedron.
-    pub absorbed: GpuArray<u32>,
-    /// Two words per boundary triangle.
-    pub escaped: GpuArray<u32>,
-    /// Two words per [`TOTALS`] entry.
-    pub totals: GpuArray<u32>,
-    /// Two words per gate and tetrahedron (`gate x tets + tet`; two words without gates).
-    pub gated: GpuArray<u32>,
-    /// Per tallied face: fluence (two words), then net current (two words, two's
-    /// complement).
-    pub face_tally: GpuArray<u32>,
-}
-
-impl McTallies {
-    /// Zeroed tallies for `scene`.
-    pub fn zeroed<R: Runtime>(gpu: &Gpu<R>, scene: &McScene) -> Result<McTallies> {
-        Ok(McTallies {
-            absorbed: gpu.upload(&vec![0u32; 2 * scene.tets])?,
-            escaped: gpu.upload(&vec![0u32; 2 * scene.boundary.max(1)])?,
-            totals: gpu.upload(&[0u32; 2 * TOTALS])?,
-            gated: gpu.upload(&vec![0u32; 2 * (scene.gates as usize * scene.tets).max(1)])?,
-            face_tally: gpu.upload(&vec![0u32; 4 * scene.tallied_faces.max(1)])?,
-        })
-    }
-}
-
-/// One launch's settings.
-#[derive(Debug, Clone, Copy)]
-pub struct McBatch {
-    /// Global index of the first photon.
-    pub first: u64,
-    pub photons: u32,
-    pub seed: u64,
-    pub wmin: f32,
-    pub prwin: f32,
-    /// ns; `f32::MAX` for no limit.
-    pub tmax_ns: f32,
-    /// Refractive index outside the mesh.
-    pub n_out: f32,
-    /// Width of the time gates in ns (with `scene.gates` > 0).
-    pub gate_width_ns: f32,
-    pub max_events: u32,
-    /// Loop iterations after which a lane of the flat loop takes no new photon (it ends
-    /// after the two it holds); the launch is repeated until every photon was handed out.
-    /// `u32::MAX` on GPUs; lavapipe ends any shader loop after 65,535 iterations, so it
-    /// needs a finite budget there.
-    pub budget: u32,
-    /// Cubes of `variant.units` threads.
-    pub cubes: u32,
-    pub variant: McVariant,
-}
-
-/// Transport one batch of photons, adding into `tallies`.
-pub fn transport<R: Runtime>(
-    gpu: &Gpu<R>,
-    scene: &McScene,
-    batch: &McBatch,
-    tallies: &McTallies,
-) -> Result<()> {
-    let mut name = batch.variant.kernel_name();
-    if scene.gates > 0 {
-        name.push_str("_gates");
-    }
-    if scene.tallied_faces > 0 {
-        name.push_str("_faces");
-    }
-    let bad = |why: String| Error::InvalidLaunch {
-        kernel: name.clone(),
-        why,
-    };
-    batch.variant.check().map_err(bad)?;
-    if scene.faces.len() < scene.tets * FACE_FLOATS
-        || scene.neigh.len() < scene.tets * NEIGH_INTS
-        || scene.region.len() < scene.tets
-        || scene.mats.len() < MAT_FLOATS
-        || !scene.mats.len().is_multiple_of(MAT_FLOATS)
-        || tallies.absorbed.len() < 2 * scene.tets
-        || tallies.escaped.len() < 2 * scene.boundary.max(1)
-        || tallies.totals.len() < 2 * TOTALS
-        || scene.srcs.len() < scene.sources as usize * SRC_FLOATS
-        || scene.src_tet.len() < scene.sources as usize
-        || scene.src_aux.len() < 4
-        || scene.face_slot.is_empty()
-        || (scene.tallied_faces > 0 && scene.face_slot.len() < 4 * scene.tets)
-        || scene.face_normal.len() < 4 * scene.tallied_faces.max(1)
-        || tallies.gated.len() < 2 * (scene.gates as usize * scene.tets).max(1)
-        || tallies.face_tally.len() < 4 * scene.tallied_faces.max(1)
-        || scene.gates as usize * scene.tets >= 1 << 31
-        || scene.sources == 0
-        || scene.tets > MAX_TET + 1
-    {
-        return Err(bad("buffer lengths do not match the scene".into()));
-    }
-    if batch.cubes == 0 {
-        return Err(bad("no cubes".into()));
-    }
-    let stride = u64::from(batch.cubes) * u64::from(batch.variant.units);
-    if stride > u64::from(u32::MAX / 2) || u64::from(batch.photons) > u64::from(u32::MAX / 2) {
-        return Err(bad(format!(
-            "{} photons on {stride} threads: both must stay below 2^31",
-            batch.photons
-        )));
-    }
-    let (key_lo, key_hi) = seed_keys(batch.seed);
-    let counter = gpu.upload(&[0u32])?;
-    let count = CubeCount::Static(batch.cubes, 1, 1);
-    let v = batch.variant;
-    let dynamic = v.flags & (F_NESTED | F_STATIC) == 0;
-    let mut flags = v.flags;
-    if scene.gates > 0 {
-        flags |= F_GATES;
-    }
-    if scene.tallied_faces > 0 {
-        flags |= F_FACES;
-    }
-    let mut handed_out = 0u32;
-    loop {
-        gpu.launch(&name, count.clone(), |count| {
-            // SAFETY: lengths checked above; the host builds neighbours, regions and source
-            // tetrahedra in range (montecarlo-core validates the mesh); f32/i32 buffers read
-            // as float4/int4 hold whole vectors (lengths are multiples of 4, allocations are
-            // aligned), and u32 buffers read as Atomic<u32> have the same layout.
-            unsafe {
-                let vec4f =
-                    |a: &GpuArray<f32>| ArrayArg::from_raw_parts(a.handle().clone(), a.len() / 4);
-                let vec4i =
-                    |a: &GpuArray<i32>| ArrayArg::from_raw_parts(a.handle().clone(), a.len() / 4);
-                let atomic =
-                    |a: &GpuArray<u32>| ArrayArg::from_raw_parts(a.handle().clone(), a.len());
-                mc_transport_kernel::launch_unchecked::<R>(
-                    gpu.client(),
-                    count,
-                    CubeDim::new_1d(v.units),
-                    vec4f(&scene.faces),
-                    vec4i(&scene.neigh),
-                    scene.region.arg(),
-                    vec4f(&scene.mats),
-                    vec4f(&scene.srcs),
-                    scene.src_tet.arg(),
-                    vec4f(&scene.src_aux),
-                    scene.face_slot.arg(),
-                    vec4f(&scene.face_normal),
-                    atomic(&counter),
-                    atomic(&tallies.absorbed),
-                    atomic(&tallies.escaped),
-                    atomic(&tallies.totals),
-                    atomic(&tallies.gated),
-                    atomic(&tallies.face_tally),
-                    batch.photons,
-                    batch.first as u32,
-                    (batch.first >> 32) as u32,
-                    key_lo,
-                    key_hi,
-                    scene.sources,
-                    stride as u32,
-                    batch.max_events,
-                    batch.budget,
-                    scene.tets as u32,
-                    scene.gates,
-                    batch.wmin,
-                    batch.prwin,
-                    batch.tmax_ns,
-                    batch.n_out,
-                    if scene.gates > 0 {
-                        1.0 / batch.gate_width_ns
-                    } else {
-                        0.0
-                    },
-                    flags,
-                    v.cross_k,
-                );
-            }
-        })?;
-        if !dynamic || batch.budget == u32::MAX {
-            return Ok(());
-        }
-        // Lanes past their budget stopped taking photons: go on until all were handed out.
-        let now = gpu.download(&counter)?[0];
-        if now >= batch.photons {
-            return Ok(());
-        }
-        if now <= handed_out {
-            return Err(bad(format!(
-                "no progress: {now} of {} photons handed out",
-                batch.photons
-            )));
-        }
-        handed_out = now;
-    }
-}
-
 /// Variants compiled by `cargo xtask build-ptx` (register and spill report for each), with
 /// their catalog names and output flags.
 pub const CATALOG_VARIANTS: [(&str, &str, u32); 6] = [
@@ -472,43 +252,7 @@ pub(crate) fn catalog<R: Runtime>(client: &ComputeClient<R>) -> Vec<CatalogEntry
         .iter()
         .map(|&(kname, variant, outputs)| {
             let v: McVariant = variant.parse().expect("catalog variants parse");
-            let k = mc_transport_kernel::McTransportKernel::<R>::new(
-                settings_1d(v.units),
-                client.clone(),
-                array(),
-                array(),
-                array(),
-                array(),
-                array(),
-                array(),
-                array(),
-                array(),
-                array(),
-                array(),
-                array(),
-                array(),
-                array(),
-                array(),
-                array(),
-                (),
-                (),
-                (),
-                (),
-                (),
-                (),
-                (),
-                (),
-                (),
-                (),
-                (),
-                (),
-                (),
-                (),
-                (),
-                (),
-                v.flags | outputs,
-                v.cross_k,
-            );
+            let k = transport::configured(client, v.units, v.flags | outputs, v.cross_k);
             entry("montecarlo", kname, k)
         })
         .collect()

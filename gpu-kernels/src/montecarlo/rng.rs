@@ -5,7 +5,7 @@
 
 use cubecl::prelude::*;
 
-/// lowbias32 (Chris Wellons), as `montecarlo_core::rng::mix32`.
+/// lowbias32 (Chris Wellons), as `montecarlo_core::model::rng::mix32`.
 #[cube]
 pub(crate) fn mix32(x: u32) -> u32 {
     let mut v = x;

@@ -15,7 +15,7 @@
 //! The element is drawn by Walker's alias method (index from one 32-bit draw, then one
 //! uniform against the alias probability): the CPU's element probabilities, O(1).
 
-use super::kernel::{Photon, exit_face, pick, set_material};
+use super::photon::{Photon, exit_face, pick, set_material};
 use super::rng::{Rng, next_u32, uniform};
 use super::{
     AUX_VECS, KIND_CONE, KIND_DISK, KIND_GAUSSIAN, KIND_ISOTROPIC, KIND_LINE, KIND_SURFACE,

@@ -7,14 +7,14 @@
 //! the launch size, the split between devices or the batching; every source kind; the
 //! interrupted path. Small meshes and photon counts keep this quick on lavapipe.
 
-use biogpu_tests::gpu_under_test;
 use gpu_runtime::Device;
-use montecarlo_core::gpu::{GpuOptions, McVariant, run_fixed, run_on};
-use montecarlo_core::sim::{Outputs, Plane};
-use montecarlo_core::tally::Gates;
-use montecarlo_core::transport::Params;
-use montecarlo_core::{Material, McResult, Optics, Simulation, Source, generate, l1_norm};
-use std::sync::atomic::{AtomicBool, Ordering};
+use montecarlo_core::api::{self, run_fixed};
+use montecarlo_core::sim::generate;
+use montecarlo_core::{
+    Gates, GpuTuning, Material, McResult, McVariant, Optics, Outputs, Params, Plane, RunParams,
+    Simulation, Source, l1_norm,
+};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// Variants checked against the CPU: together they cover every flag and both loop
 /// structures.
@@ -139,8 +139,8 @@ fn fluence(sim: &Simulation, r: &McResult) -> Vec<f64> {
     r.fluence(&sim.mesh, &sim.optics)
 }
 
-fn variant(name: &str) -> GpuOptions {
-    GpuOptions::default().with_variant(name.parse::<McVariant>().unwrap())
+fn variant(name: &str) -> GpuTuning {
+    GpuTuning::default().with_variant(name.parse::<McVariant>().unwrap())
 }
 
 /// CPU runs with seeds 1 and 2, then the GPU (seed 3) with each of `variants`: L1 of
@@ -158,14 +158,8 @@ fn check_against_cpu(label: &str, mut sim: Simulation, device: &Device, variants
     let cpu_l1 = l1_norm(&fa, &fb);
     let cpu_l1_exit = l1_norm(&ea, &eb);
     for name in variants {
-        let gpu_r = run_on(
-            &sim,
-            std::slice::from_ref(device),
-            &variant(name),
-            None,
-            |_, _| {},
-        )
-        .unwrap();
+        let params = RunParams::new().with_tuning(variant(name));
+        let (gpu_r, _) = api::run(&sim, &params, device).unwrap();
         let s = &gpu_r.summary;
         assert_eq!(s.photons, n, "{label} {name}");
         let gpu_l1 = l1_norm(&fa, &fluence(&sim, &gpu_r));
@@ -201,25 +195,21 @@ fn check_against_cpu(label: &str, mut sim: Simulation, device: &Device, variants
     }
 }
 
-#[test]
-fn mc_gpu_matches_cpu_within_seed_to_seed_l1() {
-    let Some(gpu) = gpu_under_test("mc_gpu_matches_cpu_within_seed_to_seed_l1") else {
-        return;
-    };
-    check_against_cpu("matched", scene(false, 100_000), &gpu, &["default"]);
-    check_against_cpu("mismatched", scene(true, 100_000), &gpu, &VARIANTS);
+biogpu_tests::gpu_test! {
+    fn mc_gpu_matches_cpu_within_seed_to_seed_l1(gpu) {
+        check_against_cpu("matched", scene(false, 100_000), gpu, &["default"]);
+        check_against_cpu("mismatched", scene(true, 100_000), gpu, &VARIANTS);
+    }
 }
 
-#[test]
-fn mc_gpu_disk_gaussian_and_line_sources_match_cpu() {
-    let Some(gpu) = gpu_under_test("mc_gpu_disk_gaussian_and_line_sources_match_cpu") else {
-        return;
-    };
-    let sim = source_scene(100_000);
-    // The wide disk loses part of its samples: a check that lost is exercised.
-    let cpu = sim.run_cpu(0, 20_000);
-    assert!(cpu.summary.lost > 0.01, "{:?}", cpu.summary);
-    check_against_cpu("sources", sim, &gpu, &["default", "nested"]);
+biogpu_tests::gpu_test! {
+    fn mc_gpu_disk_gaussian_and_line_sources_match_cpu(gpu) {
+        let sim = source_scene(100_000);
+        // The wide disk loses part of its samples: a check that lost is exercised.
+        let cpu = sim.run_cpu(0, 20_000);
+        assert!(cpu.summary.lost > 0.01, "{:?}", cpu.summary);
+        check_against_cpu("sources", sim, gpu, &["default", "nested"]);
+    }
 }
 
 /// Volume and surface sources (Lambertian over the bottom, along -z over the top, a volume
@@ -282,140 +272,119 @@ fn outputs_scene(photons: u64) -> Simulation {
     sim
 }
 
-/// Volume and surface sources, time gates and face fluence against the CPU: L1 of fluence,
-/// exitance and every gate's absorbed weight within 1.15 x CPU-CPU, of face fluence within
-/// 1.3 x (a heavier-tailed estimator); net
-/// current through the plane within 5 sigma; gates summing to the CW result (the time
-/// limit is the gates' end).
-#[test]
-fn mc_gpu_volume_surface_sources_gates_and_face_fluence_match_cpu() {
-    let Some(gpu) =
-        gpu_under_test("mc_gpu_volume_surface_sources_gates_and_face_fluence_match_cpu")
-    else {
-        return;
-    };
-    let sim = outputs_scene(100_000);
-    check_against_cpu("outputs", sim.clone(), &gpu, &["default", "keep+k2"]);
-    let mut sim = sim;
-    let n = sim.photons;
-    sim.params.seed = 1;
-    let a = sim.run_cpu(0, n);
-    sim.params.seed = 2;
-    let b = sim.run_cpu(0, n);
-    sim.params.seed = 3;
-    let g = run_on(
-        &sim,
-        std::slice::from_ref(&*gpu),
-        &GpuOptions::default(),
-        None,
-        |_, _| {},
-    )
-    .unwrap();
-    let gates = 6;
-    let all_gates =
-        |r: &McResult| -> Vec<f64> { (0..gates).flat_map(|k| r.gated_absorbed(k)).collect() };
-    let (cpu_l1, gpu_l1) = (
-        l1_norm(&all_gates(&a), &all_gates(&b)),
-        l1_norm(&all_gates(&a), &all_gates(&g)),
-    );
-    eprintln!("gated absorbed: L1 cpu-cpu {cpu_l1:.4}, cpu-gpu {gpu_l1:.4}");
-    assert!(gpu_l1 <= 1.15 * cpu_l1, "gates: {gpu_l1} vs {cpu_l1}");
-    for k in 0..gates {
-        let (sa, sg) = (
-            a.gated_absorbed(k).iter().sum::<f64>(),
-            g.gated_absorbed(k).iter().sum::<f64>(),
+biogpu_tests::gpu_test! {
+    /// Volume and surface sources, time gates and face fluence against the CPU: L1 of fluence,
+    /// exitance and every gate's absorbed weight within 1.15 x CPU-CPU, of face fluence within
+    /// 1.3 x (a heavier-tailed estimator); net
+    /// current through the plane within 5 sigma; gates summing to the CW result (the time
+    /// limit is the gates' end).
+    fn mc_gpu_volume_surface_sources_gates_and_face_fluence_match_cpu(gpu) {
+        let sim = outputs_scene(100_000);
+        check_against_cpu("outputs", sim.clone(), gpu, &["default", "keep+k2"]);
+        let mut sim = sim;
+        let n = sim.photons;
+        sim.params.seed = 1;
+        let a = sim.run_cpu(0, n);
+        sim.params.seed = 2;
+        let b = sim.run_cpu(0, n);
+        sim.params.seed = 3;
+        let g = gpu_run(&sim, gpu);
+        let gates = 6;
+        let all_gates =
+            |r: &McResult| -> Vec<f64> { (0..gates).flat_map(|k| r.gated_absorbed(k)).collect() };
+        let (cpu_l1, gpu_l1) = (
+            l1_norm(&all_gates(&a), &all_gates(&b)),
+            l1_norm(&all_gates(&a), &all_gates(&g)),
         );
-        let sigma = (0.25 / n as f64).sqrt();
-        assert!((sa - sg).abs() < 5.0 * sigma, "gate {k}: CPU {sa} GPU {sg}");
+        eprintln!("gated absorbed: L1 cpu-cpu {cpu_l1:.4}, cpu-gpu {gpu_l1:.4}");
+        assert!(gpu_l1 <= 1.15 * cpu_l1, "gates: {gpu_l1} vs {cpu_l1}");
+        for k in 0..gates {
+            let (sa, sg) = (
+                a.gated_absorbed(k).iter().sum::<f64>(),
+                g.gated_absorbed(k).iter().sum::<f64>(),
+            );
+            let sigma = (0.25 / n as f64).sqrt();
+            assert!((sa - sg).abs() < 5.0 * sigma, "gate {k}: CPU {sa} GPU {sg}");
+        }
+        let cw: f64 = g.absorbed().iter().sum();
+        let gated: f64 = all_gates(&g).iter().sum();
+        assert!((cw - gated).abs() <= 1e-6 * cw, "gates {gated} vs CW {cw}");
+        let (fa, fb, fg) = (
+            a.face_fluence(&sim.faces),
+            b.face_fluence(&sim.faces),
+            g.face_fluence(&sim.faces),
+        );
+        let (cpu_l1, gpu_l1) = (l1_norm(&fa, &fb), l1_norm(&fa, &fg));
+        eprintln!("face fluence: L1 cpu-cpu {cpu_l1:.4}, cpu-gpu {gpu_l1:.4}");
+        // The face estimator weights grazing crossings by up to 20: its L1 varies ~12% from
+        // seed to seed here, so 1.3 x.
+        assert!(gpu_l1 <= 1.3 * cpu_l1, "faces: {gpu_l1} vs {cpu_l1}");
+        let net = |r: &McResult| -> f64 {
+            r.face_current(&sim.faces)
+                .iter()
+                .zip(&sim.faces.areas)
+                .map(|(c, a)| c * a)
+                .sum()
+        };
+        let (ca, cg) = (net(&a), net(&g));
+        eprintln!("net current through z = 6: CPU {ca:.5}, GPU {cg:.5}");
+        assert!(
+            (ca - cg).abs() < 5.0 * (1.0 / n as f64).sqrt(),
+            "current CPU {ca} GPU {cg}"
+        );
     }
-    let cw: f64 = g.absorbed().iter().sum();
-    let gated: f64 = all_gates(&g).iter().sum();
-    assert!((cw - gated).abs() <= 1e-6 * cw, "gates {gated} vs CW {cw}");
-    let (fa, fb, fg) = (
-        a.face_fluence(&sim.faces),
-        b.face_fluence(&sim.faces),
-        g.face_fluence(&sim.faces),
-    );
-    let (cpu_l1, gpu_l1) = (l1_norm(&fa, &fb), l1_norm(&fa, &fg));
-    eprintln!("face fluence: L1 cpu-cpu {cpu_l1:.4}, cpu-gpu {gpu_l1:.4}");
-    // The face estimator weights grazing crossings by up to 20: its L1 varies ~12% from
-    // seed to seed here, so 1.3 x.
-    assert!(gpu_l1 <= 1.3 * cpu_l1, "faces: {gpu_l1} vs {cpu_l1}");
-    let net = |r: &McResult| -> f64 {
-        r.face_current(&sim.faces)
-            .iter()
-            .zip(&sim.faces.areas)
-            .map(|(c, a)| c * a)
-            .sum()
-    };
-    let (ca, cg) = (net(&a), net(&g));
-    eprintln!("net current through z = 6: CPU {ca:.5}, GPU {cg:.5}");
-    assert!(
-        (ca - cg).abs() < 5.0 * (1.0 / n as f64).sqrt(),
-        "current CPU {ca} GPU {cg}"
-    );
 }
 
-/// Face fluence where the refractive index changes (1.37 to 1.5, pencil beam through a
-/// forward-scattering layer): the tally uses the direction before refraction. The plane's
-/// total w/|cos| per photon agrees with the CPU's within 3% (about 4 standard errors at
-/// 2e5 photons; using the refracted direction was 5% off, caught by this test).
-#[test]
-fn mc_gpu_face_fluence_at_a_refractive_interface_matches_cpu() {
-    let Some(gpu) = gpu_under_test("mc_gpu_face_fluence_at_a_refractive_interface_matches_cpu")
-    else {
-        return;
-    };
-    let src = [Source::Pencil {
-        pos: [6.1, 6.2, 0.0],
-        dir: [0.0, 0.0, 1.0],
-        power: 1.0,
-    }];
-    let photons = 200_000;
-    let mut sim = Simulation::new(
-        cube_mesh(6),
-        two_materials(1.37, 1.5, 1.0),
-        &src,
-        photons,
-        Params::default(),
-    )
-    .unwrap();
-    sim.set_outputs(Outputs {
-        planes: vec![Plane {
-            point: [0.0, 0.0, 6.0],
-            normal: [0.0, 0.0, 1.0],
-        }],
-        ..Outputs::default()
-    })
-    .unwrap();
-    let total = |r: &McResult| -> (f64, f64) {
-        let ff = r.face_fluence(&sim.faces);
-        let cur = r.face_current(&sim.faces);
-        sim.faces
-            .areas
-            .iter()
-            .enumerate()
-            .fold((0.0, 0.0), |(f, c), (i, a)| (f + ff[i] * a, c + cur[i] * a))
-    };
-    let (fc, cc) = total(&sim.run_cpu(0, photons));
-    let g = run_on(
-        &sim,
-        std::slice::from_ref(&*gpu),
-        &GpuOptions::default(),
-        None,
-        |_, _| {},
-    )
-    .unwrap();
-    let (fg, cg) = total(&g);
-    eprintln!("plane z = 6: w/|cos| CPU {fc:.4} GPU {fg:.4}; current CPU {cc:.4} GPU {cg:.4}");
-    assert!(
-        (fg / fc - 1.0).abs() < 0.03,
-        "face fluence CPU {fc} GPU {fg}"
-    );
-    assert!(
-        (cc - cg).abs() < 5.0 * (1.0 / photons as f64).sqrt(),
-        "current CPU {cc} GPU {cg}"
-    );
+biogpu_tests::gpu_test! {
+    /// Face fluence where the refractive index changes (1.37 to 1.5, pencil beam through a
+    /// forward-scattering layer): the tally uses the direction before refraction. The plane's
+    /// total w/|cos| per photon agrees with the CPU's within 3% (about 4 standard errors at
+    /// 2e5 photons; using the refracted direction was 5% off, caught by this test).
+    fn mc_gpu_face_fluence_at_a_refractive_interface_matches_cpu(gpu) {
+        let src = [Source::Pencil {
+            pos: [6.1, 6.2, 0.0],
+            dir: [0.0, 0.0, 1.0],
+            power: 1.0,
+        }];
+        let photons = 200_000;
+        let mut sim = Simulation::new(
+            cube_mesh(6),
+            two_materials(1.37, 1.5, 1.0),
+            &src,
+            photons,
+            Params::default(),
+        )
+        .unwrap();
+        sim.set_outputs(Outputs {
+            planes: vec![Plane {
+                point: [0.0, 0.0, 6.0],
+                normal: [0.0, 0.0, 1.0],
+            }],
+            ..Outputs::default()
+        })
+        .unwrap();
+        let total = |r: &McResult| -> (f64, f64) {
+            let ff = r.face_fluence(&sim.faces);
+            let cur = r.face_current(&sim.faces);
+            sim.faces
+                .areas
+                .iter()
+                .enumerate()
+                .fold((0.0, 0.0), |(f, c), (i, a)| (f + ff[i] * a, c + cur[i] * a))
+        };
+        let (fc, cc) = total(&sim.run_cpu(0, photons));
+        let g = gpu_run(&sim, gpu);
+        let (fg, cg) = total(&g);
+        eprintln!("plane z = 6: w/|cos| CPU {fc:.4} GPU {fg:.4}; current CPU {cc:.4} GPU {cg:.4}");
+        assert!(
+            (fg / fc - 1.0).abs() < 0.03,
+            "face fluence CPU {fc} GPU {fg}"
+        );
+        assert!(
+            (cc - cg).abs() < 5.0 * (1.0 / photons as f64).sqrt(),
+            "current CPU {cc} GPU {cg}"
+        );
+    }
 }
 
 /// One material everywhere (both regions, and n = 1 inside and out: no Fresnel), no
@@ -435,303 +404,275 @@ fn absorber(mua: f64) -> Optics {
 }
 
 fn gpu_run(sim: &Simulation, gpu: &Device) -> McResult {
-    run_on(
-        sim,
-        std::slice::from_ref(gpu),
-        &GpuOptions::default(),
-        None,
-        |_, _| {},
-    )
-    .unwrap()
+    api::run(sim, &RunParams::new(), gpu).unwrap().0
 }
 
-/// Analytic check of the gates and the face tally (Beer-Lambert): a pencil along +z in a
-/// non-scattering absorber (mua 0.2/mm, n 1) is absorbed in gate k (0.01 ns = c x 0.01 ns
-/// = 2.998 mm of depth each) with probability exp(-mua z_k) - exp(-mua z_k+1), and crosses
-/// the plane z = 6 with probability exp(-1.2) (face fluence x area = current x area = that,
-/// every crossing at cos 1); escapes through z = 12 with probability exp(-2.4). Each is a
-/// binomial fraction of N photons: within 5 standard errors sqrt(p (1 - p) / N).
-#[test]
-fn mc_gpu_gates_and_face_fluence_match_beer_lambert() {
-    let Some(gpu) = gpu_under_test("mc_gpu_gates_and_face_fluence_match_beer_lambert") else {
-        return;
-    };
-    let (mua, n) = (0.2, 100_000u64);
-    let src = [Source::Pencil {
-        pos: [6.1, 6.2, 0.0],
-        dir: [0.0, 0.0, 1.0],
-        power: 1.0,
-    }];
-    let mut sim = Simulation::new(cube_mesh(5), absorber(mua), &src, n, Params::default()).unwrap();
-    let width_ns = 0.01;
-    sim.set_outputs(Outputs {
-        planes: vec![Plane {
-            point: [0.0, 0.0, 6.0],
-            normal: [0.0, 0.0, 1.0],
-        }],
-        gates: Some(Gates { width_ns, count: 4 }),
-        ..Outputs::default()
-    })
-    .unwrap();
-    let g = gpu_run(&sim, &gpu);
-    let se = |p: f64| (p * (1.0 - p) / n as f64).sqrt();
-    let check = |what: &str, got: f64, p: f64| {
-        eprintln!("{what}: GPU {got:.5}, analytic {p:.5} (+- {:.5})", se(p));
-        assert!(
-            (got - p).abs() < 5.0 * se(p),
-            "{what}: GPU {got}, analytic {p}"
-        );
-    };
-    let depth = 299.792_458 * width_ns;
-    for k in 0..4 {
-        let (z0, z1) = (k as f64 * depth, (k + 1) as f64 * depth);
-        let p = (-mua * z0).exp() - (-mua * z1).exp();
-        check(
-            &format!("gate {k} ({z0:.2}..{z1:.2} mm)"),
-            g.gated_absorbed(k).iter().sum(),
-            p,
-        );
-    }
-    let through = (-mua * 6.0).exp();
-    let over_plane =
-        |v: Vec<f64>| -> f64 { v.iter().zip(&sim.faces.areas).map(|(x, a)| x * a).sum() };
-    check(
-        "face fluence x area, z = 6",
-        over_plane(g.face_fluence(&sim.faces)),
-        through,
-    );
-    check(
-        "current x area, z = 6",
-        over_plane(g.face_current(&sim.faces)),
-        through,
-    );
-    check("escaped", g.summary.escaped, (-mua * 12.0).exp());
-}
-
-/// Analytic check of the volume and surface sources' sampling: with mua = 1000/mm and no
-/// scattering, a packet is absorbed within ~0.001 mm of where it starts, so the absorbed
-/// weight per tetrahedron is the share the source gives it: volume / region volume for a
-/// volume source in region 2, the area of its bottom triangle / bottom area for a Lambertian
-/// surface source on z = 0. Per tetrahedron within 5 standard errors of the binomial
-/// fraction, and the sum of squared standardised deviations within 5 sigma of its chi-square
-/// mean (catches a bias in the element choice that no single tetrahedron shows).
-#[test]
-fn mc_gpu_volume_and_surface_sources_sample_uniformly() {
-    let Some(gpu) = gpu_under_test("mc_gpu_volume_and_surface_sources_sample_uniformly") else {
-        return;
-    };
-    let n = 100_000u64;
-    let mesh = cube_mesh(5);
-    let bottom: Vec<u32> = (0..mesh.boundary.len() as u32)
-        .filter(|&i| {
-            let (t, f) = mesh.boundary[i as usize];
-            mesh.faces[t as usize][f as usize][2] < -0.5
+biogpu_tests::gpu_test! {
+    /// Analytic check of the gates and the face tally (Beer-Lambert): a pencil along +z in a
+    /// non-scattering absorber (mua 0.2/mm, n 1) is absorbed in gate k (0.01 ns = c x 0.01 ns
+    /// = 2.998 mm of depth each) with probability exp(-mua z_k) - exp(-mua z_k+1), and crosses
+    /// the plane z = 6 with probability exp(-1.2) (face fluence x area = current x area = that,
+    /// every crossing at cos 1); escapes through z = 12 with probability exp(-2.4). Each is a
+    /// binomial fraction of N photons: within 5 standard errors sqrt(p (1 - p) / N).
+    fn mc_gpu_gates_and_face_fluence_match_beer_lambert(gpu) {
+        let (mua, n) = (0.2, 100_000u64);
+        let src = [Source::Pencil {
+            pos: [6.1, 6.2, 0.0],
+            dir: [0.0, 0.0, 1.0],
+            power: 1.0,
+        }];
+        let mut sim = Simulation::new(cube_mesh(5), absorber(mua), &src, n, Params::default()).unwrap();
+        let width_ns = 0.01;
+        sim.set_outputs(Outputs {
+            planes: vec![Plane {
+                point: [0.0, 0.0, 6.0],
+                normal: [0.0, 0.0, 1.0],
+            }],
+            gates: Some(Gates { width_ns, count: 4 }),
+            ..Outputs::default()
         })
-        .collect();
-    let mut volume_share = vec![0.0; mesh.len() + 1];
-    let region2: f64 = (1..=mesh.len())
-        .filter(|&t| mesh.regions[t] == 2)
-        .map(|t| mesh.volumes[t])
-        .sum();
-    for t in 1..=mesh.len() {
-        if mesh.regions[t] == 2 {
-            volume_share[t] = mesh.volumes[t] / region2;
+        .unwrap();
+        let g = gpu_run(&sim, gpu);
+        let se = |p: f64| (p * (1.0 - p) / n as f64).sqrt();
+        let check = |what: &str, got: f64, p: f64| {
+            eprintln!("{what}: GPU {got:.5}, analytic {p:.5} (+- {:.5})", se(p));
+            assert!(
+                (got - p).abs() < 5.0 * se(p),
+                "{what}: GPU {got}, analytic {p}"
+            );
+        };
+        let depth = 299.792_458 * width_ns;
+        for k in 0..4 {
+            let (z0, z1) = (k as f64 * depth, (k + 1) as f64 * depth);
+            let p = (-mua * z0).exp() - (-mua * z1).exp();
+            check(
+                &format!("gate {k} ({z0:.2}..{z1:.2} mm)"),
+                g.gated_absorbed(k).iter().sum(),
+                p,
+            );
         }
+        let through = (-mua * 6.0).exp();
+        let over_plane =
+            |v: Vec<f64>| -> f64 { v.iter().zip(&sim.faces.areas).map(|(x, a)| x * a).sum() };
+        check(
+            "face fluence x area, z = 6",
+            over_plane(g.face_fluence(&sim.faces)),
+            through,
+        );
+        check(
+            "current x area, z = 6",
+            over_plane(g.face_current(&sim.faces)),
+            through,
+        );
+        check("escaped", g.summary.escaped, (-mua * 12.0).exp());
     }
-    let mut area_share = vec![0.0; mesh.len() + 1];
-    let bottom_area: f64 = bottom.iter().map(|&i| mesh.boundary_area[i as usize]).sum();
-    for &i in &bottom {
-        area_share[mesh.boundary[i as usize].0 as usize] +=
-            mesh.boundary_area[i as usize] / bottom_area;
-    }
-    let cases = [
-        (
-            "volume source, region 2",
-            Source::Volume {
-                region: Some(2),
-                tet: None,
-                power: 1.0,
-            },
-            volume_share,
-        ),
-        (
-            "Lambertian surface source, z = 0",
-            Source::Surface {
-                triangles: Some(bottom.clone()),
-                region: None,
-                dir: None,
-                power: 1.0,
-            },
-            area_share,
-        ),
-    ];
-    for (label, src, share) in cases {
-        let sim =
-            Simulation::new(mesh.clone(), absorber(1000.0), &[src], n, Params::default()).unwrap();
-        let g = gpu_run(&sim, &gpu);
-        let absorbed = g.absorbed();
-        let (mut chi2, mut dof, mut worst) = (0.0, 0usize, 0.0f64);
-        for (t, &p) in share.iter().enumerate().skip(1) {
-            let got = absorbed[t - 1];
-            if p == 0.0 {
-                continue;
-            }
-            let z = (got - p) / (p * (1.0 - p) / n as f64).sqrt();
-            chi2 += z * z;
-            dof += 1;
-            worst = worst.max(z.abs());
-        }
-        let inside: f64 = share
-            .iter()
-            .skip(1)
-            .zip(&absorbed)
-            .filter(|(p, _)| **p > 0.0)
-            .map(|(_, a)| a)
+}
+
+biogpu_tests::gpu_test! {
+    /// Analytic check of the volume and surface sources' sampling: with mua = 1000/mm and no
+    /// scattering, a packet is absorbed within ~0.001 mm of where it starts, so the absorbed
+    /// weight per tetrahedron is the share the source gives it: volume / region volume for a
+    /// volume source in region 2, the area of its bottom triangle / bottom area for a Lambertian
+    /// surface source on z = 0. Per tetrahedron within 5 standard errors of the binomial
+    /// fraction, and the sum of squared standardised deviations within 5 sigma of its chi-square
+    /// mean (catches a bias in the element choice that no single tetrahedron shows).
+    fn mc_gpu_volume_and_surface_sources_sample_uniformly(gpu) {
+        let n = 100_000u64;
+        let mesh = cube_mesh(5);
+        let bottom: Vec<u32> = (0..mesh.boundary.len() as u32)
+            .filter(|&i| {
+                let (t, f) = mesh.boundary[i as usize];
+                mesh.faces[t as usize][f as usize][2] < -0.5
+            })
+            .collect();
+        let mut volume_share = vec![0.0; mesh.len() + 1];
+        let region2: f64 = (1..=mesh.len())
+            .filter(|&t| mesh.regions[t] == 2)
+            .map(|t| mesh.volumes[t])
             .sum();
-        let limit = dof as f64 + 5.0 * (2.0 * dof as f64).sqrt();
-        eprintln!(
-            "{label}: {dof} tets, worst {worst:.2} sigma, chi2 {chi2:.0} (limit {limit:.0}), absorbed in them {inside:.4}"
-        );
-        assert!(worst < 5.0, "{label}: a tet {worst} sigma off");
-        assert!(chi2 < limit, "{label}: chi2 {chi2} > {limit}");
-        assert!(
-            inside > 0.99,
-            "{label}: only {inside} absorbed where emitted"
-        );
+        for t in 1..=mesh.len() {
+            if mesh.regions[t] == 2 {
+                volume_share[t] = mesh.volumes[t] / region2;
+            }
+        }
+        let mut area_share = vec![0.0; mesh.len() + 1];
+        let bottom_area: f64 = bottom.iter().map(|&i| mesh.boundary_area[i as usize]).sum();
+        for &i in &bottom {
+            area_share[mesh.boundary[i as usize].0 as usize] +=
+                mesh.boundary_area[i as usize] / bottom_area;
+        }
+        let cases = [
+            (
+                "volume source, region 2",
+                Source::Volume {
+                    region: Some(2),
+                    tet: None,
+                    power: 1.0,
+                },
+                volume_share,
+            ),
+            (
+                "Lambertian surface source, z = 0",
+                Source::Surface {
+                    triangles: Some(bottom.clone()),
+                    region: None,
+                    dir: None,
+                    power: 1.0,
+                },
+                area_share,
+            ),
+        ];
+        for (label, src, share) in cases {
+            let sim =
+                Simulation::new(mesh.clone(), absorber(1000.0), &[src], n, Params::default()).unwrap();
+            let g = gpu_run(&sim, gpu);
+            let absorbed = g.absorbed();
+            let (mut chi2, mut dof, mut worst) = (0.0, 0usize, 0.0f64);
+            for (t, &p) in share.iter().enumerate().skip(1) {
+                let got = absorbed[t - 1];
+                if p == 0.0 {
+                    continue;
+                }
+                let z = (got - p) / (p * (1.0 - p) / n as f64).sqrt();
+                chi2 += z * z;
+                dof += 1;
+                worst = worst.max(z.abs());
+            }
+            let inside: f64 = share
+                .iter()
+                .skip(1)
+                .zip(&absorbed)
+                .filter(|(p, _)| **p > 0.0)
+                .map(|(_, a)| a)
+                .sum();
+            let limit = dof as f64 + 5.0 * (2.0 * dof as f64).sqrt();
+            eprintln!(
+                "{label}: {dof} tets, worst {worst:.2} sigma, chi2 {chi2:.0} (limit {limit:.0}), absorbed in them {inside:.4}"
+            );
+            assert!(worst < 5.0, "{label}: a tet {worst} sigma off");
+            assert!(chi2 < limit, "{label}: chi2 {chi2} > {limit}");
+            assert!(
+                inside > 0.99,
+                "{label}: only {inside} absorbed where emitted"
+            );
+        }
     }
 }
 
-/// Exact tallies do not depend on the launch size, on the split between devices (the same
-/// device named twice or three times here) or on batching: bit-identical results.
-#[test]
-fn mc_gpu_tallies_are_bit_identical_across_launch_sizes_and_device_splits() {
-    let Some(gpu) =
-        gpu_under_test("mc_gpu_tallies_are_bit_identical_across_launch_sizes_and_device_splits")
-    else {
-        return;
-    };
-    let dev: &Device = &gpu;
-    for (name, sim) in [
-        ("default", scene(true, 30_000)),
-        ("nested", scene(true, 30_000)),
-        ("default", outputs_scene(30_000)),
-    ] {
-        let base = variant(name);
-        let (one, total) =
-            run_fixed(&sim, std::slice::from_ref(dev), &base, None, |_, _| {}).unwrap();
-        assert_eq!((one.photons, total), (30_000, 30_000));
-        assert!(one.absorbed.iter().sum::<u64>() > 0);
-        assert_eq!(one.gated.is_empty(), sim.gates.is_none());
-        // Few threads: many small batches of 16 photons per thread, photons handed out
-        // in another order.
-        let (small, _) = run_fixed(
-            &sim,
-            std::slice::from_ref(dev),
-            &base.with_cubes(3),
-            None,
-            |_, _| {},
-        )
-        .unwrap();
-        assert!(
-            small.same_tallies(&one),
-            "[{name}] 3 cubes differ from the default launch"
-        );
-        let two = [dev.clone(), dev.clone()];
-        let (split2, _) = run_fixed(&sim, &two, &base, None, |_, _| {}).unwrap();
-        assert!(
-            split2.same_tallies(&one),
-            "[{name}] a 2-way split differs from one device"
-        );
-        let (mesh_order, _) = run_fixed(
-            &sim,
-            std::slice::from_ref(dev),
-            &base.with_reorder(false),
-            None,
-            |_, _| {},
-        )
-        .unwrap();
-        assert!(
-            mesh_order.same_tallies(&one),
-            "[{name}] packing in mesh order differs from Morton order"
-        );
-        let three = [dev.clone(), dev.clone(), dev.clone()];
-        let (split3, _) = run_fixed(&sim, &three, &base.with_cubes(5), None, |_, _| {}).unwrap();
-        assert!(
-            split3.same_tallies(&one),
-            "[{name}] a 3-way split differs from one device"
-        );
+biogpu_tests::gpu_test! {
+    /// Exact tallies do not depend on the launch size, on the split between devices (the same
+    /// device named twice or three times here) or on batching: bit-identical results.
+    fn mc_gpu_tallies_are_bit_identical_across_launch_sizes_and_device_splits(gpu) {
+        let dev: &Device = gpu;
+        for (name, sim) in [
+            ("default", scene(true, 30_000)),
+            ("nested", scene(true, 30_000)),
+            ("default", outputs_scene(30_000)),
+        ] {
+            let base = variant(name);
+            let with = |tuning: GpuTuning| RunParams::new().with_tuning(tuning);
+            let (one, info) = run_fixed(&sim, &with(base), std::slice::from_ref(dev)).unwrap();
+            assert_eq!((one.photons, info.requested), (30_000, 30_000));
+            assert!(one.absorbed.iter().sum::<u64>() > 0);
+            assert_eq!(one.gated.is_empty(), sim.gates.is_none());
+            // Few threads: many small batches of 16 photons per thread, photons handed out
+            // in another order.
+            let (small, _) =
+                run_fixed(&sim, &with(base.with_cubes(3)), std::slice::from_ref(dev)).unwrap();
+            assert!(
+                small.same_tallies(&one),
+                "[{name}] 3 cubes differ from the default launch"
+            );
+            let two = [dev.clone(), dev.clone()];
+            let (split2, _) = run_fixed(&sim, &with(base), &two).unwrap();
+            assert!(
+                split2.same_tallies(&one),
+                "[{name}] a 2-way split differs from one device"
+            );
+            let (mesh_order, _) = run_fixed(
+                &sim,
+                &with(base.with_reorder(false)),
+                std::slice::from_ref(dev),
+            )
+            .unwrap();
+            assert!(
+                mesh_order.same_tallies(&one),
+                "[{name}] packing in mesh order differs from Morton order"
+            );
+            let three = [dev.clone(), dev.clone(), dev.clone()];
+            let (split3, _) = run_fixed(&sim, &with(base.with_cubes(5)), &three).unwrap();
+            assert!(
+                split3.same_tallies(&one),
+                "[{name}] a 3-way split differs from one device"
+            );
+        }
     }
 }
 
-/// Ctrl-C between batches: the photons finished so far, normalised by their number,
-/// marked interrupted, energy balanced.
-#[test]
-fn mc_gpu_stopped_run_returns_the_normalised_partial_result() {
-    let Some(gpu) = gpu_under_test("mc_gpu_stopped_run_returns_the_normalised_partial_result")
-    else {
-        return;
-    };
-    let sim = scene(false, 1_000_000);
-    let stop = AtomicBool::new(false);
-    let mut calls = 0;
-    // One cube of 128 threads: the first batch is 8 photons per thread.
-    let opts = GpuOptions::default().with_cubes(1);
-    let r = run_on(
-        &sim,
-        std::slice::from_ref(&*gpu),
-        &opts,
-        Some(&stop),
-        |done, total| {
-            calls += 1;
+biogpu_tests::gpu_test! {
+    /// Ctrl-C between batches: the photons finished so far, normalised by their number,
+    /// marked interrupted, energy balanced.
+    fn mc_gpu_stopped_run_returns_the_normalised_partial_result(gpu) {
+        let sim = scene(false, 1_000_000);
+        let stop = AtomicBool::new(false);
+        let calls = AtomicUsize::new(0);
+        // One cube of 128 threads: the first batch is 8 photons per thread.
+        let tuning = GpuTuning::default().with_cubes(1);
+        let progress = |done: u64, total: u64| {
+            calls.fetch_add(1, Ordering::Relaxed);
             assert!(done <= total);
             stop.store(true, Ordering::Relaxed);
-        },
-    )
-    .unwrap();
-    let s = &r.summary;
-    // The device worker may start its next batch before the flag is seen, and batches grow
-    // with the measured rate (an H100 finished 229,382 photons): well short of the run.
-    assert!(calls >= 1);
-    assert!(s.interrupted, "{s:?}");
-    assert!(s.photons >= 1_024 && s.photons < 500_000, "{s:?}");
-    assert!(s.balance_error.abs() < 1e-4, "{s:?}");
-    assert!(s.absorbed > 0.1 && s.absorbed < 1.0, "{s:?}");
+        };
+        let params = RunParams::new()
+            .with_tuning(tuning)
+            .with_stop(&stop)
+            .with_progress(&progress);
+        let (r, _) = api::run(&sim, &params, gpu).unwrap();
+        let s = &r.summary;
+        // The device worker may start its next batch before the flag is seen, and batches grow
+        // with the measured rate (a fast GPU finishes a few hundred thousand): well short of the
+        // run.
+        assert!(calls.load(Ordering::Relaxed) >= 1);
+        assert!(s.interrupted, "{s:?}");
+        assert!(s.photons >= 1_024 && s.photons < 500_000, "{s:?}");
+        assert!(s.balance_error.abs() < 1e-4, "{s:?}");
+        assert!(s.absorbed > 0.1 && s.absorbed < 1.0, "{s:?}");
+    }
 }
 
 use proptest::prelude::*;
 
-proptest! {
-    #![proptest_config(ProptestConfig::with_cases(4))]
-
+biogpu_tests::gpu_test! {
     /// Random optics on an 8 mm cube (pencil beam, Fresnel at the surface when n differs from
     /// outside): the GPU's absorbed, escaped and time-limited fractions agree with the CPU's
     /// within 5 standard errors of a fraction over 20,000 photons (+1e-3 relative for f32).
-    #[test]
-    fn mc_gpu_fractions_match_cpu_for_random_optics(
-        mua in 0.01f64..0.5,
-        mus in 0.0f64..5.0,
-        g in -0.5f64..0.95,
-        n in 1.0f64..1.6,
-        limit in prop::option::of(0.02f64..0.2),
-    ) {
-        let Some(gpu) = gpu_under_test("mc_gpu_fractions_match_cpu_for_random_optics") else {
-            return Ok(());
-        };
-        let mesh = generate::box_mesh([0.0; 3], [8.0; 3], 2.0, 5).unwrap();
-        let optics = Optics { materials: vec![Material { mua, mus, g, n }], n_outside: 1.0 };
-        let src = [Source::Pencil { pos: [4.1, 4.2, 0.0], dir: [0.0, 0.0, 1.0], power: 1.0 }];
-        let params = Params { time_limit_ns: limit, ..Params::default() };
-        let photons = 20_000;
-        let sim = Simulation::new(mesh, optics, &src, photons, params).unwrap();
-        let c = sim.run_cpu(0, photons).summary;
-        let g_ = sim.run(&gpu, None, |_, _| {}).unwrap().summary;
-        let sigma = (0.25 / photons as f64).sqrt();
-        for (what, a, b) in [
-            ("absorbed", c.absorbed, g_.absorbed),
-            ("escaped", c.escaped, g_.escaped),
-            ("expired", c.expired, g_.expired),
-        ] {
-            prop_assert!((a - b).abs() < 5.0 * sigma + 1e-3 * a.abs(), "{}: CPU {} GPU {}", what, a, b);
-        }
+    /// The kernel variant is `BIOGPU_MC_VARIANT`'s (default without it).
+    fn mc_gpu_fractions_match_cpu_for_random_optics(gpu) {
+        let tuning = GpuTuning::from_lookup(|k| std::env::var(k).ok()).unwrap();
+        proptest!(ProptestConfig::with_cases(4), |(
+            mua in 0.01f64..0.5,
+            mus in 0.0f64..5.0,
+            g in -0.5f64..0.95,
+            n in 1.0f64..1.6,
+            limit in prop::option::of(0.02f64..0.2),
+        )| {
+            let mesh = generate::box_mesh([0.0; 3], [8.0; 3], 2.0, 5).unwrap();
+            let optics = Optics { materials: vec![Material { mua, mus, g, n }], n_outside: 1.0 };
+            let src = [Source::Pencil { pos: [4.1, 4.2, 0.0], dir: [0.0, 0.0, 1.0], power: 1.0 }];
+            let params = Params { time_limit_ns: limit, ..Params::default() };
+            let photons = 20_000;
+            let sim = Simulation::new(mesh, optics, &src, photons, params).unwrap();
+            let c = sim.run_cpu(0, photons).summary;
+            let run = RunParams::new().with_tuning(tuning);
+            let g_ = api::run(&sim, &run, gpu).unwrap().0.summary;
+            let sigma = (0.25 / photons as f64).sqrt();
+            for (what, a, b) in [
+                ("absorbed", c.absorbed, g_.absorbed),
+                ("escaped", c.escaped, g_.escaped),
+                ("expired", c.expired, g_.expired),
+            ] {
+                prop_assert!((a - b).abs() < 5.0 * sigma + 1e-3 * a.abs(), "{}: CPU {} GPU {}", what, a, b);
+            }
+        });
     }
 }

@@ -1,15 +1,12 @@
 //! `biogpu mc`: Monte Carlo light transport in tetrahedral meshes.
 
 use super::output::OutDir;
-use anyhow::{Context, ensure};
+use anyhow::ensure;
 use gpu_runtime::Device;
 use indicatif::{ProgressBar, ProgressStyle};
-use montecarlo_core::sim::Plane;
-use montecarlo_core::tally::Gates;
-use montecarlo_core::transport::Params;
-use montecarlo_core::{
-    Material, McResult, Optics, SimSpec, Simulation, Source, generate, gmsh, l1_norm, problems, vtk,
-};
+use montecarlo_core::io::{read_mesh, results, vtk};
+use montecarlo_core::sim::problems;
+use montecarlo_core::{Gates, GpuTuning, McResult, Plane, RunParams, SimSpec, Simulation, api};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -122,6 +119,11 @@ fn parse_gates(s: &str) -> Result<Gates, String> {
 
 static STOP: AtomicBool = AtomicBool::new(false);
 
+/// The GPU tuning from the environment (`BIOGPU_MC_VARIANT`).
+fn tuning() -> anyhow::Result<GpuTuning> {
+    Ok(GpuTuning::from_lookup(|k| std::env::var(k).ok())?)
+}
+
 pub fn run(args: Args, device: &Device) -> anyhow::Result<()> {
     match args.command {
         Command::Example => {
@@ -148,18 +150,15 @@ fn bench(a: &BenchArgs, device: &Device) -> anyhow::Result<()> {
     let mut sim = problems::problem(&a.problem, photons, data.as_deref())?;
     sim.params.seed = a.seed;
     let _ = ctrlc::set_handler(|| STOP.store(true, Ordering::Relaxed));
-    let r = sim.run(device, Some(&STOP), |_, _| {})?;
+    let params = RunParams::new().with_tuning(tuning()?).with_stop(&STOP);
+    let (r, _) = api::run(&sim, &params, device)?;
     let s = &r.summary;
     let threads = if device.is_gpu() {
         None
     } else {
         Some(rayon_threads())
     };
-    let reference = match a.problem.as_str() {
-        "cube60" => "MCX (voxels): absorbed 0.177, 274,000 photons/ms on an H200",
-        "cube60b" => "MCX (voxels): absorbed 0.272, 152,000 photons/ms on an H200",
-        _ => "TIM-OS / FullMonte model (compare absorbed and L1 with the CPU)",
-    };
+    let reference = problems::reference(&a.problem);
     let mut out = serde_json::json!({
         "problem": a.problem,
         "tetrahedra": sim.mesh.len(),
@@ -179,32 +178,9 @@ fn rayon_threads() -> usize {
 }
 
 fn mesh_info(a: &MeshArgs) -> anyhow::Result<()> {
-    let ext = a
-        .file
-        .extension()
-        .and_then(|e| e.to_str())
-        .unwrap_or("")
-        .to_ascii_lowercase();
-    let imported = match ext.as_str() {
-        "msh" => gmsh::read_gmsh(&a.file)?,
-        "vtk" | "vtu" => vtk::read_vtk(&a.file, a.region.as_deref())?,
-        "mesh" => montecarlo_core::Imported {
-            mesh: montecarlo_core::timos::read_mesh(&a.file)?,
-            ignored: 0,
-            notes: Vec::new(),
-        },
-        other => anyhow::bail!(
-            "{}: unknown mesh extension `{other}` (.msh, .vtk, .vtu, .mesh)",
-            a.file.display()
-        ),
-    };
+    let imported = read_mesh(&a.file, a.region.as_deref())?;
     let m = &imported.mesh;
-    let mut regions = std::collections::BTreeMap::new();
-    for t in 1..=m.len() {
-        let e = regions.entry(m.regions[t]).or_insert((0usize, 0.0f64));
-        e.0 += 1;
-        e.1 += m.volumes[t];
-    }
+    let regions = m.region_stats();
     let (lo, hi) = m.bounds();
     let info = serde_json::json!({
         "file": a.file.display().to_string(),
@@ -239,14 +215,7 @@ fn run_sim(a: &RunArgs, device: &Device) -> anyhow::Result<()> {
     if let Some(s) = a.seed {
         sim.params.seed = s;
     }
-    if !a.plane.is_empty() || a.gates.is_some() {
-        let mut outputs = sim.outputs.clone();
-        outputs.planes.extend(a.plane.iter().cloned());
-        if a.gates.is_some() {
-            outputs.gates = a.gates;
-        }
-        sim.set_outputs(outputs)?;
-    }
+    sim.add_outputs(&a.plane, a.gates)?;
     for note in &sim.notes {
         println!("mesh: {note}");
     }
@@ -264,7 +233,12 @@ fn run_sim(a: &RunArgs, device: &Device) -> anyhow::Result<()> {
         sim.sources.len(),
         sim.photons
     );
-    let result = sim.run(device, Some(&STOP), |done, _| bar.set_position(done))?;
+    let progress = |done: u64, _: u64| bar.set_position(done);
+    let params = RunParams::new()
+        .with_tuning(tuning()?)
+        .with_stop(&STOP)
+        .with_progress(&progress);
+    let (result, _) = api::run(&sim, &params, device)?;
     bar.finish_and_clear();
     write_outputs(&out, &sim, &result)?;
     let s = &result.summary;
@@ -287,188 +261,19 @@ fn run_sim(a: &RunArgs, device: &Device) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn csv_writer(out: &OutDir, name: &str) -> anyhow::Result<std::io::BufWriter<std::fs::File>> {
-    let path = out.file(name)?;
-    Ok(std::io::BufWriter::new(
-        std::fs::File::create(&path).with_context(|| format!("writing {}", path.display()))?,
-    ))
-}
-
 /// summary.json always; result.vtu / result.vtk, tets.csv, exitance.csv, faces.csv and
-/// gates.csv as the file's `outputs` ask.
+/// gates.csv as the file's `outputs` ask (each refused if it exists without --force).
 fn write_outputs(out: &OutDir, sim: &Simulation, r: &McResult) -> anyhow::Result<()> {
-    let absorbed = r.absorbed();
-    let fluence = r.fluence(&sim.mesh, &sim.optics);
-    let gates = r.tally.gates();
-    let gate_width = sim.gates.map_or(0.0, |g| g.width_ns);
-    let mut summary = serde_json::to_value(&r.summary)?;
-    summary["tetrahedra"] = sim.mesh.len().into();
-    summary["boundary_triangles"] = sim.mesh.boundary.len().into();
-    summary["seed"] = sim.params.seed.into();
-    summary["units"] = "absorbed: weight per photon; fluence, exitance, face fluence and current: 1/length^2 per photon; gate fluence: integrated over the gate".into();
-    if !sim.notes.is_empty() {
-        summary["mesh_notes"] = sim.notes.clone().into();
+    for name in results::file_names(sim) {
+        out.file(name)?;
     }
-    let face_fluence = r.face_fluence(&sim.faces);
-    let face_current = r.face_current(&sim.faces);
-    if !sim.outputs.planes.is_empty() {
-        let planes: Vec<serde_json::Value> = sim
-            .outputs
-            .planes
-            .iter()
-            .enumerate()
-            .map(|(p, pl)| {
-                let (mut area, mut fl, mut cur, mut faces) = (0.0, 0.0, 0.0, 0usize);
-                for i in 0..sim.faces.len() {
-                    if sim.faces.plane[i] == Some(p as u32) {
-                        let a = sim.faces.areas[i];
-                        area += a;
-                        fl += face_fluence[i] * a;
-                        cur += face_current[i] * a;
-                        faces += 1;
-                    }
-                }
-                serde_json::json!({
-                    "point": pl.point, "normal": pl.normal, "faces": faces, "area": area,
-                    "mean_fluence": fl / area, "net_current": cur,
-                })
-            })
-            .collect();
-        summary["planes"] = planes.into();
-    }
-    if gates > 0 {
-        summary["gate_width_ns"] = gate_width.into();
-    }
-    out.write_json("summary.json", &summary)?;
-    let gated: Vec<(String, Vec<f64>)> = (0..gates)
-        .map(|g| {
-            (
-                format!("fluence_gate_{g:03}"),
-                r.gated_fluence(g, &sim.mesh, &sim.optics),
-            )
-        })
-        .collect();
-    let mut cells: Vec<(&str, &[f64])> = vec![("absorbed", &absorbed), ("fluence", &fluence)];
-    for (name, v) in &gated {
-        cells.push((name, v));
-    }
-    if sim.outputs.vtk {
-        vtk::write_vtu(&out.file("result.vtu")?, &sim.mesh, &cells)?;
-    }
-    if sim.outputs.vtk_legacy {
-        vtk::write_vtk(&out.file("result.vtk")?, &sim.mesh, &cells)?;
-    }
-    if sim.outputs.csv {
-        let mut w = csv_writer(out, "tets.csv")?;
-        writeln!(w, "tet,region,volume,absorbed,fluence")?;
-        for t in 1..=sim.mesh.len() {
-            writeln!(
-                w,
-                "{t},{},{:e},{:e},{:e}",
-                sim.mesh.regions[t],
-                sim.mesh.volumes[t],
-                absorbed[t - 1],
-                fluence[t - 1]
-            )?;
-        }
-        let mut w = csv_writer(out, "exitance.csv")?;
-        writeln!(w, "triangle,tet,face,area,exitance")?;
-        for (i, (e, &(t, f))) in r
-            .exitance(&sim.mesh)
-            .iter()
-            .zip(&sim.mesh.boundary)
-            .enumerate()
-        {
-            writeln!(w, "{i},{t},{f},{:e},{e:e}", sim.mesh.boundary_area[i])?;
-        }
-        if !sim.faces.is_empty() {
-            let mut w = csv_writer(out, "faces.csv")?;
-            writeln!(w, "index,tet,face,plane,x,y,z,area,fluence,current")?;
-            for (i, &(t, f)) in sim.faces.faces.iter().enumerate() {
-                let c = sim.mesh.face_centroid(t, f as usize);
-                let plane = sim.faces.plane[i].map_or(-1, i64::from);
-                writeln!(
-                    w,
-                    "{i},{t},{f},{plane},{},{},{},{:e},{:e},{:e}",
-                    c[0], c[1], c[2], sim.faces.areas[i], face_fluence[i], face_current[i]
-                )?;
-            }
-        }
-        if gates > 0 {
-            let mut w = csv_writer(out, "gates.csv")?;
-            writeln!(w, "gate,start_ns,end_ns,absorbed")?;
-            for (g, a) in r.summary.absorbed_per_gate.iter().flatten().enumerate() {
-                writeln!(
-                    w,
-                    "{g},{},{},{a:e}",
-                    g as f64 * gate_width,
-                    (g + 1) as f64 * gate_width
-                )?;
-            }
-        }
-    }
+    results::write(out.path(), sim, r)?;
     Ok(())
 }
 
-/// A 12 mm cube of two layers (index step inside, Fresnel at the surface) with a pencil beam:
-/// run on `device`; on a GPU also twice on the CPU, and the GPU-CPU L1 norm of fluence must
-/// be within 30% of the CPU-CPU one (the paper's criterion, with slack for 50k photons).
+/// `biogpu demo`'s Monte Carlo part (see `montecarlo_core::sim::demo`).
 pub fn demo(out: &Path, device: &Device) -> anyhow::Result<bool> {
-    let mesh = generate::slab_mesh(12.0, &[3.0, 9.0], 6, 2, 5)?;
-    let optics = Optics {
-        materials: vec![
-            Material {
-                mua: 0.02,
-                mus: 10.0,
-                g: 0.9,
-                n: 1.4,
-            },
-            Material {
-                mua: 0.05,
-                mus: 5.0,
-                g: 0.8,
-                n: 1.37,
-            },
-        ],
-        n_outside: 1.0,
-    };
-    let src = [Source::Pencil {
-        pos: [0.1, 0.2, 0.0],
-        dir: [0.0, 0.0, 1.0],
-        power: 1.0,
-    }];
-    let photons = 50_000;
-    let mut sim = Simulation::new(mesh, optics, &src, photons, Params::default())?;
-    let got = sim.run(device, None, |_, _| {})?;
-    ensure!(
-        got.summary.balance_error.abs() < 1e-4,
-        "energy balance off: {:?}",
-        got.summary
-    );
-    let dir = out.join("mc");
-    let od = OutDir::create(&dir, true, &[])?;
-    write_outputs(&od, &sim, &got)?;
-    if device.is_gpu() {
-        sim.params.seed = 2;
-        let a = sim.run_cpu(0, photons);
-        sim.params.seed = 3;
-        let b = sim.run_cpu(0, photons);
-        let fl = |r: &McResult| r.fluence(&sim.mesh, &sim.optics);
-        let (cpu, gpu) = (l1_norm(&fl(&a), &fl(&b)), l1_norm(&fl(&a), &fl(&got)));
-        println!(
-            "mc: {photons} photons on {device}: absorbed {:.4} (CPU {:.4}), L1 GPU-CPU {gpu:.4} vs CPU-CPU {cpu:.4}",
-            got.summary.absorbed, a.summary.absorbed
-        );
-        ensure!(
-            gpu <= 1.3 * cpu,
-            "GPU fluence differs from the CPU's: L1 {gpu} vs {cpu}"
-        );
-    } else {
-        println!(
-            "mc: {photons} photons on the CPU: absorbed {:.4}, escaped {:.4}, {:.0} photons/ms",
-            got.summary.absorbed, got.summary.escaped, got.summary.photons_per_ms
-        );
-    }
+    println!("{}", montecarlo_core::sim::demo(out, &tuning()?, device)?);
     Ok(true)
 }
 

@@ -238,6 +238,17 @@ impl Mesh {
         self.regions.iter().copied().max().unwrap_or(0)
     }
 
+    /// Per region: its tetrahedra and their total volume, by region number.
+    pub fn region_stats(&self) -> std::collections::BTreeMap<u32, (usize, f64)> {
+        let mut regions = std::collections::BTreeMap::new();
+        for t in 1..=self.len() {
+            let e = regions.entry(self.regions[t]).or_insert((0usize, 0.0f64));
+            e.0 += 1;
+            e.1 += self.volumes[t];
+        }
+        regions
+    }
+
     /// Axis-aligned bounds (min, max).
     pub fn bounds(&self) -> ([f64; 3], [f64; 3]) {
         bounds(&self.nodes)

@@ -1,86 +1,17 @@
-//! The simulation description (JSON): mesh (file or generator), materials, sources,
-//! photons, seed, time limit and outputs; resolved into a validated [`Simulation`].
+//! A validated simulation ([`Simulation`]): mesh, optics, placed sources, photons,
+//! transport parameters and the outputs to tally (planes and faces of fluence, time gates).
+//! Built by [`Simulation::new`] or from a JSON file (`crate::sim::spec`).
 
 use crate::error::{Error, Result};
-use crate::generate;
-use crate::mesh::Mesh;
-use crate::optics::{Material, Optics};
-use crate::source::{self, Element, Placed, Source};
-use crate::tally::{FaceSet, Gates, McResult, Tally};
-use crate::timos;
-use crate::transport::{Cpu, Params};
-use gpu_runtime::Device;
+use crate::model::mesh::{FACE_NODES, Mesh};
+use crate::model::optics::Optics;
+use crate::model::params::Params;
+use crate::model::source::{self, Element, Placed, Source};
+use crate::model::tally::{FaceSet, Gates};
 use serde::{Deserialize, Serialize};
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Instant;
 
-/// Where the mesh comes from.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case", deny_unknown_fields)]
-pub enum MeshSpec {
-    /// A TIM-OS `.mesh` file (relative paths are relative to the JSON file).
-    Timos(PathBuf),
-    /// MMC's `node_<key>.dat` and `elem_<key>.dat`.
-    Mmc { node: PathBuf, elem: PathBuf },
-    /// A Gmsh `.msh` file (2.2 or 4.1, ASCII or binary); regions from physical tags.
-    Gmsh(PathBuf),
-    /// A VTK unstructured grid (`.vtk` legacy or `.vtu`); regions from the cell array
-    /// `region` names (default: see `vtk::REGION_ARRAYS`).
-    Vtk {
-        path: PathBuf,
-        #[serde(default)]
-        region: Option<String>,
-    },
-    /// A box on a regular grid.
-    Box {
-        origin: [f64; 3],
-        size: [f64; 3],
-        cell: f64,
-        #[serde(default = "five")]
-        tets_per_cell: u32,
-    },
-    /// Layered slabs stacked from z = 0, one region per layer.
-    Slab {
-        width: f64,
-        layers: Vec<f64>,
-        #[serde(default = "ten")]
-        lateral_cells: usize,
-        #[serde(default = "one_usize")]
-        cells_per_layer: usize,
-        #[serde(default = "five")]
-        tets_per_cell: u32,
-    },
-}
-
-fn five() -> u32 {
-    5
-}
-fn ten() -> usize {
-    10
-}
-fn one_usize() -> usize {
-    1
-}
-fn default_wmin() -> f64 {
-    1e-4
-}
-fn default_prwin() -> f64 {
-    10.0
-}
-fn default_seed() -> u64 {
-    1
-}
 fn yes() -> bool {
     true
-}
-
-/// Materials inline or from a TIM-OS `.opt` file.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(untagged)]
-pub enum MaterialsSpec {
-    Inline(Vec<Material>),
-    Timos { timos: PathBuf },
 }
 
 /// A plane of mesh faces where the fluence of crossing packets is tallied: every face whose
@@ -177,7 +108,7 @@ fn face_set(mesh: &Mesh, planes: &[Plane], faces: &[[u32; 2]]) -> Result<FaceSet
                 if nb > 0 && nb < t {
                     continue; // counted from the other side
                 }
-                let on = crate::mesh::FACE_NODES[f as usize].iter().all(|&k| {
+                let on = FACE_NODES[f as usize].iter().all(|&k| {
                     let x = mesh.nodes[mesh.tets[t as usize][k] as usize];
                     (n[0] * x[0] + n[1] * x[1] + n[2] * x[2] - off).abs() <= tol
                 });
@@ -206,38 +137,6 @@ fn face_set(mesh: &Mesh, planes: &[Plane], faces: &[[u32; 2]]) -> Result<FaceSet
     Ok(set)
 }
 
-/// The simulation file.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SimSpec {
-    pub mesh: MeshSpec,
-    /// Region i+1 uses materials[i].
-    pub materials: MaterialsSpec,
-    /// Index outside the mesh (ignored when materials come from a `.opt` file, which has it).
-    #[serde(default)]
-    pub n_outside: Option<f64>,
-    pub sources: Vec<Source>,
-    pub photons: u64,
-    #[serde(default = "default_seed")]
-    pub seed: u64,
-    /// Stop packets after this flight time in ns (lengths in mm); MCX's benchmarks use 5.
-    #[serde(default)]
-    pub time_limit_ns: Option<f64>,
-    #[serde(default = "default_wmin")]
-    pub wmin: f64,
-    #[serde(default = "default_prwin")]
-    pub prwin: f64,
-    #[serde(default)]
-    pub outputs: Outputs,
-}
-
-impl SimSpec {
-    /// The example printed by `biogpu mc example`: cube60 (MCX's benchmark) at 1e6 photons.
-    pub fn example() -> SimSpec {
-        crate::problems::cube60_spec(1.37, 1_000_000)
-    }
-}
-
 /// A validated simulation ready to run.
 #[derive(Debug, Clone)]
 pub struct Simulation {
@@ -258,90 +157,6 @@ pub struct Simulation {
 }
 
 impl Simulation {
-    /// Read and resolve a JSON simulation file: ours ([`SimSpec`]) or MMC's input (see
-    /// [`crate::mmc_json`]), told apart by MMC's `Domain` and `Session` keys.
-    pub fn from_json(path: &Path) -> Result<Simulation> {
-        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
-        let value: serde_json::Value =
-            serde_json::from_str(&text).map_err(|source| Error::Json {
-                path: path.to_path_buf(),
-                source,
-            })?;
-        if crate::mmc_json::is_mmc(&value) {
-            let r = crate::mmc_json::resolve(path, value)?;
-            let mesh = crate::mmc::read_mmc_mesh(&r.node, &r.elem)?;
-            return Simulation::new(mesh, r.optics, &r.sources, r.photons, r.params);
-        }
-        let spec: SimSpec = serde_json::from_value(value).map_err(|source| Error::Json {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        Simulation::from_spec(&spec, path.parent().unwrap_or(Path::new(".")))
-    }
-
-    /// Resolve a spec; relative file names are taken relative to `base`.
-    pub fn from_spec(spec: &SimSpec, base: &Path) -> Result<Simulation> {
-        let mut notes = Vec::new();
-        let mut imported = |i: crate::mesh::Imported| {
-            notes = i.notes;
-            i.mesh
-        };
-        let mesh = match &spec.mesh {
-            MeshSpec::Timos(p) => timos::read_mesh(&base.join(p))?,
-            MeshSpec::Mmc { node, elem } => {
-                crate::mmc::read_mmc_mesh(&base.join(node), &base.join(elem))?
-            }
-            MeshSpec::Gmsh(p) => imported(crate::gmsh::read_gmsh(&base.join(p))?),
-            MeshSpec::Vtk { path, region } => {
-                imported(crate::vtk::read_vtk(&base.join(path), region.as_deref())?)
-            }
-            MeshSpec::Box {
-                origin,
-                size,
-                cell,
-                tets_per_cell,
-            } => generate::box_mesh(*origin, *size, *cell, *tets_per_cell)?,
-            MeshSpec::Slab {
-                width,
-                layers,
-                lateral_cells,
-                cells_per_layer,
-                tets_per_cell,
-            } => generate::slab_mesh(
-                *width,
-                layers,
-                *lateral_cells,
-                *cells_per_layer,
-                *tets_per_cell,
-            )?,
-        };
-        let optics = match &spec.materials {
-            MaterialsSpec::Inline(m) => Optics {
-                materials: m.clone(),
-                n_outside: spec.n_outside.unwrap_or(1.0),
-            },
-            MaterialsSpec::Timos { timos } => timos::read_opt(&base.join(timos))?,
-        };
-        Simulation::new(
-            mesh,
-            optics,
-            &spec.sources,
-            spec.photons,
-            Params {
-                wmin: spec.wmin,
-                prwin: spec.prwin,
-                time_limit_ns: spec.time_limit_ns,
-                seed: spec.seed,
-                gpu_cubes: None,
-            },
-        )
-        .and_then(|mut s| {
-            s.set_outputs(spec.outputs.clone())?;
-            s.notes = notes;
-            Ok(s)
-        })
-    }
-
     /// Validate and place the sources.
     pub fn new(
         mesh: Mesh,
@@ -387,7 +202,7 @@ impl Simulation {
     /// Set the outputs: resolves the tallied planes and faces and checks the gates.
     ///
     /// ```
-    /// use montecarlo_core::{generate, sim::{Outputs, Plane}, tally::Gates, Optics, Material, Source, Simulation};
+    /// use montecarlo_core::{Gates, Material, Optics, Outputs, Plane, Simulation, Source, sim::generate};
     /// let mesh = generate::box_mesh([0.0; 3], [4.0; 3], 1.0, 5)?;
     /// let optics = Optics { materials: vec![Material { mua: 0.1, mus: 1.0, g: 0.0, n: 1.0 }], n_outside: 1.0 };
     /// let src = [Source::Isotropic { pos: [2.1, 2.2, 2.3], power: 1.0 }];
@@ -425,48 +240,17 @@ impl Simulation {
         Ok(())
     }
 
-    /// Run on `device` (the CPU path for a CPU device) in batches, calling `progress(done,
-    /// total)` between batches; when `stop` is set, returns the result of the photons
-    /// finished so far, normalised by that count and marked interrupted.
-    pub fn run(
-        &self,
-        device: &Device,
-        stop: Option<&AtomicBool>,
-        mut progress: impl FnMut(u64, u64),
-    ) -> Result<McResult> {
-        if device.is_gpu() {
-            return crate::gpu::run(self, device, stop, progress);
+    /// Add the tallied `planes` to the outputs and, when given, replace the time gates (the
+    /// command line's `--plane` and `--gates` over a simulation file's `outputs`).
+    pub fn add_outputs(&mut self, planes: &[Plane], gates: Option<Gates>) -> Result<()> {
+        if planes.is_empty() && gates.is_none() {
+            return Ok(());
         }
-        let start = Instant::now();
-        let cpu = Cpu::new(self);
-        let mut tally = Tally::new(&self.mesh);
-        let batch = (self.photons / 20).clamp(100_000, 10_000_000);
-        let mut done = 0;
-        let mut interrupted = false;
-        while done < self.photons {
-            if stop.is_some_and(|s| s.load(Ordering::Relaxed)) {
-                interrupted = true;
-                break;
-            }
-            let n = batch.min(self.photons - done);
-            let t = cpu.run(done, n, stop);
-            done += t.photons;
-            tally = tally.merge(t);
-            progress(done, self.photons);
+        let mut outputs = self.outputs.clone();
+        outputs.planes.extend(planes.iter().cloned());
+        if gates.is_some() {
+            outputs.gates = gates;
         }
-        interrupted |= done < self.photons;
-        Ok(McResult::new(
-            tally,
-            start.elapsed().as_secs_f64(),
-            format!("cpu ({} threads)", rayon::current_num_threads()),
-            interrupted,
-        ))
-    }
-
-    /// The CPU path for photons `first..first + count` (no batching).
-    pub fn run_cpu(&self, first: u64, count: u64) -> McResult {
-        let start = Instant::now();
-        let t = Cpu::new(self).run(first, count, None);
-        McResult::new(t, start.elapsed().as_secs_f64(), "cpu".into(), false)
+        self.set_outputs(outputs)
     }
 }

@@ -35,7 +35,7 @@ impl Xoshiro128 {
     /// The stream of photon `photon` in a run seeded with `seed`.
     ///
     /// ```
-    /// use montecarlo_core::rng::Xoshiro128;
+    /// use montecarlo_core::model::rng::Xoshiro128;
     /// let mut a = Xoshiro128::for_photon(7, 123);
     /// let mut b = Xoshiro128::for_photon(7, 123);
     /// assert_eq!(a.next_u32(), b.next_u32());

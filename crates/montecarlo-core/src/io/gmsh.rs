@@ -8,7 +8,7 @@
 //! elementary (entity) tag. Node tags may be sparse; unknown sections are skipped.
 
 use crate::error::{Error, Result};
-use crate::mesh::{Imported, Mesh};
+use crate::model::mesh::{Imported, Mesh};
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
@@ -20,7 +20,7 @@ use std::path::Path;
 /// let p = dir.join("tet.msh");
 /// std::fs::write(&p, "$MeshFormat\n2.2 0 8\n$EndMeshFormat\n$Nodes\n4\n1 0 0 0\n2 1 0 0\n\
 ///     3 0 1 0\n4 0 0 1\n$EndNodes\n$Elements\n2\n1 15 2 0 1 1\n2 4 2 7 1 1 2 3 4\n$EndElements\n")?;
-/// let m = montecarlo_core::gmsh::read_gmsh(&p)?;
+/// let m = montecarlo_core::io::gmsh::read_gmsh(&p)?;
 /// assert_eq!(m.mesh.len(), 1);
 /// assert_eq!(m.mesh.regions[1], 7); // the physical tag
 /// assert_eq!(m.ignored, 1); // the point element

@@ -3,7 +3,7 @@
 //! `index n1 n2 n3 n4 region` (1-based nodes). The index columns must count 1, 2, ...
 
 use crate::error::{Error, Result};
-use crate::mesh::Mesh;
+use crate::model::mesh::Mesh;
 use std::path::Path;
 
 /// Numbered rows of a file: (1-based line, numbers).

@@ -1,8 +1,8 @@
 //! Tallies and the normalised result: absorbed weight per tetrahedron, escaped weight per
 //! boundary triangle, and the rest of the energy balance.
 
-use crate::mesh::Mesh;
-use crate::optics::Optics;
+use crate::model::mesh::Mesh;
+use crate::model::optics::Optics;
 use serde::{Deserialize, Serialize};
 
 /// Time-of-flight gates `[k w, (k + 1) w)` ns for k = 0..count (lengths in mm, c in mm/ns):
@@ -21,7 +21,7 @@ pub struct Gates {
 /// and w sign(cos).
 ///
 /// ```
-/// use montecarlo_core::tally::face_crossing;
+/// use montecarlo_core::model::tally::face_crossing;
 /// assert_eq!(face_crossing(0.5, -0.5), (1.0, -0.5));
 /// assert_eq!(face_crossing(1.0, 0.01), (20.0, 1.0));
 /// ```
@@ -34,7 +34,7 @@ pub fn face_crossing(w: f64, cos: f64) -> (f64, f64) {
 /// The time gate of time of flight `time_ns`: floor(time / width) when below `count`.
 ///
 /// ```
-/// use montecarlo_core::tally::gate_of;
+/// use montecarlo_core::model::tally::gate_of;
 /// assert_eq!(gate_of(0.25, 1.0 / 0.1, 3), Some(2));
 /// assert_eq!(gate_of(0.3, 1.0 / 0.1, 3), None);
 /// ```

@@ -1,7 +1,7 @@
 //! Optical properties per region and the refractive index outside the mesh.
 
 use crate::error::{Error, Result};
-use crate::mesh::Mesh;
+use crate::model::mesh::Mesh;
 use serde::{Deserialize, Serialize};
 
 /// One region's optical properties, in inverse length units of the mesh (1/mm for mm).

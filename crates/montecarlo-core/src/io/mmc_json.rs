@@ -7,9 +7,9 @@
 //! the start tetrahedron is located from `Pos`) is not read; other source types are errors.
 
 use crate::error::{Error, Result};
-use crate::optics::{Material, Optics};
-use crate::source::Source;
-use crate::transport::Params;
+use crate::model::optics::{Material, Optics};
+use crate::model::params::Params;
+use crate::model::source::Source;
 use serde::Deserialize;
 use std::path::Path;
 

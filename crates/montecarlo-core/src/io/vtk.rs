@@ -8,7 +8,7 @@
 //! (noted). Region values must be whole numbers >= 1.
 
 use crate::error::{Error, Result};
-use crate::mesh::{Imported, Mesh};
+use crate::model::mesh::{Imported, Mesh};
 use std::io::Write;
 use std::path::Path;
 use vtkio::model::{
@@ -39,7 +39,7 @@ fn fmt_err(path: &Path, at: impl Into<String>, why: impl Into<String>) -> Error 
 /// array holding regions (None: see [`REGION_ARRAYS`]).
 ///
 /// ```
-/// use montecarlo_core::{generate, vtk};
+/// use montecarlo_core::{io::vtk, sim::generate};
 /// let m = generate::box_mesh([0.0; 3], [2.0; 3], 1.0, 5)?;
 /// let p = std::env::temp_dir().join(format!("vtk-doc-{}.vtu", std::process::id()));
 /// vtk::write_vtu(&p, &m, &[("fluence", &vec![1.0; m.len()])])?;

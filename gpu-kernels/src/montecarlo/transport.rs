@@ -1,5 +1,7 @@
 //! The transport kernel: hop-drop-spin with Fresnel, roulette and a time limit (f32), the
-//! CPU reference's physics (montecarlo-core `transport`) event for event.
+//! CPU reference's physics (montecarlo-core `cpu/transport.rs`) event for event; and its
+//! launch wrapper [`transport`] with the device buffers ([`McScene`], [`McTallies`]) and
+//! the launch settings ([`McBatch`]) it takes.
 //!
 //! **Loop structure.** By default one flat loop of events per thread: when a lane's packet
 //! ends, that lane launches the next photon in the same loop (photon indices handed out by
@@ -21,72 +23,17 @@
 // side effects must stay a nested `if`, which clippy would collapse.
 #![allow(clippy::collapsible_if)]
 
-use super::rng::{Rng, rng_seed, rng_zero, uniform};
+use super::photon::{Photon, exit_face, exit_of, photon_zero, pick, set_material};
+use super::rng::{Rng, rng_seed, rng_zero, seed_keys, uniform};
 use super::source::launch;
 use super::{
-    F_FACES, F_GATES, F_IEEE, F_KEEP_PLANES, F_NESTED, F_NO_CACHE, F_PREFETCH, F_STATIC, T_EXPIRED,
-    T_GAINED, T_KILLED, T_LOST,
+    F_FACES, F_GATES, F_IEEE, F_KEEP_PLANES, F_NESTED, F_NO_CACHE, F_PREFETCH, F_STATIC,
+    FACE_FLOATS, MAT_FLOATS, MAX_TET, McVariant, NEIGH_INTS, SRC_FLOATS, T_EXPIRED, T_GAINED,
+    T_KILLED, T_LOST, TOTALS,
 };
+use crate::catalog::{array, settings_1d};
 use cubecl::prelude::*;
-
-/// A packet in flight, with the optical constants of its current region.
-#[derive(CubeType)]
-pub(crate) struct Photon {
-    pub px: f32,
-    pub py: f32,
-    pub pz: f32,
-    pub dx: f32,
-    pub dy: f32,
-    pub dz: f32,
-    pub w: f32,
-    /// Dimensionless optical depth left to the next interaction.
-    pub s: f32,
-    /// ns of flight.
-    pub time: f32,
-    pub t: u32,
-    pub events: u32,
-    pub inv_mut: f32,
-    pub absorb: f32,
-    pub mu_t: f32,
-    /// ns per length unit of flight (n / c).
-    pub n_over_c: f32,
-    pub n: f32,
-    pub g: f32,
-    /// With `F_KEEP_PLANES`: the face planes of tetrahedron `ft`, kept across events.
-    pub f0: Vector<f32, Const<4>>,
-    pub f1: Vector<f32, Const<4>>,
-    pub f2: Vector<f32, Const<4>>,
-    pub f3: Vector<f32, Const<4>>,
-    pub ft: u32,
-}
-
-#[cube]
-pub(crate) fn photon_zero() -> Photon {
-    Photon {
-        px: 0.0f32,
-        py: 0.0f32,
-        pz: 0.0f32,
-        dx: 0.0f32,
-        dy: 0.0f32,
-        dz: 1.0f32,
-        w: 0.0f32,
-        s: 0.0f32,
-        time: 0.0f32,
-        t: 0u32,
-        events: 0u32,
-        inv_mut: 0.0f32,
-        absorb: 0.0f32,
-        mu_t: 0.0f32,
-        n_over_c: 0.0f32,
-        n: 1.0f32,
-        g: 0.0f32,
-        f0: Vector::new(0.0f32),
-        f1: Vector::new(0.0f32),
-        f2: Vector::new(0.0f32),
-        f3: Vector::new(0.0f32),
-        ft: 0u32,
-    }
-}
+use gpu_runtime::{Error, Gpu, GpuArray, Result};
 
 /// Per-lane sums in fixed point: the accumulation cache (last tetrahedron and the weight
 /// dropped there) and the weights that leave the balance other than by absorption or
@@ -157,20 +104,6 @@ pub(crate) fn copy_of(x: f32) -> f32 {
     y
 }
 
-/// Load the optical constants of region `r` (two float4: [1/mu_t, g, n, mua/mu_t],
-/// [mu_t, n/c, 0, 0]).
-#[cube]
-pub(crate) fn set_material(p: &mut Photon, mats: &Array<Vector<f32, Const<4>>>, r: u32) {
-    let m0 = mats[(r * 2u32) as usize];
-    let m1 = mats[(r * 2u32 + 1u32) as usize];
-    p.inv_mut = m0[0];
-    p.g = m0[1];
-    p.n = m0[2];
-    p.absorb = m0[3];
-    p.mu_t = m1[0];
-    p.n_over_c = m1[1];
-}
-
 /// 1/sqrt(x) with the hardware approximation (2 ulp): built outside fast-math, which in
 /// CubeCL 0.10 means the IEEE-rounded `__frsqrt_rn` (slower) rather than `rsqrtf`.
 #[cube(fast_math = FastMath::AllowReciprocal | FastMath::UnsignedZero)]
@@ -186,98 +119,6 @@ pub(crate) fn sqrt_any(x: f32, #[comptime] ieee: bool) -> f32 {
     } else {
         x * rsqrt_approx(f32::max(x, 1.0e-30f32))
     }
-}
-
-/// Distance along the direction to the first face the ray leaves through, and that face.
-#[derive(CubeType)]
-pub(crate) struct Exit {
-    pub h: f32,
-    pub f: u32,
-}
-
-/// Exit face of tetrahedron `t` from `p` along unit `d` (faces with n.d <= 0 are never
-/// exits; the first of equal distances wins, as on the CPU; negative distances clamp to 0).
-#[cube]
-pub(crate) fn exit_face(
-    faces: &Array<Vector<f32, Const<4>>>,
-    t: u32,
-    px: f32,
-    py: f32,
-    pz: f32,
-    dx: f32,
-    dy: f32,
-    dz: f32,
-) -> Exit {
-    let b = (t * 4u32) as usize;
-    exit_of(
-        faces[b],
-        faces[b + 1],
-        faces[b + 2],
-        faces[b + 3],
-        px,
-        py,
-        pz,
-        dx,
-        dy,
-        dz,
-    )
-}
-
-/// [`exit_face`] for the planes `a0..a3` of a tetrahedron.
-#[cube]
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn exit_of(
-    a0: Vector<f32, Const<4>>,
-    a1: Vector<f32, Const<4>>,
-    a2: Vector<f32, Const<4>>,
-    a3: Vector<f32, Const<4>>,
-    px: f32,
-    py: f32,
-    pz: f32,
-    dx: f32,
-    dy: f32,
-    dz: f32,
-) -> Exit {
-    let big = 3.0e38f32;
-    let c0 = a0[0] * dx + a0[1] * dy + a0[2] * dz;
-    let c1 = a1[0] * dx + a1[1] * dy + a1[2] * dz;
-    let c2 = a2[0] * dx + a2[1] * dy + a2[2] * dz;
-    let c3 = a3[0] * dx + a3[1] * dy + a3[2] * dz;
-    let q0 = a0[3] - (a0[0] * px + a0[1] * py + a0[2] * pz);
-    let q1 = a1[3] - (a1[0] * px + a1[1] * py + a1[2] * pz);
-    let q2 = a2[3] - (a2[0] * px + a2[1] * py + a2[2] * pz);
-    let q3 = a3[3] - (a3[0] * px + a3[1] * py + a3[2] * pz);
-    let h0 = select(c0 > 0.0f32, q0 / c0, big);
-    let h1 = select(c1 > 0.0f32, q1 / c1, big);
-    let h2 = select(c2 > 0.0f32, q2 / c2, big);
-    let h3 = select(c3 > 0.0f32, q3 / c3, big);
-    let mut h = h0;
-    let mut f = 0u32;
-    if h1 < h {
-        h = h1;
-        f = 1u32;
-    }
-    if h2 < h {
-        h = h2;
-        f = 2u32;
-    }
-    if h3 < h {
-        h = h3;
-        f = 3u32;
-    }
-    Exit {
-        h: f32::max(h, 0.0f32),
-        f,
-    }
-}
-
-/// Component `f` of a neighbour record.
-#[cube]
-pub(crate) fn pick(v: Vector<i32, Const<4>>, f: u32) -> i32 {
-    let mut r = v[0];
-    r = select(f == 1u32, v[1], r);
-    r = select(f == 2u32, v[2], r);
-    select(f == 3u32, v[3], r)
 }
 
 /// One event without the scattering: move to the interaction point inside the current
@@ -833,4 +674,277 @@ pub fn mc_transport_kernel(
     if acc.lost > 0u32 {
         add_fixed(totals, T_LOST, acc.lost);
     }
+}
+
+/// Device buffers of a mesh, its materials and sources.
+#[derive(Debug)]
+pub struct McScene {
+    /// [`FACE_FLOATS`] per tetrahedron (index 0 a placeholder).
+    pub faces: GpuArray<f32>,
+    /// [`NEIGH_INTS`] per tetrahedron.
+    pub neigh: GpuArray<i32>,
+    /// Region per tetrahedron.
+    pub region: GpuArray<u32>,
+    /// [`MAT_FLOATS`] per region (index 0 = outside).
+    pub mats: GpuArray<f32>,
+    /// [`SRC_FLOATS`] per source.
+    pub srcs: GpuArray<f32>,
+    /// Start tetrahedron per source.
+    pub src_tet: GpuArray<u32>,
+    /// Elements of volume and surface sources, `4 AUX_VECS` floats each (at least 4
+    /// floats).
+    pub src_aux: GpuArray<f32>,
+    /// Per tetrahedron face (4 per tet): the index of its face tally or [`NO_SLOT`] (at
+    /// least one element).
+    pub face_slot: GpuArray<u32>,
+    /// Reference unit normal per tallied face, 4 floats each (at least 4 floats).
+    pub face_normal: GpuArray<f32>,
+    /// Tallied faces.
+    pub tallied_faces: usize,
+    /// Time gates of the gated tally (0: none).
+    pub gates: u32,
+    /// Tetrahedra including the placeholder 0.
+    pub tets: usize,
+    pub boundary: usize,
+    pub sources: u32,
+}
+
+/// The tallies a run adds to: 64-bit fixed-point entries as two u32 words
+/// (see [`FIXED_SCALE`]), zero at the start.
+#[derive(Debug)]
+pub struct McTallies {
+    /// Two words per tetrahedron.
+    pub absorbed: GpuArray<u32>,
+    /// Two words per boundary triangle.
+    pub escaped: GpuArray<u32>,
+    /// Two words per [`TOTALS`] entry.
+    pub totals: GpuArray<u32>,
+    /// Two words per gate and tetrahedron (`gate x tets + tet`; two words without gates).
+    pub gated: GpuArray<u32>,
+    /// Per tallied face: fluence (two words), then net current (two words, two's
+    /// complement).
+    pub face_tally: GpuArray<u32>,
+}
+
+impl McTallies {
+    /// Zeroed tallies for `scene`.
+    pub fn zeroed<R: Runtime>(gpu: &Gpu<R>, scene: &McScene) -> Result<McTallies> {
+        Ok(McTallies {
+            absorbed: gpu.upload(&vec![0u32; 2 * scene.tets])?,
+            escaped: gpu.upload(&vec![0u32; 2 * scene.boundary.max(1)])?,
+            totals: gpu.upload(&[0u32; 2 * TOTALS])?,
+            gated: gpu.upload(&vec![0u32; 2 * (scene.gates as usize * scene.tets).max(1)])?,
+            face_tally: gpu.upload(&vec![0u32; 4 * scene.tallied_faces.max(1)])?,
+        })
+    }
+}
+
+/// One launch's settings.
+#[derive(Debug, Clone, Copy)]
+pub struct McBatch {
+    /// Global index of the first photon.
+    pub first: u64,
+    pub photons: u32,
+    pub seed: u64,
+    pub wmin: f32,
+    pub prwin: f32,
+    /// ns; `f32::MAX` for no limit.
+    pub tmax_ns: f32,
+    /// Refractive index outside the mesh.
+    pub n_out: f32,
+    /// Width of the time gates in ns (with `scene.gates` > 0).
+    pub gate_width_ns: f32,
+    pub max_events: u32,
+    /// Loop iterations after which a lane of the flat loop takes no new photon (it ends
+    /// after the two it holds); the launch is repeated until every photon was handed out.
+    /// `u32::MAX` on GPUs; lavapipe ends any shader loop after 65,535 iterations, so it
+    /// needs a finite budget there.
+    pub budget: u32,
+    /// Cubes of `variant.units` threads.
+    pub cubes: u32,
+    pub variant: McVariant,
+}
+
+/// Transport one batch of photons, adding into `tallies`.
+pub fn transport<R: Runtime>(
+    gpu: &Gpu<R>,
+    scene: &McScene,
+    batch: &McBatch,
+    tallies: &McTallies,
+) -> Result<()> {
+    let mut name = batch.variant.kernel_name();
+    if scene.gates > 0 {
+        name.push_str("_gates");
+    }
+    if scene.tallied_faces > 0 {
+        name.push_str("_faces");
+    }
+    let bad = |why: String| Error::invalid_launch(&name, why);
+    batch.variant.check().map_err(bad)?;
+    if scene.faces.len() < scene.tets * FACE_FLOATS
+        || scene.neigh.len() < scene.tets * NEIGH_INTS
+        || scene.region.len() < scene.tets
+        || scene.mats.len() < MAT_FLOATS
+        || !scene.mats.len().is_multiple_of(MAT_FLOATS)
+        || tallies.absorbed.len() < 2 * scene.tets
+        || tallies.escaped.len() < 2 * scene.boundary.max(1)
+        || tallies.totals.len() < 2 * TOTALS
+        || scene.srcs.len() < scene.sources as usize * SRC_FLOATS
+        || scene.src_tet.len() < scene.sources as usize
+        || scene.src_aux.len() < 4
+        || scene.face_slot.is_empty()
+        || (scene.tallied_faces > 0 && scene.face_slot.len() < 4 * scene.tets)
+        || scene.face_normal.len() < 4 * scene.tallied_faces.max(1)
+        || tallies.gated.len() < 2 * (scene.gates as usize * scene.tets).max(1)
+        || tallies.face_tally.len() < 4 * scene.tallied_faces.max(1)
+        || scene.gates as usize * scene.tets >= 1 << 31
+        || scene.sources == 0
+        || scene.tets > MAX_TET + 1
+    {
+        return Err(bad("buffer lengths do not match the scene".into()));
+    }
+    if batch.cubes == 0 {
+        return Err(bad("no cubes".into()));
+    }
+    let stride = u64::from(batch.cubes) * u64::from(batch.variant.units);
+    if stride > u64::from(u32::MAX / 2) || u64::from(batch.photons) > u64::from(u32::MAX / 2) {
+        return Err(bad(format!(
+            "{} photons on {stride} threads: both must stay below 2^31",
+            batch.photons
+        )));
+    }
+    let (key_lo, key_hi) = seed_keys(batch.seed);
+    let counter = gpu.upload(&[0u32])?;
+    let count = CubeCount::Static(batch.cubes, 1, 1);
+    let v = batch.variant;
+    let dynamic = v.flags & (F_NESTED | F_STATIC) == 0;
+    let mut flags = v.flags;
+    if scene.gates > 0 {
+        flags |= F_GATES;
+    }
+    if scene.tallied_faces > 0 {
+        flags |= F_FACES;
+    }
+    let mut handed_out = 0u32;
+    loop {
+        gpu.launch(&name, count.clone(), |count| {
+            // SAFETY: lengths checked above; the host builds neighbours, regions and source
+            // tetrahedra in range (montecarlo-core validates the mesh); f32/i32 buffers read
+            // as float4/int4 hold whole vectors (lengths are multiples of 4, allocations are
+            // aligned), and u32 buffers read as Atomic<u32> have the same layout.
+            unsafe {
+                let vec4f =
+                    |a: &GpuArray<f32>| ArrayArg::from_raw_parts(a.handle().clone(), a.len() / 4);
+                let vec4i =
+                    |a: &GpuArray<i32>| ArrayArg::from_raw_parts(a.handle().clone(), a.len() / 4);
+                let atomic =
+                    |a: &GpuArray<u32>| ArrayArg::from_raw_parts(a.handle().clone(), a.len());
+                mc_transport_kernel::launch_unchecked::<R>(
+                    gpu.client(),
+                    count,
+                    CubeDim::new_1d(v.units),
+                    vec4f(&scene.faces),
+                    vec4i(&scene.neigh),
+                    scene.region.arg(),
+                    vec4f(&scene.mats),
+                    vec4f(&scene.srcs),
+                    scene.src_tet.arg(),
+                    vec4f(&scene.src_aux),
+                    scene.face_slot.arg(),
+                    vec4f(&scene.face_normal),
+                    atomic(&counter),
+                    atomic(&tallies.absorbed),
+                    atomic(&tallies.escaped),
+                    atomic(&tallies.totals),
+                    atomic(&tallies.gated),
+                    atomic(&tallies.face_tally),
+                    batch.photons,
+                    batch.first as u32,
+                    (batch.first >> 32) as u32,
+                    key_lo,
+                    key_hi,
+                    scene.sources,
+                    stride as u32,
+                    batch.max_events,
+                    batch.budget,
+                    scene.tets as u32,
+                    scene.gates,
+                    batch.wmin,
+                    batch.prwin,
+                    batch.tmax_ns,
+                    batch.n_out,
+                    if scene.gates > 0 {
+                        1.0 / batch.gate_width_ns
+                    } else {
+                        0.0
+                    },
+                    flags,
+                    v.cross_k,
+                );
+            }
+        })?;
+        if !dynamic || batch.budget == u32::MAX {
+            return Ok(());
+        }
+        // Lanes past their budget stopped taking photons: go on until all were handed out.
+        let now = gpu.download(&counter)?[0];
+        if now >= batch.photons {
+            return Ok(());
+        }
+        if now <= handed_out {
+            return Err(bad(format!(
+                "no progress: {now} of {} photons handed out",
+                batch.photons
+            )));
+        }
+        handed_out = now;
+    }
+}
+
+/// The transport kernel configured as [`transport`] launches it: a 1-D cube of `units`
+/// threads, `flags` (the variant's [`McVariant::flags`] and the output bits `F_GATES`,
+/// `F_FACES`) and `cross_k` faces per iteration. The catalog builds its entries here.
+pub(crate) fn configured<R: Runtime>(
+    client: &ComputeClient<R>,
+    units: u32,
+    flags: u32,
+    cross_k: u32,
+) -> mc_transport_kernel::McTransportKernel<R> {
+    mc_transport_kernel::McTransportKernel::<R>::new(
+        settings_1d(units),
+        client.clone(),
+        array(),
+        array(),
+        array(),
+        array(),
+        array(),
+        array(),
+        array(),
+        array(),
+        array(),
+        array(),
+        array(),
+        array(),
+        array(),
+        array(),
+        array(),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        flags,
+        cross_k,
+    )
 }

@@ -1,119 +1,56 @@
-//! The GPU path: packs the mesh (f32 planes, encoded neighbours), materials and sources,
-//! runs `gpu_kernels::montecarlo` in batches on one or several devices (progress and
-//! Ctrl-C between batches), and sums the exact fixed-point tallies (64-bit integers of
-//! 2^-24 weight units) before converting them to f64 once.
+//! The GPU path, host side: packs the mesh (f32 planes, encoded neighbours), materials and
+//! sources, runs `gpu_kernels::montecarlo::transport` in batches on one or several devices
+//! (progress and Ctrl-C between batches), and sums the exact fixed-point tallies (64-bit
+//! integers of 2^-24 weight units) before converting them to f64 once.
 //!
 //! Every photon's random stream is seeded by its global index and every tally is an
 //! integer sum, so the result is bit-identical whatever the batching, the launch size, the
 //! kernel variant's loop structure or the split of the photons between devices.
 //!
 //! ```no_run
-//! use montecarlo_core::gpu::{GpuOptions, run_on};
-//! # fn demo(sim: &montecarlo_core::Simulation) -> montecarlo_core::Result<()> {
+//! use montecarlo_core::{GpuTuning, RunParams, Simulation, api};
+//! # fn demo(sim: &Simulation, lookup: impl Fn(&str) -> Option<String>) -> montecarlo_core::Result<()> {
 //! // Two GPUs of one host share the photons; the kernel variant comes from
-//! // BIOGPU_MC_VARIANT (or the default).
+//! // BIOGPU_MC_VARIANT as `lookup` gives it (the default without it).
 //! let devices = [
 //!     gpu_runtime::Device::select("cuda:0".parse().unwrap(), false).unwrap().device,
 //!     gpu_runtime::Device::select("cuda:1".parse().unwrap(), false).unwrap().device,
 //! ];
-//! let r = run_on(sim, &devices, &GpuOptions::from_env()?, None, |done, total| {
-//!     eprintln!("{done}/{total}");
-//! })?;
+//! let tuning = GpuTuning::from_lookup(lookup)?;
+//! let progress = |done: u64, total: u64| eprintln!("{done}/{total}");
+//! let params = RunParams::new().with_tuning(tuning).with_progress(&progress);
+//! let (r, _info) = api::run_on(sim, &params, &devices)?;
 //! println!("{} photons/ms", r.summary.photons_per_ms);
 //! # Ok(()) }
 //! ```
 
 use crate::error::{Error, Result};
-use crate::sim::Simulation;
-use crate::source::{self, KIND_DISK, KIND_GAUSSIAN};
-use crate::tally::{McResult, Tally};
-use crate::transport::{C_MM_PER_NS, MAX_EVENTS};
-use gpu_kernels::montecarlo::{
-    self as k, GPU_KINDS, McBatch, McScene, McTallies, NEIGH_INTERFACE, TOTALS,
-};
-use gpu_runtime::{Backend, Device, Gpu, with_gpu};
+use crate::model::fixed::FixedTally;
+use crate::model::mesh::FACE_NODES;
+use crate::model::params::GpuTuning;
+use crate::model::physics::{C_MM_PER_NS, MAX_EVENTS};
+use crate::model::simulation::Simulation;
+use crate::model::source::{self, KIND_DISK, KIND_GAUSSIAN};
+use gpu_kernels::montecarlo::{self as k, GPU_KINDS, McBatch, McScene, McTallies, NEIGH_INTERFACE};
+use gpu_runtime::cubecl::prelude as cubecl_rt;
+use gpu_runtime::{Device, Gpu, with_gpu};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::Instant;
 
-/// The kernel variants (re-exported so users need not depend on gpu-kernels).
-pub use gpu_kernels::montecarlo::McVariant;
-
-/// Environment variable selecting the kernel variant (see [`McVariant`]'s syntax, e.g.
-/// `prefetch+k2`); unset or `default` gives the default.
-pub const VARIANT_ENV: &str = "BIOGPU_MC_VARIANT";
-
-/// How the GPU path runs: kernel variant, launch size, batch length.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct GpuOptions {
-    pub variant: McVariant,
-    /// Cubes of `variant.units` threads per launch; None = the simulation's
-    /// `params.gpu_cubes`, else the device's default (enough threads to fill every
-    /// multiprocessor; 64 cubes on a software adapter).
-    pub cubes: Option<u32>,
-    /// Wall time aimed at per batch after the first (progress and Ctrl-C are checked
-    /// between batches; each batch ends with a tail where few packets are left).
-    pub batch_seconds: f64,
-    /// Pack the tetrahedra in the mesh's Morton order (as the CPU path does), so that
-    /// neighbours are close in memory; results are mapped back and bit-identical either way.
-    pub reorder: bool,
-}
-
-impl Default for GpuOptions {
-    fn default() -> Self {
-        GpuOptions {
-            variant: McVariant::DEFAULT,
-            cubes: None,
-            batch_seconds: 0.25,
-            reorder: true,
-        }
-    }
-}
-
-impl GpuOptions {
-    /// The defaults with the variant named by `BIOGPU_MC_VARIANT`, if set.
-    pub fn from_env() -> Result<GpuOptions> {
-        let mut o = GpuOptions::default();
-        if let Ok(text) = std::env::var(VARIANT_ENV) {
-            o.variant = text
-                .parse()
-                .map_err(|e: String| Error::Invalid(format!("{VARIANT_ENV}: {e}")))?;
-        }
-        Ok(o)
-    }
-
-    /// Builder: use `variant`.
-    pub fn with_variant(mut self, variant: McVariant) -> Self {
-        self.variant = variant;
-        self
-    }
-
-    /// Builder: launch `cubes` cubes.
-    pub fn with_cubes(mut self, cubes: u32) -> Self {
-        self.cubes = Some(cubes);
-        self
-    }
-
-    /// Builder: pack tetrahedra in Morton order (`true`, the default) or in mesh order.
-    pub fn with_reorder(mut self, reorder: bool) -> Self {
-        self.reorder = reorder;
-        self
-    }
-}
-
 /// Host-side arrays in the kernel's layout.
-struct Packed {
-    faces: Vec<f32>,
-    neigh: Vec<i32>,
-    region: Vec<u32>,
-    mats: Vec<f32>,
-    srcs: Vec<f32>,
-    src_tet: Vec<u32>,
-    src_aux: Vec<f32>,
-    face_slot: Vec<u32>,
-    face_normal: Vec<f32>,
+pub(crate) struct Packed {
+    pub(crate) faces: Vec<f32>,
+    pub(crate) neigh: Vec<i32>,
+    pub(crate) region: Vec<u32>,
+    pub(crate) mats: Vec<f32>,
+    pub(crate) srcs: Vec<f32>,
+    pub(crate) src_tet: Vec<u32>,
+    pub(crate) src_aux: Vec<f32>,
+    pub(crate) face_slot: Vec<u32>,
+    pub(crate) face_normal: Vec<f32>,
     /// Packed tetrahedron -> mesh tetrahedron (index 0: outside).
-    orig: Vec<u32>,
+    pub(crate) orig: Vec<u32>,
 }
 
 /// Optical constants of every region (0 = outside) as the kernel reads them.
@@ -184,7 +121,7 @@ fn pack_source_elements(sim: &Simulation, packed_of: &[u32]) -> Vec<f32> {
             let nodes: Vec<usize> = if e.face >= 4 {
                 t.iter().map(|&v| v as usize).collect()
             } else {
-                crate::mesh::FACE_NODES[e.face as usize]
+                FACE_NODES[e.face as usize]
                     .iter()
                     .map(|&k| t[k] as usize)
                     .collect()
@@ -208,11 +145,11 @@ fn pack_source_elements(sim: &Simulation, packed_of: &[u32]) -> Vec<f32> {
     aux
 }
 
-fn pack(sim: &Simulation, reorder: bool) -> Result<Packed> {
+pub(crate) fn pack(sim: &Simulation, reorder: bool) -> Result<Packed> {
     let m = &sim.mesh;
     let n = m.len() + 1;
     if n > k::MAX_TET || m.boundary.len() >= k::MAX_TET {
-        return Err(Error::Gpu(format!(
+        return Err(Error::GpuPath(format!(
             "mesh too large for the GPU path: {} tetrahedra, {} boundary triangles (at most {} each)",
             m.len(),
             m.boundary.len(),
@@ -222,7 +159,7 @@ fn pack(sim: &Simulation, reorder: bool) -> Result<Packed> {
     if let Some(g) = sim.gates
         && (g.count as usize) * n >= 1 << 31
     {
-        return Err(Error::Gpu(format!(
+        return Err(Error::GpuPath(format!(
             "{} time gates x {} tetrahedra exceed the GPU's gated tally (2^31 entries)",
             g.count,
             m.len()
@@ -297,7 +234,7 @@ fn pack(sim: &Simulation, reorder: bool) -> Result<Packed> {
     let mut src_tet = Vec::with_capacity(sim.sources.len());
     for s in &sim.sources {
         if !GPU_KINDS.contains(&s.kind) {
-            return Err(Error::Gpu(format!(
+            return Err(Error::GpuPath(format!(
                 "source kind {} is unknown to the GPU kernel (use --device cpu)",
                 s.kind
             )));
@@ -367,129 +304,11 @@ fn upload_scene<R: cubecl_rt::Runtime>(
     })
 }
 
-use gpu_runtime::cubecl::prelude as cubecl_rt;
-
-/// Exact tallies of a photon range: 64-bit integers of 2^-24 weight units.
-#[derive(Debug, Clone)]
-pub struct FixedTally {
-    /// Per tetrahedron (index 0 unused).
-    pub absorbed: Vec<u64>,
-    /// Per boundary triangle.
-    pub escaped: Vec<u64>,
-    /// Killed by roulette, given to roulette survivors, time-limited, lost.
-    pub totals: [u64; TOTALS],
-    /// Absorbed per gate and tetrahedron, `gate x (len + 1) + tet` (empty without gates).
-    pub gated: Vec<u64>,
-    /// Per tallied face: sum of w / |cos| (see `tally::face_crossing`).
-    pub face_fluence: Vec<u64>,
-    /// Per tallied face: net current, sum of w sign(cos).
-    pub face_current: Vec<i64>,
-    /// Photons run.
-    pub photons: u64,
-    /// Wall time of the transport itself (launches and their synchronisation, after the
-    /// scene is on the device, before the tallies are read back); the slowest device's.
-    pub transport_seconds: f64,
-}
-
-impl FixedTally {
-    fn zero(sim: &Simulation) -> Self {
-        FixedTally {
-            absorbed: vec![0; sim.mesh.len() + 1],
-            escaped: vec![0; sim.mesh.boundary.len()],
-            totals: [0; TOTALS],
-            gated: vec![0; sim.gates.map_or(0, |g| g.count as usize) * (sim.mesh.len() + 1)],
-            face_fluence: vec![0; sim.faces.len()],
-            face_current: vec![0; sim.faces.len()],
-            photons: 0,
-            transport_seconds: 0.0,
-        }
-    }
-
-    /// Whether the tallies and photon counts are equal bit for bit (timing aside).
-    pub fn same_tallies(&self, other: &FixedTally) -> bool {
-        self.absorbed == other.absorbed
-            && self.escaped == other.escaped
-            && self.totals == other.totals
-            && self.gated == other.gated
-            && self.face_fluence == other.face_fluence
-            && self.face_current == other.face_current
-            && self.photons == other.photons
-    }
-
-    /// Add `other` (exact integer sums).
-    fn add(&mut self, other: &FixedTally) {
-        for (a, b) in self.absorbed.iter_mut().zip(&other.absorbed) {
-            *a += b;
-        }
-        for (a, b) in self.escaped.iter_mut().zip(&other.escaped) {
-            *a += b;
-        }
-        for (a, b) in self.totals.iter_mut().zip(&other.totals) {
-            *a += b;
-        }
-        for (a, b) in self.gated.iter_mut().zip(&other.gated) {
-            *a += b;
-        }
-        for (a, b) in self.face_fluence.iter_mut().zip(&other.face_fluence) {
-            *a += b;
-        }
-        for (a, b) in self.face_current.iter_mut().zip(&other.face_current) {
-            *a = a.wrapping_add(*b);
-        }
-        self.photons += other.photons;
-        self.transport_seconds = self.transport_seconds.max(other.transport_seconds);
-    }
-
-    /// The f64 tally (weights in packet units).
-    pub fn to_tally(&self, sim: &Simulation) -> Tally {
-        let w = |v: u64| v as f64 / k::FIXED_SCALE;
-        let gates = self.gated.len() / (sim.mesh.len() + 1);
-        let mut t = Tally::with_outputs(&sim.mesh, self.face_fluence.len(), gates);
-        for (dst, &v) in t.gated.iter_mut().zip(&self.gated) {
-            *dst = w(v);
-        }
-        for (dst, &v) in t.face_fluence.iter_mut().zip(&self.face_fluence) {
-            *dst = w(v);
-        }
-        for (dst, &v) in t.face_current.iter_mut().zip(&self.face_current) {
-            *dst = v as f64 / k::FIXED_SCALE;
-        }
-        for (dst, &v) in t.absorbed.iter_mut().zip(&self.absorbed) {
-            *dst = w(v);
-        }
-        for (dst, &v) in t.escaped.iter_mut().zip(&self.escaped) {
-            *dst = w(v);
-        }
-        t.roulette = w(self.totals[0]) - w(self.totals[1]);
-        t.expired = w(self.totals[2]);
-        t.lost = w(self.totals[3]);
-        t.photons = self.photons;
-        t
-    }
-}
-
 fn words_to_u64(words: &[u32]) -> Vec<u64> {
     words
         .chunks_exact(2)
         .map(|w| (u64::from(w[1]) << 32) | u64::from(w[0]))
         .collect()
-}
-
-/// Cubes per launch when nobody chose: about 2,048 threads per multiprocessor for the
-/// flat loop (the photon counter hands out work, so extra cubes only wait and exit); the
-/// nested variant's measured best (16,384 cubes of 128 on an H100); 64 on lavapipe.
-pub fn default_cubes(device: &Device, variant: &McVariant) -> u32 {
-    let info = device.info();
-    if info.software {
-        return 64;
-    }
-    if variant.flags & k::F_NESTED != 0 {
-        return 16_384;
-    }
-    match (device.backend(), info.compute_units) {
-        (Backend::Cuda, Some(sms)) => (sms * (2048 / variant.units)).max(1),
-        _ => 1024,
-    }
 }
 
 /// Event-loop iterations per lane and launch on software adapters. lavapipe (llvmpipe)
@@ -509,24 +328,18 @@ enum Report {
 /// Run photons `first..first + count` on `device` in batches, adding nothing to the host
 /// until the end (tallies accumulate on the device); stops between batches when `stop` is
 /// set. Returns the exact tallies of the photons finished.
-#[allow(clippy::too_many_arguments)]
 fn run_range(
     sim: &Simulation,
     packed: &Packed,
     device: &Device,
-    opts: &GpuOptions,
+    tuning: &GpuTuning,
     first: u64,
     count: u64,
     stop: Option<&AtomicBool>,
     mut report: impl FnMut(u64),
 ) -> Result<FixedTally> {
-    let gerr = |e: gpu_runtime::Error| Error::Gpu(e.to_string());
-    let variant = opts.variant;
-    let cubes = opts
-        .cubes
-        .or(sim.params.gpu_cubes)
-        .unwrap_or_else(|| default_cubes(device, &variant))
-        .max(1);
+    let variant = tuning.variant;
+    let cubes = tuning.cubes_on(device);
     let threads = u64::from(cubes) * u64::from(variant.units);
     let software = device.info().software;
     // Software adapters end long shader loops (see `LAVAPIPE_BUDGET`): the static and
@@ -536,7 +349,7 @@ fn run_range(
     } else {
         (1u64 << 31) - threads.min(1 << 30)
     };
-    with_gpu!(device, |gpu| {
+    let out = with_gpu!(device, |gpu| {
         let scene = upload_scene(gpu, packed, sim)?;
         let tallies = McTallies::zeroed(gpu, &scene)?;
         let mut done = 0u64;
@@ -567,7 +380,7 @@ fn run_range(
             done += n;
             report(done);
             let rate = done as f64 / started.elapsed().as_secs_f64().max(1e-9);
-            batch = ((rate * opts.batch_seconds) as u64).clamp(threads * 8, max_batch);
+            batch = ((rate * tuning.batch_seconds) as u64).clamp(threads * 8, max_batch);
         }
         let transport_seconds = started.elapsed().as_secs_f64();
         let mut out = FixedTally::zero(sim);
@@ -603,52 +416,23 @@ fn run_range(
         out.totals.copy_from_slice(&totals);
         out.photons = done;
         Ok(out)
-    })
-    .map_err(gerr)
+    })?;
+    Ok(out)
 }
 
 /// Run `sim` on `devices`, which split the photons into equal contiguous index ranges
 /// (one thread per device); `progress(done, total)` is called between batches. Naming a
 /// device twice runs two workers on it (results are the same as with one). When `stop` is
-/// set, every device stops after its current batch and the result covers the photons
-/// finished, marked interrupted.
-pub fn run_on(
+/// set, every device stops after its current batch. Returns the exact tallies of the
+/// photons finished and the photons asked for.
+pub(crate) fn run_fixed(
     sim: &Simulation,
     devices: &[Device],
-    opts: &GpuOptions,
+    tuning: &GpuTuning,
     stop: Option<&AtomicBool>,
-    mut progress: impl FnMut(u64, u64),
-) -> Result<McResult> {
-    let start = Instant::now();
-    if devices.is_empty() {
-        return Err(Error::Invalid("no GPU devices given".into()));
-    }
-    if let Some(d) = devices.iter().find(|d| !d.is_gpu()) {
-        return Err(Error::Gpu(format!("{} is not a GPU", d.info().id)));
-    }
-    opts.variant
-        .check()
-        .map_err(|e| Error::Invalid(format!("kernel variant: {e}")))?;
-    let (fixed, total) = run_fixed(sim, devices, opts, stop, &mut progress)?;
-    let names: Vec<_> = devices.iter().map(|d| d.info().id.clone()).collect();
-    let interrupted = fixed.photons < total;
-    Ok(McResult::new(
-        fixed.to_tally(sim),
-        start.elapsed().as_secs_f64(),
-        names.join("+"),
-        interrupted,
-    ))
-}
-
-/// [`run_on`]'s exact tallies, before normalisation, and the photons asked for.
-pub fn run_fixed(
-    sim: &Simulation,
-    devices: &[Device],
-    opts: &GpuOptions,
-    stop: Option<&AtomicBool>,
-    mut progress: impl FnMut(u64, u64),
+    progress: &dyn Fn(u64, u64),
 ) -> Result<(FixedTally, u64)> {
-    let packed = pack(sim, opts.reorder)?;
+    let packed = pack(sim, tuning.reorder)?;
     let total = sim.photons;
     let parts = devices.len() as u64;
     let range = |i: u64| (total * i / parts, total * (i + 1) / parts);
@@ -662,7 +446,7 @@ pub fn run_fixed(
                 let packed = &packed;
                 let (lo, hi) = range(i as u64);
                 scope.spawn(move || {
-                    run_range(sim, packed, device, opts, lo, hi - lo, stop, |done| {
+                    run_range(sim, packed, device, tuning, lo, hi - lo, stop, |done| {
                         // The receiver outlives the workers; a send cannot fail.
                         let _ = tx.send(Report::Progress(i, done));
                     })
@@ -679,7 +463,7 @@ pub fn run_fixed(
             .into_iter()
             .map(|h| {
                 h.join()
-                    .unwrap_or_else(|_| Err(Error::Gpu("a device worker panicked".into())))
+                    .unwrap_or_else(|_| Err(Error::GpuPath("a device worker panicked".into())))
             })
             .collect()
     });
@@ -688,135 +472,4 @@ pub fn run_fixed(
         sum.add(&r?);
     }
     Ok((sum, total))
-}
-
-/// Run `sim` on the GPU `device` with the options of [`GpuOptions::from_env`].
-pub fn run(
-    sim: &Simulation,
-    device: &Device,
-    stop: Option<&AtomicBool>,
-    progress: impl FnMut(u64, u64),
-) -> Result<McResult> {
-    run_on(
-        sim,
-        std::slice::from_ref(device),
-        &GpuOptions::from_env()?,
-        stop,
-        progress,
-    )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::transport::Params;
-    use crate::{Material, Optics, Source, generate};
-
-    fn sim(same_material: bool) -> Simulation {
-        let mesh = generate::grid_mesh(
-            &generate::planes(0.0, 4.0, 2),
-            &generate::planes(0.0, 4.0, 2),
-            &generate::planes(0.0, 4.0, 2),
-            6,
-            |c| if c[2] > 2.0 { 2 } else { 1 },
-        )
-        .unwrap();
-        let m = Material {
-            mua: 0.1,
-            mus: 1.0,
-            g: 0.5,
-            n: 1.4,
-        };
-        let m2 = if same_material {
-            m
-        } else {
-            Material { mua: 0.2, ..m }
-        };
-        let optics = Optics {
-            materials: vec![m, m2],
-            n_outside: 1.0,
-        };
-        let src = [Source::Disk {
-            pos: [2.0, 2.0, 0.0],
-            dir: [0.0, 0.0, 1.0],
-            radius: 1.0,
-            power: 1.0,
-        }];
-        Simulation::new(mesh, optics, &src, 10, Params::default()).unwrap()
-    }
-
-    /// Neighbour entries: boundary faces are `-b` with the right triangle, interior faces
-    /// carry the interface bit exactly where the two regions' materials differ.
-    #[test]
-    fn packed_neighbours_flag_material_changes_and_name_boundary_triangles() {
-        for same in [true, false] {
-            let s = sim(same);
-            let p = pack(&s, false).unwrap();
-            let m = &s.mesh;
-            let mut flagged = 0;
-            for t in 1..=m.len() {
-                for f in 0..4 {
-                    let v = p.neigh[t * 4 + f];
-                    let nb = m.neighbours[t][f];
-                    if nb == 0 {
-                        assert_eq!(v, -(m.boundary_index[t][f] as i32));
-                    } else {
-                        let differ = m.regions[t] != m.regions[nb as usize] && !same;
-                        assert_eq!(v & NEIGH_INTERFACE != 0, differ, "tet {t} face {f}");
-                        assert_eq!((v & !NEIGH_INTERFACE) as u32, nb);
-                        flagged += usize::from(differ);
-                    }
-                }
-            }
-            assert_eq!(flagged > 0, !same);
-            // Planes: 16 floats per tet, the f64 ones rounded.
-            assert_eq!(p.faces.len(), (m.len() + 1) * k::FACE_FLOATS);
-            assert_eq!(p.faces[k::FACE_FLOATS + 3], m.faces[1][0][3] as f32);
-            // The disk's start is its centre moved a hair along the beam.
-            let z = p.srcs[6];
-            assert!(z > 0.0 && z < 1e-5, "{z}");
-            assert_eq!(p.srcs[0], KIND_DISK as f32);
-        }
-    }
-
-    #[test]
-    fn fixed_tallies_convert_exactly_and_compare_without_timing() {
-        let s = sim(true);
-        let mut a = FixedTally::zero(&s);
-        a.absorbed[1] = 3 << 24;
-        a.escaped[0] = 1 << 23;
-        a.totals = [5 << 24, 1 << 24, 1 << 22, 0];
-        a.photons = 10;
-        let mut b = a.clone();
-        b.transport_seconds = 1.0;
-        assert!(a.same_tallies(&b));
-        let t = a.to_tally(&s);
-        assert_eq!(t.absorbed[1], 3.0);
-        assert_eq!(t.escaped[0], 0.5);
-        assert_eq!(t.roulette, 4.0);
-        assert_eq!(t.expired, 0.25);
-        a.add(&b);
-        assert_eq!(a.absorbed[1], 6 << 24);
-        assert_eq!(a.photons, 20);
-        assert!(!a.same_tallies(&b));
-    }
-
-    #[test]
-    fn bad_variant_and_device_lists_are_errors() {
-        assert!("k9".parse::<McVariant>().is_err());
-        assert!("nested+k2".parse::<McVariant>().is_err());
-        assert!("u48".parse::<McVariant>().is_err());
-        let s = sim(true);
-        let e = run_on(&s, &[], &GpuOptions::default(), None, |_, _| {}).unwrap_err();
-        assert!(e.to_string().contains("no GPU devices"), "{e}");
-        let e = run_on(
-            &s,
-            &[Device::cpu()],
-            &GpuOptions::default(),
-            None,
-            |_, _| {},
-        )
-        .unwrap_err();
-        assert!(e.to_string().contains("not a GPU"), "{e}");
-    }
 }

@@ -3,8 +3,8 @@
 //! tetrahedron it enters). Several sources share the photons in proportion to `power`.
 
 use crate::error::{Error, Result};
-use crate::mesh::Mesh;
-use crate::rng::Xoshiro128;
+use crate::model::mesh::Mesh;
+use crate::model::rng::Xoshiro128;
 use serde::{Deserialize, Serialize};
 use std::f64::consts::PI;
 
@@ -89,15 +89,11 @@ pub enum Source {
     },
 }
 
-/// Source kinds as numbers (shared with the GPU kernel).
-pub const KIND_PENCIL: u32 = 0;
-pub const KIND_ISOTROPIC: u32 = 1;
-pub const KIND_CONE: u32 = 2;
-pub const KIND_DISK: u32 = 3;
-pub const KIND_GAUSSIAN: u32 = 4;
-pub const KIND_LINE: u32 = 5;
-pub const KIND_VOLUME: u32 = 6;
-pub const KIND_SURFACE: u32 = 7;
+/// Source kinds as numbers, defined once with the GPU kernel.
+pub use gpu_kernels::montecarlo::{
+    KIND_CONE, KIND_DISK, KIND_GAUSSIAN, KIND_ISOTROPIC, KIND_LINE, KIND_PENCIL, KIND_SURFACE,
+    KIND_VOLUME,
+};
 
 /// One element of a volume or surface source: a tetrahedron (volume) or the face of the
 /// tetrahedron a packet enters (surface), with the cumulative share of the source's power up
@@ -554,7 +550,7 @@ pub fn launch(
             let table = &elements[s.first as usize..(s.first + s.count) as usize];
             let e = table[pick_element(table, rng.uniform())];
             let b = triangle_barycentric(rng.uniform(), rng.uniform());
-            let fnodes = crate::mesh::FACE_NODES[e.face as usize];
+            let fnodes = crate::model::mesh::FACE_NODES[e.face as usize];
             let v = fnodes.map(|k| mesh.nodes[mesh.tets[e.tet as usize][k] as usize]);
             let p = [0, 1, 2].map(|k| b[0] * v[0][k] + b[1] * v[1][k] + b[2] * v[2][k]);
             let d = if s.param > 0.5 {

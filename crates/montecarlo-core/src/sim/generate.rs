@@ -2,7 +2,7 @@
 //! tetrahedra per cell, and layered slabs (a grid box whose regions follow z layers).
 
 use crate::error::{Error, Result};
-use crate::mesh::Mesh;
+use crate::model::mesh::Mesh;
 
 /// Corner offsets of a grid cell, indexed `i + 2j + 4k`.
 const CORNER: [[usize; 3]; 8] = [
@@ -112,7 +112,7 @@ pub fn planes(a: f64, b: f64, n: usize) -> Vec<f64> {
 /// region. The cube60 benchmark is `box_mesh([0.;3], [60.;3], 2.0, 5)` (135,000 tets).
 ///
 /// ```
-/// let m = montecarlo_core::generate::box_mesh([0.0; 3], [4.0; 3], 2.0, 5)?;
+/// let m = montecarlo_core::sim::generate::box_mesh([0.0; 3], [4.0; 3], 2.0, 5)?;
 /// assert_eq!(m.len(), 8 * 5);
 /// # Ok::<(), montecarlo_core::Error>(())
 /// ```

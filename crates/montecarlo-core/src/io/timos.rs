@@ -3,9 +3,9 @@
 //! Every number is checked: a short file is a `Truncated` error naming what was missing.
 
 use crate::error::{Error, Result};
-use crate::mesh::Mesh;
-use crate::optics::{Material, Optics};
-use crate::source::Source;
+use crate::model::mesh::Mesh;
+use crate::model::optics::{Material, Optics};
+use crate::model::source::Source;
 use std::path::Path;
 
 /// Whitespace tokens with their line numbers.

@@ -1,0 +1,268 @@
+//! The public verbs, one form: `verb(&Simulation, &RunParams, device(s)) -> Result<(result,
+//! RunInfo)>`. [`run`] runs on one device (the f64 CPU reference for a CPU device, the f32
+//! GPU path otherwise) and is the crate's only CPU-vs-GPU branch; [`run_on`] shares the
+//! photons between several GPUs; [`run_fixed`] gives the GPU's exact tallies before
+//! normalisation. [`Simulation::run_cpu`] runs a photon range on the CPU without batching
+//! (what the tests and benchmarks compare against).
+//!
+//! ```
+//! use montecarlo_core::{Material, Optics, RunParams, Simulation, Source, api, sim::generate};
+//! let mesh = generate::box_mesh([0.0; 3], [6.0; 3], 2.0, 5)?;
+//! let optics = Optics { materials: vec![Material { mua: 0.1, mus: 1.0, g: 0.9, n: 1.0 }], n_outside: 1.0 };
+//! let src = [Source::Pencil { pos: [3.0, 3.0, 0.0], dir: [0.0, 0.0, 1.0], power: 1.0 }];
+//! let sim = Simulation::new(mesh, optics, &src, 2000, Default::default())?;
+//! let (r, info) = api::run(&sim, &RunParams::new(), &gpu_runtime::Device::cpu())?;
+//! assert_eq!((r.summary.photons, info.requested), (2000, 2000));
+//! assert!(r.summary.balance_error.abs() < 1e-9 && !info.interrupted);
+//! # Ok::<(), montecarlo_core::Error>(())
+//! ```
+
+use crate::cpu::transport::{Cpu, run_batched};
+use crate::error::{Error, Result};
+use crate::gpu::transport as gpu;
+use crate::model::fixed::FixedTally;
+use crate::model::params::{McVariant, RunParams};
+use crate::model::simulation::Simulation;
+use crate::model::tally::McResult;
+use gpu_runtime::Device;
+use std::time::Instant;
+
+/// How a run went, besides its result.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunInfo {
+    /// The device or devices that ran (`cpu (16 threads)`, `cuda:0+cuda:1`).
+    pub device: String,
+    /// Photons asked for (the result's summary has the photons run).
+    pub requested: u64,
+    /// Photons run.
+    pub photons: u64,
+    /// Stopped before all photons ran.
+    pub interrupted: bool,
+    /// Wall time of the whole run in s (packing, uploads and read-back included).
+    pub seconds: f64,
+    /// GPU: wall time of the transport alone (launches and their synchronisation, after the
+    /// scene is on the device, before the tallies are read back), the slowest device's.
+    pub transport_seconds: Option<f64>,
+    /// GPU: the kernel variant.
+    pub variant: Option<McVariant>,
+    /// GPU: cubes per launch on the first device.
+    pub cubes: Option<u32>,
+    /// CPU: rayon threads.
+    pub threads: Option<usize>,
+}
+
+/// Run `sim` on `device` (the CPU path for a CPU device) in batches, calling
+/// `params.progress(done, total)` between batches; when `params.stop` is set, returns the
+/// result of the photons finished so far, normalised by that count and marked interrupted.
+/// On a GPU, `params.tuning` chooses the kernel variant and launch size.
+pub fn run(sim: &Simulation, params: &RunParams, device: &Device) -> Result<(McResult, RunInfo)> {
+    if device.is_gpu() {
+        return run_on(sim, params, std::slice::from_ref(device));
+    }
+    let start = Instant::now();
+    let (tally, interrupted) = run_batched(sim, params.stop, &|done, total| {
+        params.report(done, total);
+    });
+    let threads = rayon::current_num_threads();
+    let r = McResult::new(
+        tally,
+        start.elapsed().as_secs_f64(),
+        format!("cpu ({threads} threads)"),
+        interrupted,
+    );
+    let info = RunInfo {
+        device: r.summary.device.clone(),
+        requested: sim.photons,
+        photons: r.summary.photons,
+        interrupted,
+        seconds: r.summary.seconds,
+        transport_seconds: None,
+        variant: None,
+        cubes: None,
+        threads: Some(threads),
+    };
+    Ok((r, info))
+}
+
+/// Run `sim` on the GPUs `devices`, which split the photons into equal contiguous index
+/// ranges (one thread per device); naming a device twice runs two workers on it (results
+/// are the same as with one). Progress and stop as in [`run`]; when stopped, every device
+/// stops after its current batch.
+pub fn run_on(
+    sim: &Simulation,
+    params: &RunParams,
+    devices: &[Device],
+) -> Result<(McResult, RunInfo)> {
+    let start = Instant::now();
+    let (fixed, info) = run_fixed(sim, params, devices)?;
+    let r = McResult::new(
+        fixed.to_tally(sim),
+        start.elapsed().as_secs_f64(),
+        info.device.clone(),
+        info.interrupted,
+    );
+    let info = RunInfo {
+        seconds: r.summary.seconds,
+        ..info
+    };
+    Ok((r, info))
+}
+
+/// [`run_on`]'s exact tallies, before normalisation (bit-identical whatever the batching,
+/// launch size, packing order or split between devices).
+pub fn run_fixed(
+    sim: &Simulation,
+    params: &RunParams,
+    devices: &[Device],
+) -> Result<(FixedTally, RunInfo)> {
+    let start = Instant::now();
+    if devices.is_empty() {
+        return Err(Error::Invalid("no GPU devices given".into()));
+    }
+    if let Some(d) = devices.iter().find(|d| !d.is_gpu()) {
+        return Err(Error::GpuPath(format!("{} is not a GPU", d.info().id)));
+    }
+    let tuning = &params.tuning;
+    tuning
+        .variant
+        .check()
+        .map_err(|e| Error::Invalid(format!("kernel variant: {e}")))?;
+    let (fixed, total) = gpu::run_fixed(sim, devices, tuning, params.stop, &|done, total| {
+        params.report(done, total);
+    })?;
+    let names: Vec<_> = devices.iter().map(|d| d.info().id.clone()).collect();
+    let info = RunInfo {
+        device: names.join("+"),
+        requested: total,
+        photons: fixed.photons,
+        interrupted: fixed.photons < total,
+        seconds: start.elapsed().as_secs_f64(),
+        transport_seconds: Some(fixed.transport_seconds),
+        variant: Some(tuning.variant),
+        cubes: Some(tuning.cubes_on(&devices[0])),
+        threads: None,
+    };
+    Ok((fixed, info))
+}
+
+impl Simulation {
+    /// The CPU path for photons `first..first + count` (no batching, no stop flag).
+    pub fn run_cpu(&self, first: u64, count: u64) -> McResult {
+        let start = Instant::now();
+        let t = Cpu::new(self).run(first, count, None);
+        McResult::new(t, start.elapsed().as_secs_f64(), "cpu".into(), false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::transport::pack;
+    use crate::model::optics::{Material, Optics};
+    use crate::model::params::Params;
+    use crate::model::source::{KIND_DISK, Source};
+    use crate::sim::generate;
+    use gpu_kernels::montecarlo::{self as k, NEIGH_INTERFACE};
+
+    fn sim(same_material: bool) -> Simulation {
+        let mesh = generate::grid_mesh(
+            &generate::planes(0.0, 4.0, 2),
+            &generate::planes(0.0, 4.0, 2),
+            &generate::planes(0.0, 4.0, 2),
+            6,
+            |c| if c[2] > 2.0 { 2 } else { 1 },
+        )
+        .unwrap();
+        let m = Material {
+            mua: 0.1,
+            mus: 1.0,
+            g: 0.5,
+            n: 1.4,
+        };
+        let m2 = if same_material {
+            m
+        } else {
+            Material { mua: 0.2, ..m }
+        };
+        let optics = Optics {
+            materials: vec![m, m2],
+            n_outside: 1.0,
+        };
+        let src = [Source::Disk {
+            pos: [2.0, 2.0, 0.0],
+            dir: [0.0, 0.0, 1.0],
+            radius: 1.0,
+            power: 1.0,
+        }];
+        Simulation::new(mesh, optics, &src, 10, Params::default()).unwrap()
+    }
+
+    /// Neighbour entries: boundary faces are `-b` with the right triangle, interior faces
+    /// carry the interface bit exactly where the two regions' materials differ.
+    #[test]
+    fn packed_neighbours_flag_material_changes_and_name_boundary_triangles() {
+        for same in [true, false] {
+            let s = sim(same);
+            let p = pack(&s, false).unwrap();
+            let m = &s.mesh;
+            let mut flagged = 0;
+            for t in 1..=m.len() {
+                for f in 0..4 {
+                    let v = p.neigh[t * 4 + f];
+                    let nb = m.neighbours[t][f];
+                    if nb == 0 {
+                        assert_eq!(v, -(m.boundary_index[t][f] as i32));
+                    } else {
+                        let differ = m.regions[t] != m.regions[nb as usize] && !same;
+                        assert_eq!(v & NEIGH_INTERFACE != 0, differ, "tet {t} face {f}");
+                        assert_eq!((v & !NEIGH_INTERFACE) as u32, nb);
+                        flagged += usize::from(differ);
+                    }
+                }
+            }
+            assert_eq!(flagged > 0, !same);
+            // Planes: 16 floats per tet, the f64 ones rounded.
+            assert_eq!(p.faces.len(), (m.len() + 1) * k::FACE_FLOATS);
+            assert_eq!(p.faces[k::FACE_FLOATS + 3], m.faces[1][0][3] as f32);
+            // The disk's start is its centre moved a hair along the beam.
+            let z = p.srcs[6];
+            assert!(z > 0.0 && z < 1e-5, "{z}");
+            assert_eq!(p.srcs[0], KIND_DISK as f32);
+        }
+    }
+
+    #[test]
+    fn fixed_tallies_convert_exactly_and_compare_without_timing() {
+        let s = sim(true);
+        let mut a = FixedTally::zero(&s);
+        a.absorbed[1] = 3 << 24;
+        a.escaped[0] = 1 << 23;
+        a.totals = [5 << 24, 1 << 24, 1 << 22, 0];
+        a.photons = 10;
+        let mut b = a.clone();
+        b.transport_seconds = 1.0;
+        assert!(a.same_tallies(&b));
+        let t = a.to_tally(&s);
+        assert_eq!(t.absorbed[1], 3.0);
+        assert_eq!(t.escaped[0], 0.5);
+        assert_eq!(t.roulette, 4.0);
+        assert_eq!(t.expired, 0.25);
+        a.add(&b);
+        assert_eq!(a.absorbed[1], 6 << 24);
+        assert_eq!(a.photons, 20);
+        assert!(!a.same_tallies(&b));
+    }
+
+    #[test]
+    fn bad_variant_and_device_lists_are_errors() {
+        assert!("k9".parse::<McVariant>().is_err());
+        assert!("nested+k2".parse::<McVariant>().is_err());
+        assert!("u48".parse::<McVariant>().is_err());
+        let s = sim(true);
+        let p = RunParams::new();
+        let e = run_on(&s, &p, &[]).unwrap_err();
+        assert!(e.to_string().contains("no GPU devices"), "{e}");
+        let e = run_on(&s, &p, &[Device::cpu()]).unwrap_err();
+        assert!(e.to_string().contains("not a GPU"), "{e}");
+    }
+}

@@ -1,0 +1,3 @@
+//! The f64 CPU reference (one file per operation, same names as the GPU's files).
+
+pub(crate) mod transport;
