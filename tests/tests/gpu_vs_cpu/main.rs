@@ -2,6 +2,7 @@
 //! Device: `BIOGPU_DEVICE` (lavapipe in CI, CUDA on the GPU machine); see biogpu-tests.
 
 mod base_kernels;
+mod errors;
 mod flim;
 mod flim_global;
 mod montecarlo;
