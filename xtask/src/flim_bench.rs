@@ -17,13 +17,58 @@
 use crate::report::Measurement;
 use crate::suite::{Options, measurement};
 use anyhow::Result;
-use flim_core::fit::{Estimator, FitOptions, Model, Segments, Shift};
-use flim_core::fret::Donor;
-use flim_core::gpu::{analyse_fret_on, analyse_on, fit_global_on, fit_on};
 use flim_core::sim::{DecaySim, bi_exponential, mono_exponential};
-use flim_core::{Analysis, AnyCube, Cube, Methods};
+use flim_core::{
+    Analysis, AnyCube, Count, Cube, Donor, Estimator, FitOptions, FretOptions, GlobalOptions,
+    GpuTuning, Methods, Model, Segments, Shift,
+};
 use gpu_runtime::{Device, Timing};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
+
+/// The GPU path's tuning (`BIOGPU_FLIM_*`), read once by [`run`].
+static TUNING: OnceLock<GpuTuning> = OnceLock::new();
+
+fn tuning() -> GpuTuning {
+    TUNING.get().copied().unwrap_or_default()
+}
+
+fn analyse_on<T: Count>(cube: &Cube<T>, opts: &Analysis, device: &Device) -> Result<()> {
+    flim_core::analyse(cube, &opts.with_tuning(tuning()), device)?;
+    Ok(())
+}
+
+fn analyse_any_on(cube: &AnyCube, opts: &Analysis, device: &Device) -> Result<()> {
+    flim_core::analyse_any(cube, &opts.with_tuning(tuning()), device)?;
+    Ok(())
+}
+
+fn analyse_fret_on<T: Count>(
+    cube: &Cube<T>,
+    opts: &Analysis,
+    donor: Donor,
+    device: &Device,
+) -> Result<()> {
+    let opts = FretOptions::new(donor).with_analysis(opts.with_tuning(tuning()));
+    flim_core::analyse_fret(cube, &opts, device)?;
+    Ok(())
+}
+
+fn fit_on<T: Count>(cube: &Cube<T>, opts: &FitOptions, device: &Device) -> Result<()> {
+    flim_core::fit(cube, &opts.clone().with_tuning(tuning()), device)?;
+    Ok(())
+}
+
+fn fit_global_on<T: Count>(
+    cube: &Cube<T>,
+    opts: &FitOptions,
+    segments: &Segments,
+    device: &Device,
+) -> Result<()> {
+    let opts = GlobalOptions::new(opts.clone().with_tuning(tuning()), segments.clone());
+    flim_core::fit_global(cube, &opts, device)?;
+    Ok(())
+}
 
 const BINS: usize = 256;
 const BIN_NS: f64 = 0.05;
@@ -54,6 +99,8 @@ fn fit_opts(model: Model, est: Estimator) -> FitOptions {
 }
 
 pub fn run(device: &Device, opts: &Options, _earlier: &[Measurement]) -> Result<Vec<Measurement>> {
+    let tuning = GpuTuning::from_lookup(|k| std::env::var(k).ok())?;
+    let _ = TUNING.set(tuning);
     let gpu = device.is_gpu();
     let big = if opts.quick { 64 } else { 256 };
     let small = if opts.quick || !gpu { 64 } else { 256 };
@@ -302,7 +349,7 @@ fn paper_workload(
         ("BCMM1 + PM (donor known)", &fd, Some(Donor::Known(2.5))),
     ];
     for (name, cube, donor) in kernels {
-        let d = flim_core::gpu::kernel_time(cube, &all, donor, device, 5)?;
+        let d = flim_core::kernel_time(cube, &all.with_tuning(tuning()), donor, device, 5)?;
         let t = Timing::from_durations(&[d]);
         out.push(measurement(
             "flim",
@@ -429,7 +476,7 @@ fn real_file(path: &std::path::Path, device: &Device, reps: usize) -> Result<Vec
     };
     let cube = &image.cube;
     let (h, w) = cube.shape();
-    let range = flim_core::preprocess::FitRange::from_peak(cube)?;
+    let range = flim_core::FitRange::from_peak(cube)?;
     let label = format!(
         "{} ({w}x{h}x{} {})",
         path.file_name()
@@ -439,7 +486,7 @@ fn real_file(path: &std::path::Path, device: &Device, reps: usize) -> Result<Vec
     );
     let mut out = Vec::new();
     let t = time(reps, || {
-        cube.analyse_on(&range.apply(Analysis::default()), device)?;
+        analyse_any_on(cube, &range.apply(Analysis::default()), device)?;
         Ok(())
     })?;
     out.push(measurement(
@@ -454,7 +501,7 @@ fn real_file(path: &std::path::Path, device: &Device, reps: usize) -> Result<Vec
         let mut locked = cube.clone();
         locked.pin_on(device)?;
         let t = time(reps.max(10), || {
-            locked.analyse_on(&range.apply(Analysis::default()), device)?;
+            analyse_any_on(&locked, &range.apply(Analysis::default()), device)?;
             Ok(())
         })?;
         out.push(measurement(
@@ -473,7 +520,7 @@ fn real_file(path: &std::path::Path, device: &Device, reps: usize) -> Result<Vec
             AnyCube::U16(c) => fit_on(c, &o, device)?,
             AnyCube::U32(c) => fit_on(c, &o, device)?,
             AnyCube::F32(c) => fit_on(c, &o, device)?,
-        };
+        }
         Ok(())
     })?;
     out.push(measurement(

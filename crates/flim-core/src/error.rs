@@ -25,14 +25,26 @@ pub enum Error {
         path: std::path::PathBuf,
         what: String,
     },
+    /// A check of the demo failed (the device disagrees with the CPU, or a phantom's
+    /// lifetime was not recovered).
+    #[error("{0}")]
+    DemoCheck(String),
     /// The GPU path failed.
-    #[error("GPU: {0}")]
-    Gpu(String),
+    #[error(transparent)]
+    Gpu(#[from] gpu_runtime::Error),
 }
 
-impl From<gpu_runtime::Error> for Error {
-    fn from(e: gpu_runtime::Error) -> Self {
-        Error::Gpu(e.to_string())
+impl From<imaging_io::Error> for Error {
+    fn from(e: imaging_io::Error) -> Self {
+        use imaging_io::Error as E;
+        match e {
+            E::InvalidParameter { name, value, why } => {
+                Error::InvalidParameter { name, value, why }
+            }
+            E::FrameSizeMismatch { .. } => Error::Shape(e.to_string()),
+            E::Format { path, why } => Error::Format { path, what: why },
+            E::Io { path, source } => Error::Io { path, source },
+        }
     }
 }
 

@@ -10,9 +10,14 @@
 mod common;
 
 use common::{crb_tau, delta_method, stats};
-use flim_core::methods::{STATUS_MASKED, STATUS_OK, analyse_decay};
 use flim_core::sim::{DecaySim, mono_exponential};
-use flim_core::{Analysis, Calibration, Cube, analyse};
+use flim_core::{Analysis, Calibration, Count, Cube, LifetimeMaps};
+use flim_core::{STATUS_MASKED, STATUS_OK, analyse_decay};
+
+/// The CPU reference of [`flim_core::analyse`].
+fn analyse<T: Count>(cube: &Cube<T>, opts: &Analysis) -> flim_core::Result<LifetimeMaps> {
+    flim_core::analyse(cube, opts, &gpu_runtime::Device::cpu()).map(|(maps, _)| maps)
+}
 use ndarray::Array3;
 
 const TAU: f64 = 2.5;
@@ -22,7 +27,7 @@ const BIN_NS: f64 = 0.05;
 /// The methods of `analyse_decay`, by name.
 const METHODS: [&str; 5] = ["RLD", "IEM", "CMM", "phase", "mod"];
 
-fn pick(name: &str, d: &flim_core::methods::DecayLifetimes) -> f64 {
+fn pick(name: &str, d: &flim_core::DecayLifetimes) -> f64 {
     match name {
         "RLD" => d.tau_rld,
         "IEM" => d.tau_iem,

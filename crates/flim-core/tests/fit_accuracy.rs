@@ -7,10 +7,25 @@
 mod common;
 
 use common::{crb_tau, stats};
-use flim_core::fit::{
-    DecayFit, Estimator, FitOptions, FitStatus, Model, Offset, Segments, Shift, fit, fit_decay,
-    fit_global, model_curve,
+use flim_core::{
+    Count, DecayFit, Estimator, FitMaps, FitOptions, FitStatus, GlobalOptions, Model, Offset,
+    Segments, Shift, fit_decay, model_curve,
 };
+
+/// The CPU reference of [`flim_core::fit`].
+fn fit<T: Count>(cube: &Cube<T>, opts: &FitOptions) -> flim_core::Result<FitMaps> {
+    flim_core::fit(cube, opts, &gpu_runtime::Device::cpu()).map(|(maps, _)| maps)
+}
+
+/// The CPU reference of [`flim_core::fit_global`].
+fn fit_global<T: Count>(
+    cube: &Cube<T>,
+    opts: &FitOptions,
+    segments: &Segments,
+) -> flim_core::Result<FitMaps> {
+    let opts = GlobalOptions::new(opts.clone(), segments.clone());
+    flim_core::fit_global(cube, &opts, &gpu_runtime::Device::cpu()).map(|(maps, _)| maps)
+}
 use flim_core::sim::{DecaySim, bi_exponential, mono_exponential};
 use flim_core::{Cube, Error};
 use ndarray::{Array2, Array3};

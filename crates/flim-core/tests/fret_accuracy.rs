@@ -6,9 +6,19 @@
 mod common;
 
 use common::{delta_method, stats};
-use flim_core::fret::{Donor, FretDecay, analyse_fret, analyse_fret_decay};
 use flim_core::sim::{DecaySim, bi_exponential};
 use flim_core::{Analysis, Cube};
+use flim_core::{Count, Donor, FretDecay, FretMaps, FretOptions, analyse_fret_decay};
+
+/// The CPU reference of [`flim_core::analyse_fret`].
+fn analyse_fret<T: Count>(
+    cube: &Cube<T>,
+    opts: &Analysis,
+    donor: Donor,
+) -> flim_core::Result<FretMaps> {
+    let opts = FretOptions::new(donor).with_analysis(*opts);
+    flim_core::analyse_fret(cube, &opts, &gpu_runtime::Device::cpu()).map(|(maps, _)| maps)
+}
 
 const TAU_F: f64 = 0.8;
 const TAU_D: f64 = 2.5;

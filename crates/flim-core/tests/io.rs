@@ -6,10 +6,9 @@
 //! holding them (`seminal_receptacle_FLIM_single_image.sdt`, `hazelnut_FLIM_single_image.ptu`);
 //! their reference numbers come from cgohlke's `sdtfile` 2026.2.8 and `ptufile` 2026.2.6.
 
+use flim_core::AnyCube;
 use flim_core::Cube;
-use flim_core::io::{
-    AnyCube, Format, ReadOptions, read, read_ptu_header, write_npy, write_sdt, write_tiff,
-};
+use flim_core::io::{Format, ReadOptions, read, read_ptu_header, write_npy, write_sdt, write_tiff};
 use flim_core::sim::mono_exponential;
 use ndarray::{Array3, Axis};
 use std::path::{Path, PathBuf};

@@ -1,12 +1,13 @@
 //! Outputs: masked and zero-photon pixels never reach a statistic, a histogram or a colour
 //! (NaN in TIFF maps, black in images); files are readable and say what they should.
 
-use flim_core::output::{
+use flim_core::io::{
     MapSet, brightness, lifetime_histogram, map_stats, write_histogram_csv, write_histogram_png,
     write_lifetime_png, write_map_tiff, write_phasor_png, write_summary_csv,
 };
 use flim_core::sim::mono_exponential;
 use flim_core::{Analysis, Cube, analyse};
+use gpu_runtime::Device;
 use imaging_io::{Colormap, Range};
 use ndarray::{Array2, s};
 use std::path::PathBuf;
@@ -39,7 +40,15 @@ fn maps_with_empty_pixels() -> MapSet {
         .unwrap()
         .with_period_ns(12.8)
         .unwrap();
-    MapSet::from_lifetimes(&analyse(&cube, &Analysis::default().with_threshold(50.0)).unwrap())
+    MapSet::from_lifetimes(
+        &analyse(
+            &cube,
+            &Analysis::default().with_threshold(50.0),
+            &Device::cpu(),
+        )
+        .unwrap()
+        .0,
+    )
 }
 
 fn png_pixels(path: &std::path::Path) -> (usize, usize, Vec<u8>) {

@@ -1,8 +1,8 @@
 //! Preprocessing against known truth from `flim_core::sim`: binning sums, masks, fit ranges,
 //! background, IRF estimates and shifts.
 
+use flim_core::AnyCube;
 use flim_core::Cube;
-use flim_core::io::AnyCube;
 use flim_core::preprocess::{
     Binning, FitRange, Irf, bin_spatial, estimate_offset, half_rise_ns, photon_mask,
     rise_shift_map, summed_decay,

@@ -8,12 +8,12 @@
 //! cancellation); the relative convergence tolerance is at least [`F32_TOLERANCE`].
 
 use super::lifetimes::{b_fn, cmm_rate};
-use super::{KIND_F32, KIND_U16, count, holds_decays, invalid};
+use super::{KIND_F32, KIND_U16, count, holds_decays};
 use crate::CUBE_1D;
 use crate::catalog::{CatalogEntry, array, entry, settings_1d};
 use crate::linalg::cholesky_solve;
 use cubecl::prelude::*;
-use gpu_runtime::{Gpu, GpuArray, Result};
+use gpu_runtime::{Error, Gpu, GpuArray, Result};
 
 /// Estimators (flim-core's `Estimator`).
 pub const EST_NEYMAN: u32 = 0;
@@ -826,7 +826,7 @@ pub fn fit<R: Runtime>(
         || p.first + p.m > p.stride
         || p.m < 4
     {
-        return Err(invalid(
+        return Err(Error::invalid_launch(
             name,
             format!(
                 "components {}, estimator {}, irf mode {}, kind {}, bins {}..{} of {}",
@@ -849,7 +849,7 @@ pub fn fit<R: Runtime>(
         || out.len() < p.planes() * pixels
         || status.len() < pixels
     {
-        return Err(invalid(
+        return Err(Error::invalid_launch(
             name,
             format!("buffers too short for {pixels} pixels x {} bins", p.stride),
         ));
@@ -900,6 +900,49 @@ pub fn fit<R: Runtime>(
     })
 }
 
+/// [`fit_kernel`] configured as [`fit`] configures it, for u16 counts without a mask (`k`
+/// components, estimator `est`, offset fitted when `zfit`, IRF mode `irf_mode`); the
+/// catalog's entries.
+pub(crate) fn configured<R: Runtime>(
+    client: &ComputeClient<R>,
+    k: u32,
+    est: u32,
+    zfit: bool,
+    irf_mode: u32,
+) -> fit_kernel::FitKernel<R> {
+    fit_kernel::FitKernel::<R>::new(
+        settings_1d(CUBE_1D),
+        client.clone(),
+        array(),
+        array(),
+        array(),
+        array(),
+        array(),
+        array(),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        KIND_U16,
+        k,
+        est,
+        zfit,
+        irf_mode,
+        false,
+    )
+}
+
 /// This module's kernels, configured as their launch wrappers configure them: the models
 /// the benchmarks and the CLI use.
 pub(crate) fn catalog<R: Runtime>(client: &ComputeClient<R>) -> Vec<CatalogEntry> {
@@ -924,37 +967,7 @@ pub(crate) fn catalog<R: Runtime>(client: &ComputeClient<R>) -> Vec<CatalogEntry
     ]
     .into_iter()
     .map(|(name, k, est, zfit, irf_mode)| {
-        let kern = fit_kernel::FitKernel::<R>::new(
-            settings_1d(CUBE_1D),
-            client.clone(),
-            array(),
-            array(),
-            array(),
-            array(),
-            array(),
-            array(),
-            (),
-            (),
-            (),
-            (),
-            (),
-            (),
-            (),
-            (),
-            (),
-            (),
-            (),
-            (),
-            (),
-            (),
-            (),
-            KIND_U16,
-            k,
-            est,
-            zfit,
-            irf_mode,
-            false,
-        );
+        let kern = configured(client, k, est, zfit, irf_mode);
         entry("flim", name, kern)
     })
     .collect()

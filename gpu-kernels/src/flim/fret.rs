@@ -6,12 +6,12 @@
 
 use super::{
     KIND_F32, KIND_U16, TILE, TILE_ROW, count, cube_first_pixel, decays, fetch_tile, holds_decays,
-    invalid, store_tile, tile_count, u16_pairs,
+    store_tile, tile_count, u16_pairs,
 };
 use crate::catalog::{CatalogEntry, array, entry, settings_1d};
 use cubecl::ir::features::EnumSet;
 use cubecl::prelude::*;
-use gpu_runtime::{Gpu, GpuArray, Result};
+use gpu_runtime::{Error, Gpu, GpuArray, Result};
 
 /// Units per cube. Smaller than the other FLIM kernels' 256: a cube holds its multiprocessor
 /// until its slowest warp ends, and BCMM2's warps end at very different times.
@@ -746,7 +746,7 @@ pub fn fret<R: Runtime>(
     let name = "flim_fret";
     let pixels = p.pixels as usize;
     if p.m < 4 || p.first + p.m > p.stride || p.kind > KIND_F32 {
-        return Err(invalid(
+        return Err(Error::invalid_launch(
             name,
             format!(
                 "bins {}..{} of {}, kind {}",
@@ -760,14 +760,17 @@ pub fn fret<R: Runtime>(
     if let Some(t) = p.tau_d
         && !(t.is_finite() && t > 0.0)
     {
-        return Err(invalid(name, format!("donor lifetime {t} ns must be > 0")));
+        return Err(Error::invalid_launch(
+            name,
+            format!("donor lifetime {t} ns must be > 0"),
+        ));
     }
     if !holds_decays(words, p.kind, pixels, p.stride)
         || tables.len() < 3 * p.m as usize
         || out.len() < FRET_PLANES * pixels
         || status.len() < pixels
     {
-        return Err(invalid(
+        return Err(Error::invalid_launch(
             name,
             format!("buffers too short for {pixels} pixels x {} bins", p.stride),
         ));
@@ -815,6 +818,44 @@ pub fn fret<R: Runtime>(
     })
 }
 
+/// [`fret_kernel`] configured as [`fret`] configures it (count type `kind`, donor lifetime
+/// `known` or not, u16 counts read two per word when `pairs`); the catalog's entries.
+pub(crate) fn configured<R: Runtime>(
+    client: &ComputeClient<R>,
+    kind: u32,
+    known: bool,
+    pairs: bool,
+) -> fret_kernel::FretKernel<R> {
+    fret_kernel::FretKernel::<R>::new(
+        settings_1d(FRET_CUBE),
+        client.clone(),
+        array(),
+        array(),
+        array(),
+        array(),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        kind,
+        known,
+        pairs,
+    )
+}
+
 /// This module's kernels, configured as their launch wrappers configure them.
 pub(crate) fn catalog<R: Runtime>(client: &ComputeClient<R>) -> Vec<CatalogEntry> {
     [
@@ -825,34 +866,7 @@ pub(crate) fn catalog<R: Runtime>(client: &ComputeClient<R>) -> Vec<CatalogEntry
     ]
     .into_iter()
     .map(|(name, kind, known, pairs)| {
-        let k = fret_kernel::FretKernel::<R>::new(
-            settings_1d(FRET_CUBE),
-            client.clone(),
-            array(),
-            array(),
-            array(),
-            array(),
-            (),
-            (),
-            (),
-            (),
-            (),
-            (),
-            (),
-            (),
-            (),
-            (),
-            (),
-            (),
-            (),
-            (),
-            (),
-            (),
-            (),
-            kind,
-            known,
-            pairs,
-        );
+        let k = configured(client, kind, known, pairs);
         entry("flim", name, k)
     })
     .collect()

@@ -43,17 +43,17 @@
 
 // CubeCL evaluates `if comptime!(..)` at expansion time; merging it with a runtime
 // condition would turn it into a runtime branch.
-#![allow(clippy::collapsible_if, clippy::too_many_arguments)]
+#![allow(clippy::collapsible_if)]
 
 use super::fit::{
     self, EST_POISSON, F32_TOLERANCE, FIT_CONVERGED, FIT_FAILED, FitParams, Geo, IRF_FITTED,
     IRF_NONE, STATIONARY, STUCK, evaluate, params, project,
 };
-use super::{KIND_F32, KIND_U16, count, holds_decays, invalid};
+use super::{KIND_F32, KIND_U16, count, holds_decays};
 use crate::catalog::{CatalogEntry, array, entry, settings_1d};
 use crate::linalg::cholesky_solve;
 use cubecl::prelude::*;
-use gpu_runtime::{Gpu, GpuArray, Result};
+use gpu_runtime::{Error, Gpu, GpuArray, Result};
 
 /// Resolution of the f32 model in a shared parameter (ln tau; the shift in bins): a
 /// segment pools all its pixels' photons, so its shared parameters' standard errors can
@@ -956,7 +956,7 @@ pub fn global_fit<R: Runtime>(
         || p.first + p.m > p.stride
         || p.m < 4
     {
-        return Err(invalid(
+        return Err(Error::invalid_launch(
             name,
             format!(
                 "components {}, estimator {}, irf mode {}, kind {}, bins {}..{} of {}",
@@ -974,7 +974,7 @@ pub fn global_fit<R: Runtime>(
         || offsets.windows(2).any(|w| w[1] <= w[0])
         || offsets.last().is_some_and(|&o| o as usize > pixels)
     {
-        return Err(invalid(
+        return Err(Error::invalid_launch(
             name,
             format!(
                 "segment offsets must rise strictly from 0 to at most {pixels} pixels (no empty segment)"
@@ -991,7 +991,7 @@ pub fn global_fit<R: Runtime>(
         || out.len() < global_planes(p) * pixels
         || status.len() < segments
     {
-        return Err(invalid(
+        return Err(Error::invalid_launch(
             name,
             format!(
                 "buffers too short for {pixels} pixels x {} bins in {segments} segments",
@@ -1026,7 +1026,7 @@ pub fn global_fit<R: Runtime>(
     )?;
     let classes = allowed_classes(gpu, shared_params(p.components, p.irf_mode));
     if classes == 0 {
-        return Err(invalid(
+        return Err(Error::invalid_launch(
             name,
             format!(
                 "the device's cubes are too small: {} units need {} bytes of shared memory",
@@ -1095,6 +1095,51 @@ pub fn global_fit<R: Runtime>(
     Ok(())
 }
 
+/// [`global_kernel`] configured as [`global_fit`] configures it, for u16 counts (`k`
+/// components, estimator `est`, offset fitted when `zfit`, IRF mode `irf_mode`, `units` per
+/// cube); the catalog's entries.
+pub(crate) fn configured<R: Runtime>(
+    client: &ComputeClient<R>,
+    k: u32,
+    est: u32,
+    zfit: bool,
+    irf_mode: u32,
+    units: u32,
+) -> global_kernel::GlobalKernel<R> {
+    global_kernel::GlobalKernel::<R>::new(
+        settings_1d(units),
+        client.clone(),
+        array(),
+        array(),
+        array(),
+        array(),
+        array(),
+        array(),
+        array(),
+        array(),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        KIND_U16,
+        k,
+        est,
+        zfit,
+        irf_mode,
+        units,
+    )
+}
+
 /// This module's kernels, configured as [`global_fit`] configures them: the paper's GA-32
 /// case (bi-exponential MLE tail fit on 32-unit cubes), a whole image (256 units), and
 /// the largest shared system (fitted shift and offset).
@@ -1136,38 +1181,7 @@ pub(crate) fn catalog<R: Runtime>(client: &ComputeClient<R>) -> Vec<CatalogEntry
     ]
     .into_iter()
     .map(|(name, k, est, zfit, irf_mode, units)| {
-        let kern = global_kernel::GlobalKernel::<R>::new(
-            settings_1d(units),
-            client.clone(),
-            array(),
-            array(),
-            array(),
-            array(),
-            array(),
-            array(),
-            array(),
-            array(),
-            (),
-            (),
-            (),
-            (),
-            (),
-            (),
-            (),
-            (),
-            (),
-            (),
-            (),
-            (),
-            (),
-            (),
-            KIND_U16,
-            k,
-            est,
-            zfit,
-            irf_mode,
-            units,
-        );
+        let kern = configured(client, k, est, zfit, irf_mode, units);
         entry("flim", name, kern)
     })
     .collect()

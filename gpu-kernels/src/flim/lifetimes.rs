@@ -7,13 +7,13 @@
 //! RLD, IEM, CMM, g, s, phase, modulation ([`plane_of`]).
 
 use super::{
-    KIND_F32, TILE, TILE_ROW, count, cube_first_pixel, decays, fetch_tile, holds_decays, invalid,
+    KIND_F32, TILE, TILE_ROW, count, cube_first_pixel, decays, fetch_tile, holds_decays,
     store_tile, tile_count, u16_pairs,
 };
 use crate::CUBE_1D;
 use crate::catalog::{CatalogEntry, array, entry, settings_1d};
 use cubecl::prelude::*;
-use gpu_runtime::{Gpu, GpuArray, Result};
+use gpu_runtime::{Error, Gpu, GpuArray, Result};
 
 /// Method bits (flim-core's `Methods`).
 pub const RLD: u32 = 1;
@@ -424,7 +424,7 @@ pub fn lifetimes<R: Runtime>(
     let name = "flim_lifetimes";
     let pixels = p.pixels as usize;
     if p.m < 4 || p.first + p.m > p.stride || p.kind > KIND_F32 || p.methods & !ALL != 0 {
-        return Err(invalid(
+        return Err(Error::invalid_launch(
             name,
             format!(
                 "bins {}..{} of {}, kind {}, methods {:#x}",
@@ -441,7 +441,7 @@ pub fn lifetimes<R: Runtime>(
         || out.len() < planes(p.methods) * pixels
         || status.len() < pixels
     {
-        return Err(invalid(
+        return Err(Error::invalid_launch(
             name,
             format!("buffers too short for {pixels} pixels x {} bins", p.stride),
         ));
@@ -488,6 +488,42 @@ pub fn lifetimes<R: Runtime>(
     })
 }
 
+/// [`lifetimes_kernel`] configured as [`lifetimes`] configures it (count type `kind`, method
+/// bits `methods`, u16 counts read two per word when `pairs`); the catalog's entries.
+pub(crate) fn configured<R: Runtime>(
+    client: &ComputeClient<R>,
+    kind: u32,
+    methods: u32,
+    pairs: bool,
+) -> lifetimes_kernel::LifetimesKernel<R> {
+    lifetimes_kernel::LifetimesKernel::<R>::new(
+        settings_1d(CUBE_1D),
+        client.clone(),
+        array(),
+        array(),
+        array(),
+        array(),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        kind,
+        methods,
+        pairs,
+    )
+}
+
 /// This module's kernels, configured as their launch wrappers configure them.
 pub(crate) fn catalog<R: Runtime>(client: &ComputeClient<R>) -> Vec<CatalogEntry> {
     use super::{KIND_U16 as U16, KIND_U32 as U32};
@@ -503,32 +539,7 @@ pub(crate) fn catalog<R: Runtime>(client: &ComputeClient<R>) -> Vec<CatalogEntry
     ]
     .into_iter()
     .map(|(name, kind, methods, pairs)| {
-        let k = lifetimes_kernel::LifetimesKernel::<R>::new(
-            settings_1d(CUBE_1D),
-            client.clone(),
-            array(),
-            array(),
-            array(),
-            array(),
-            (),
-            (),
-            (),
-            (),
-            (),
-            (),
-            (),
-            (),
-            (),
-            (),
-            (),
-            (),
-            (),
-            (),
-            (),
-            kind,
-            methods,
-            pairs,
-        );
+        let k = configured(client, kind, methods, pairs);
         entry("flim", name, k)
     })
     .collect()

@@ -21,7 +21,7 @@ pub use lifetimes::{LifetimeParams, lifetimes};
 
 use crate::catalog::CatalogEntry;
 use cubecl::prelude::*;
-use gpu_runtime::{Error, GpuArray};
+use gpu_runtime::GpuArray;
 
 /// Counts stored as u16, two per word (little-endian).
 pub const KIND_U16: u32 = 0;
@@ -161,13 +161,6 @@ pub(crate) fn holds_decays(words: &GpuArray<u32>, kind: u32, pixels: usize, stri
 /// Whether u16 counts can be read two per load: every pixel and the range start on a word.
 pub(crate) fn u16_pairs(kind: u32, stride: u32, first: u32, m: u32) -> bool {
     kind == KIND_U16 && stride.is_multiple_of(2) && first.is_multiple_of(2) && m.is_multiple_of(2)
-}
-
-pub(crate) fn invalid(kernel: &str, why: String) -> Error {
-    Error::InvalidLaunch {
-        kernel: kernel.into(),
-        why,
-    }
 }
 
 /// This module's kernels, configured as their launch wrappers configure them.

@@ -19,12 +19,67 @@
 //! Formulas that are ill-defined within those errors (a comparison that could go either
 //! way, e.g. `D0 > D1`) are skipped for that pixel only.
 
-use biogpu_tests::{gpu_under_test, proptest_cases};
-use flim_core::gpu::analyse_on;
-use flim_core::methods::STATUS_OK;
-use flim_core::{Analysis, Count, Cube, LifetimeMaps, Methods, analyse};
+use biogpu_tests::proptest_cases;
+use flim_core::{
+    Analysis, Count, Cube, Donor, FitMaps, FitOptions, FretMaps, FretOptions, GpuTuning,
+    LifetimeMaps, Methods, STATUS_OK,
+};
+use gpu_runtime::Device;
 use ndarray::Array3;
 use proptest::prelude::*;
+
+/// The GPU path's tuning the environment asks for (`BIOGPU_FLIM_*`).
+fn tuning() -> GpuTuning {
+    GpuTuning::from_lookup(|k| std::env::var(k).ok()).expect("BIOGPU_FLIM_* settings")
+}
+
+/// The non-iterative methods on `device`.
+fn analyse_on<T: Count>(
+    cube: &Cube<T>,
+    opts: &Analysis,
+    device: &Device,
+) -> flim_core::Result<LifetimeMaps> {
+    flim_core::analyse(cube, &opts.with_tuning(tuning()), device).map(|(maps, _)| maps)
+}
+
+/// The f64 CPU reference of the non-iterative methods.
+fn analyse<T: Count>(cube: &Cube<T>, opts: &Analysis) -> flim_core::Result<LifetimeMaps> {
+    analyse_on(cube, opts, &Device::cpu())
+}
+
+/// BCMM and PM on `device`.
+fn analyse_fret_on<T: Count>(
+    cube: &Cube<T>,
+    opts: &Analysis,
+    donor: Donor,
+    device: &Device,
+) -> flim_core::Result<FretMaps> {
+    let opts = FretOptions::new(donor).with_analysis(opts.with_tuning(tuning()));
+    flim_core::analyse_fret(cube, &opts, device).map(|(maps, _)| maps)
+}
+
+/// The f64 CPU reference of BCMM and PM.
+fn analyse_fret<T: Count>(
+    cube: &Cube<T>,
+    opts: &Analysis,
+    donor: Donor,
+) -> flim_core::Result<FretMaps> {
+    analyse_fret_on(cube, opts, donor, &Device::cpu())
+}
+
+/// The per-pixel fit on `device`.
+fn fit_on<T: Count>(
+    cube: &Cube<T>,
+    opts: &FitOptions,
+    device: &Device,
+) -> flim_core::Result<FitMaps> {
+    flim_core::fit(cube, &opts.clone().with_tuning(tuning()), device).map(|(maps, _)| maps)
+}
+
+/// The f64 CPU reference of the per-pixel fit.
+fn fit<T: Count>(cube: &Cube<T>, opts: &FitOptions) -> flim_core::Result<FitMaps> {
+    fit_on(cube, opts, &Device::cpu())
+}
 
 /// f32 unit roundoff.
 const U: f64 = 1.0 / 16_777_216.0;
@@ -83,12 +138,14 @@ fn within(got: f32, want: f64, tol: f64, what: &str) -> Result<(), TestCaseError
 }
 
 #[allow(clippy::too_many_lines)]
-fn compare<T: Count>(cube: &Cube<T>, opts: &Analysis, s: &Settings) -> Result<(), TestCaseError> {
-    let Some(device) = gpu_under_test("flim_lifetimes_match_the_cpu") else {
-        return Ok(());
-    };
+fn compare<T: Count>(
+    device: &Device,
+    cube: &Cube<T>,
+    opts: &Analysis,
+    s: &Settings,
+) -> Result<(), TestCaseError> {
     let cpu = analyse(cube, opts).unwrap();
-    let gpu: LifetimeMaps = analyse_on(cube, opts, &device).unwrap();
+    let gpu: LifetimeMaps = analyse_on(cube, opts, device).unwrap();
     let counts = cube.counts();
     let Settings {
         offset: o,
@@ -302,74 +359,71 @@ const METHOD_SETS: [Methods; 6] = [
     Methods::PHASOR,
 ];
 
-proptest! {
-    #![proptest_config(proptest_cases(24))]
-
-    #[test]
-    fn flim_lifetimes_match_the_cpu(
-        h in 1usize..20,
-        w in 1usize..33,
-        bins in 8usize..300,
-        bin_ns in 0.01f64..0.4,
-        peak in 1.0f64..3000.0,
-        kind in 0u32..3,
-        first_frac in 0.0f64..0.3,
-        offset in prop_oneof![Just(0.0f64), 0.0f64..2.0],
-        threshold in prop_oneof![Just(1.0f64), 0.0f64..500.0],
-        harmonic in 1u32..3,
-        period_scale in 1.0f64..2.0,
-        cal_phase in prop_oneof![Just(0.0f64), -1.0f64..1.0],
-        cal_mod in prop_oneof![Just(1.0f64), 0.5f64..2.0],
-        set in 0usize..6,
-        seed in any::<u64>(),
-    ) {
-        let raw = random_cube(h, w, bins, bin_ns, peak, seed);
-        let first = ((bins as f64 * first_frac) as usize).min(bins - 4);
-        let m = bins - first;
-        let period = bins as f64 * bin_ns * period_scale;
-        let methods = METHOD_SETS[set];
-        let opts = Analysis::default()
-            .with_range(first, Some(m))
-            .with_offset(offset)
-            .with_threshold(threshold)
-            .with_harmonic(harmonic)
-            .with_calibration(flim_core::Calibration { phase: cal_phase, modulation: cal_mod })
-            .with_methods(methods);
-        let cal = (cal_mod * cal_phase.cos(), cal_mod * cal_phase.sin());
-        let set = Settings { offset, threshold, first, m, harmonic, cal, methods };
-        match kind {
-            0 => compare(&Cube::new(raw.mapv(|v| v.min(65535.0) as u16), bin_ns).unwrap().with_period_ns(period).unwrap(), &opts, &set)?,
-            1 => compare(&Cube::new(raw.mapv(|v| v as u32 * 37), bin_ns).unwrap().with_period_ns(period).unwrap(), &opts, &set)?,
-            _ => compare(&Cube::new(raw.mapv(|v| (v * 0.73) as f32), bin_ns).unwrap().with_period_ns(period).unwrap(), &opts, &set)?,
-        }
+biogpu_tests::gpu_test! {
+    fn flim_lifetimes_match_the_cpu(device) {
+        proptest!(proptest_cases(24), |(
+            h in 1usize..20,
+            w in 1usize..33,
+            bins in 8usize..300,
+            bin_ns in 0.01f64..0.4,
+            peak in 1.0f64..3000.0,
+            kind in 0u32..3,
+            first_frac in 0.0f64..0.3,
+            offset in prop_oneof![Just(0.0f64), 0.0f64..2.0],
+            threshold in prop_oneof![Just(1.0f64), 0.0f64..500.0],
+            harmonic in 1u32..3,
+            period_scale in 1.0f64..2.0,
+            cal_phase in prop_oneof![Just(0.0f64), -1.0f64..1.0],
+            cal_mod in prop_oneof![Just(1.0f64), 0.5f64..2.0],
+            set in 0usize..6,
+            seed in any::<u64>(),
+        )| {
+            let raw = random_cube(h, w, bins, bin_ns, peak, seed);
+            let first = ((bins as f64 * first_frac) as usize).min(bins - 4);
+            let m = bins - first;
+            let period = bins as f64 * bin_ns * period_scale;
+            let methods = METHOD_SETS[set];
+            let opts = Analysis::default()
+                .with_range(first, Some(m))
+                .with_offset(offset)
+                .with_threshold(threshold)
+                .with_harmonic(harmonic)
+                .with_calibration(flim_core::Calibration { phase: cal_phase, modulation: cal_mod })
+                .with_methods(methods);
+            let cal = (cal_mod * cal_phase.cos(), cal_mod * cal_phase.sin());
+            let set = Settings { offset, threshold, first, m, harmonic, cal, methods };
+            match kind {
+                0 => compare(device, &Cube::new(raw.mapv(|v| v.min(65535.0) as u16), bin_ns).unwrap().with_period_ns(period).unwrap(), &opts, &set)?,
+                1 => compare(device, &Cube::new(raw.mapv(|v| v as u32 * 37), bin_ns).unwrap().with_period_ns(period).unwrap(), &opts, &set)?,
+                _ => compare(device, &Cube::new(raw.mapv(|v| (v * 0.73) as f32), bin_ns).unwrap().with_period_ns(period).unwrap(), &opts, &set)?,
+            }
+        });
     }
 }
 
-/// Many pixels, several chunks' worth on small devices: the chunked upload keeps pixel order.
-#[test]
-fn large_u16_cube_matches_the_cpu_pixel_for_pixel() {
-    let Some(device) = gpu_under_test("large_u16_cube_matches_the_cpu_pixel_for_pixel") else {
-        return;
-    };
-    let cube = flim_core::sim::mono_exponential(
-        &[1.0, 2.0, 3.0, 4.0],
-        64,
-        129,
-        256,
-        0.05,
-        12.8,
-        800.0,
-        11,
-    )
-    .unwrap();
-    let cpu = analyse(&cube, &Analysis::default()).unwrap();
-    let gpu = analyse_on(&cube, &Analysis::default(), &device).unwrap();
-    assert_eq!(gpu.status, cpu.status);
-    for (a, b) in gpu.intensity.iter().zip(cpu.intensity.iter()) {
-        assert_eq!(a, b, "integer photon sums are exact in f32 below 2^24");
-    }
-    for (a, b) in gpu.g.iter().zip(cpu.g.iter()) {
-        assert!((a - b).abs() < 2e-5, "g {a} vs {b}");
+biogpu_tests::gpu_test! {
+    /// Many pixels, several chunks' worth on small devices: the chunked upload keeps pixel order.
+    fn large_u16_cube_matches_the_cpu_pixel_for_pixel(device) {
+        let cube = flim_core::sim::mono_exponential(
+            &[1.0, 2.0, 3.0, 4.0],
+            64,
+            129,
+            256,
+            0.05,
+            12.8,
+            800.0,
+            11,
+        )
+        .unwrap();
+        let cpu = analyse(&cube, &Analysis::default()).unwrap();
+        let gpu = analyse_on(&cube, &Analysis::default(), device).unwrap();
+        assert_eq!(gpu.status, cpu.status);
+        for (a, b) in gpu.intensity.iter().zip(cpu.intensity.iter()) {
+            assert_eq!(a, b, "integer photon sums are exact in f32 below 2^24");
+        }
+        for (a, b) in gpu.g.iter().zip(cpu.g.iter()) {
+            assert!((a - b).abs() < 2e-5, "g {a} vs {b}");
+        }
     }
 }
 
@@ -427,18 +481,16 @@ fn random_fret_cube(
 /// lifetimes to f32.
 #[allow(clippy::too_many_lines)]
 fn compare_fret<T: Count>(
+    device: &Device,
     cube: &Cube<T>,
     opts: &Analysis,
-    donor: flim_core::fret::Donor,
+    donor: Donor,
     s: &Settings,
     determined: f64,
 ) -> Result<(usize, usize), TestCaseError> {
-    use flim_core::fret::{analyse_fret, testing};
-    let Some(device) = gpu_under_test("flim_fret_matches_the_cpu") else {
-        return Ok((0, 0));
-    };
+    use flim_core::fret::testing;
     let cpu = analyse_fret(cube, opts, donor).unwrap();
-    let gpu = flim_core::gpu::analyse_fret_on(cube, opts, donor, &device).unwrap();
+    let gpu = analyse_fret_on(cube, opts, donor, device).unwrap();
     let Settings {
         offset: o,
         first,
@@ -493,7 +545,7 @@ fn compare_fret<T: Count>(
         // The PM formulas' own f32 cancellations (terms like 1 - u - u tau_D^2 omega^2, up
         // to u tau_F^2 tau_D^2 omega^4) act as perturbations of the phasor (u, v) of a few
         // ulp of those terms: 16 u (1 + (omega tau_D)^2)^2 of S0 on gc and gs.
-        if let flim_core::fret::Donor::Known(td) = donor {
+        if let Donor::Known(td) = donor {
             let lever = (1.0 + (omega * td).powi(2)).powi(2);
             bounds[4] += 16.0 * U * lever * sums[0].abs();
             bounds[5] += 16.0 * U * lever * sums[0].abs();
@@ -526,8 +578,8 @@ fn compare_fret<T: Count>(
                 match i {
                     0..6 => p[i] += sign * bounds[i],
                     6 => {
-                        if let flim_core::fret::Donor::Known(t) = donor {
-                            d = flim_core::fret::Donor::Known(t * (1.0 + sign * 4.0 * U));
+                        if let Donor::Known(t) = donor {
+                            d = Donor::Known(t * (1.0 + sign * 4.0 * U));
                         }
                     }
                     _ => per *= 1.0 + sign * 2.0 * U,
@@ -553,7 +605,7 @@ fn compare_fret<T: Count>(
         }
         // PM draws the line from the donor's point through the pixel's phasor: where the two
         // are within 100x the phasor's f32 error, its direction (tau_F) is not determined.
-        if let flim_core::fret::Donor::Known(td) = donor {
+        if let Donor::Known(td) = donor {
             let (u, v) = (sums[4] / sums[0], sums[5] / sums[0]);
             let wt = omega * td;
             let (ud, vd) = (1.0 / (1.0 + wt * wt), wt / (1.0 + wt * wt));
@@ -579,7 +631,7 @@ fn compare_fret<T: Count>(
                     want,
                     tol[q]
                 );
-                if (1..=4).contains(&q) && !g.is_nan() && donor == flim_core::fret::Donor::Unknown {
+                if (1..=4).contains(&q) && !g.is_nan() && donor == Donor::Unknown {
                     // Backward error: the GPU's pair solves the S1 and S2 equations up to
                     // its f32 acceptance (1e-4 relative), the f32 errors of those sums, and
                     // the rounding of its lifetimes to f32.
@@ -622,160 +674,151 @@ fn compare_fret<T: Count>(
     Ok((compared, edges))
 }
 
-proptest! {
-    #![proptest_config(proptest_cases(16))]
-
-    #[test]
-    fn flim_fret_matches_the_cpu(
-        h in 1usize..10,
-        w in 1usize..17,
-        bins in 32usize..300,
-        bin_ns in 0.02f64..0.2,
-        peak in 10.0f64..30000.0,
-        kind in 0u32..3,
-        first_frac in 0.0f64..0.1,
-        offset in prop_oneof![Just(0.0f64), 0.0f64..1.0],
-        known in prop_oneof![Just(None), (1.5f64..5.0).prop_map(Some)],
-        harmonic in 1u32..3,
-        seed in any::<u64>(),
-    ) {
-        use flim_core::fret::Donor;
-        let raw = random_fret_cube(h, w, bins, bin_ns, peak, seed);
-        let first = ((bins as f64 * first_frac) as usize).min(bins - 4);
-        let m = bins - first;
-        let period = bins as f64 * bin_ns;
-        let opts = Analysis::default()
-            .with_range(first, Some(m))
-            .with_offset(offset)
-            .with_harmonic(harmonic);
-        let donor = known.map_or(Donor::Unknown, Donor::Known);
-        let set = Settings { offset, threshold: 1.0, first, m, harmonic, cal: (1.0, 0.0), methods: Methods::ALL };
-        match kind {
-            0 => compare_fret(&Cube::new(raw.mapv(|v| v.min(65535.0) as u16), bin_ns).unwrap().with_period_ns(period).unwrap(), &opts, donor, &set, 1e-3)?,
-            1 => compare_fret(&Cube::new(raw.mapv(|v| v as u32), bin_ns).unwrap().with_period_ns(period).unwrap(), &opts, donor, &set, 1e-3)?,
-            _ => compare_fret(&Cube::new(raw.mapv(|v| (v * 0.73) as f32), bin_ns).unwrap().with_period_ns(period).unwrap(), &opts, donor, &set, 1e-3)?,
-        };
+biogpu_tests::gpu_test! {
+    fn flim_fret_matches_the_cpu(device) {
+        proptest!(proptest_cases(16), |(
+            h in 1usize..10,
+            w in 1usize..17,
+            bins in 32usize..300,
+            bin_ns in 0.02f64..0.2,
+            peak in 10.0f64..30000.0,
+            kind in 0u32..3,
+            first_frac in 0.0f64..0.1,
+            offset in prop_oneof![Just(0.0f64), 0.0f64..1.0],
+            known in prop_oneof![Just(None), (1.5f64..5.0).prop_map(Some)],
+            harmonic in 1u32..3,
+            seed in any::<u64>(),
+        )| {
+            let raw = random_fret_cube(h, w, bins, bin_ns, peak, seed);
+            let first = ((bins as f64 * first_frac) as usize).min(bins - 4);
+            let m = bins - first;
+            let period = bins as f64 * bin_ns;
+            let opts = Analysis::default()
+                .with_range(first, Some(m))
+                .with_offset(offset)
+                .with_harmonic(harmonic);
+            let donor = known.map_or(Donor::Unknown, Donor::Known);
+            let set = Settings { offset, threshold: 1.0, first, m, harmonic, cal: (1.0, 0.0), methods: Methods::ALL };
+            match kind {
+                0 => compare_fret(device, &Cube::new(raw.mapv(|v| v.min(65535.0) as u16), bin_ns).unwrap().with_period_ns(period).unwrap(), &opts, donor, &set, 1e-3)?,
+                1 => compare_fret(device, &Cube::new(raw.mapv(|v| v as u32), bin_ns).unwrap().with_period_ns(period).unwrap(), &opts, donor, &set, 1e-3)?,
+                _ => compare_fret(device, &Cube::new(raw.mapv(|v| (v * 0.73) as f32), bin_ns).unwrap().with_period_ns(period).unwrap(), &opts, donor, &set, 1e-3)?,
+            };
+        });
     }
 }
 
-/// Chunked (a small memory budget: many chunks through the pipeline) and one pass give
-/// the same bits, for the lifetimes, FRET and fit kernels.
-#[test]
-fn chunked_equals_one_pass() {
-    let Some(device) = gpu_under_test("chunked_equals_one_pass") else {
-        return;
-    };
-    let sim = flim_core::sim::DecaySim::new(128, 0.1, 3000.0).unwrap();
-    let cube = flim_core::sim::bi_exponential(0.8, 2.5, 37, 29, &sim).unwrap();
-    // 1073 pixels of 256 bytes: about 10 chunks under a 64 KiB budget.
-    let small = (*device).clone().with_memory_limit(64 << 10);
-    let opts = Analysis::default();
-    let one = analyse_on(&cube, &opts, &device).unwrap();
-    let many = analyse_on(&cube, &opts, &small).unwrap();
-    assert_eq!(one, many);
-    let donor = flim_core::fret::Donor::Known(2.5);
-    let one = flim_core::gpu::analyse_fret_on(&cube, &opts, donor, &device).unwrap();
-    let many = flim_core::gpu::analyse_fret_on(&cube, &opts, donor, &small).unwrap();
-    for (a, b) in one.planes().iter().zip(many.planes()) {
-        for (x, y) in a.iter().zip(b.iter()) {
-            assert!(x.to_bits() == y.to_bits(), "{x} vs {y}");
+biogpu_tests::gpu_test! {
+    /// Chunked (a small memory budget: many chunks through the pipeline) and one pass give
+    /// the same bits, for the lifetimes, FRET and fit kernels.
+    fn chunked_equals_one_pass(device) {
+        let sim = flim_core::sim::DecaySim::new(128, 0.1, 3000.0).unwrap();
+        let cube = flim_core::sim::bi_exponential(0.8, 2.5, 37, 29, &sim).unwrap();
+        // 1073 pixels of 256 bytes: about 10 chunks under a 64 KiB budget.
+        let small = device.clone().with_memory_limit(64 << 10);
+        let opts = Analysis::default();
+        let one = analyse_on(&cube, &opts, device).unwrap();
+        let many = analyse_on(&cube, &opts, &small).unwrap();
+        assert_eq!(one, many);
+        let donor = Donor::Known(2.5);
+        let one = analyse_fret_on(&cube, &opts, donor, device).unwrap();
+        let many = analyse_fret_on(&cube, &opts, donor, &small).unwrap();
+        for (a, b) in one.planes().iter().zip(many.planes()) {
+            for (x, y) in a.iter().zip(b.iter()) {
+                assert!(x.to_bits() == y.to_bits(), "{x} vs {y}");
+            }
         }
+        // Fits: each chunk's maps are filled as it comes back. (Debug text: NaN == NaN.)
+        let fit = flim_core::FitOptions::new(flim_core::Model::Mono).with_threshold(3000.0);
+        let one = fit_on(&cube, &fit, device).unwrap();
+        let many = fit_on(&cube, &fit, &small).unwrap();
+        assert_eq!(format!("{one:?}"), format!("{many:?}"));
+        assert!(
+            one.status
+                .iter()
+                .any(|&s| s == flim_core::FitStatus::Masked)
+        );
     }
-    // Fits: each chunk's maps are filled as it comes back. (Debug text: NaN == NaN.)
-    let fit = flim_core::fit::FitOptions::new(flim_core::fit::Model::Mono).with_threshold(3000.0);
-    let one = flim_core::gpu::fit_on(&cube, &fit, &device).unwrap();
-    let many = flim_core::gpu::fit_on(&cube, &fit, &small).unwrap();
-    assert_eq!(format!("{one:?}"), format!("{many:?}"));
-    assert!(
-        one.status
-            .iter()
-            .any(|&s| s == flim_core::fit::FitStatus::Masked)
-    );
 }
 
-/// A page-locked cube (uploaded straight from its own memory, chunk by chunk, on CUDA)
-/// gives the same bits as an ordinary one (staged through pinned slots), for an odd pixel
-/// count, an odd number of bins and several chunks. Elsewhere nothing is locked.
-#[test]
-fn page_locked_cube_equals_pageable() {
-    let Some(device) = gpu_under_test("page_locked_cube_equals_pageable") else {
-        return;
-    };
-    let sim = flim_core::sim::DecaySim::new(127, 0.1, 3000.0).unwrap();
-    let cube = flim_core::sim::bi_exponential(0.8, 2.5, 37, 29, &sim).unwrap();
-    let small = (*device).clone().with_memory_limit(64 << 10);
-    let mut locked = cube.clone();
-    let is_cuda = device.info().backend == gpu_runtime::Backend::Cuda;
-    assert_eq!(locked.pin_on(&device).unwrap(), is_cuda);
-    assert_eq!(locked.is_pinned(), is_cuda);
-    let opts = Analysis::default();
-    for dev in [&*device, &small] {
-        assert_eq!(
-            analyse_on(&cube, &opts, dev).unwrap(),
-            analyse_on(&locked, &opts, dev).unwrap()
-        );
-        let donor = flim_core::fret::Donor::Unknown;
-        let a = flim_core::gpu::analyse_fret_on(&cube, &opts, donor, dev).unwrap();
-        let b = flim_core::gpu::analyse_fret_on(&locked, &opts, donor, dev).unwrap();
-        for (a, b) in a.planes().iter().zip(b.planes()) {
+biogpu_tests::gpu_test! {
+    /// A page-locked cube (uploaded straight from its own memory, chunk by chunk, on CUDA)
+    /// gives the same bits as an ordinary one (staged through pinned slots), for an odd pixel
+    /// count, an odd number of bins and several chunks. Elsewhere nothing is locked.
+    fn page_locked_cube_equals_pageable(device) {
+        let sim = flim_core::sim::DecaySim::new(127, 0.1, 3000.0).unwrap();
+        let cube = flim_core::sim::bi_exponential(0.8, 2.5, 37, 29, &sim).unwrap();
+        let small = device.clone().with_memory_limit(64 << 10);
+        let mut locked = cube.clone();
+        let is_cuda = device.info().backend == gpu_runtime::Backend::Cuda;
+        assert_eq!(locked.pin_on(device).unwrap(), is_cuda);
+        assert_eq!(locked.is_pinned(), is_cuda);
+        let opts = Analysis::default();
+        for dev in [device, &small] {
+            assert_eq!(
+                analyse_on(&cube, &opts, dev).unwrap(),
+                analyse_on(&locked, &opts, dev).unwrap()
+            );
+            let donor = Donor::Unknown;
+            let a = analyse_fret_on(&cube, &opts, donor, dev).unwrap();
+            let b = analyse_fret_on(&locked, &opts, donor, dev).unwrap();
+            for (a, b) in a.planes().iter().zip(b.planes()) {
+                assert!(
+                    a.iter()
+                        .zip(b.iter())
+                        .all(|(x, y)| x.to_bits() == y.to_bits())
+                );
+            }
+        }
+        // A copy is ordinary memory again.
+        assert!(!locked.clone().is_pinned());
+    }
+}
+
+biogpu_tests::gpu_test! {
+    /// The paper's f_D phantom at 2 x 10^4 photons, donor known and unknown: nearly every value
+    /// is compared within its stated tolerance, not excused as ill-conditioned.
+    fn fret_phantom_matches_the_cpu(device) {
+        let sim = flim_core::sim::DecaySim::new(256, 0.05, 20_000.0)
+            .unwrap()
+            .with_seed(3);
+        let cube = flim_core::sim::bi_exponential(0.8, 2.5, 8, 16, &sim).unwrap();
+        let set = Settings {
+            offset: 0.0,
+            threshold: 1.0,
+            first: 0,
+            m: 256,
+            harmonic: 1,
+            cal: (1.0, 0.0),
+            methods: Methods::ALL,
+        };
+        for donor in [Donor::Known(2.5), Donor::Unknown] {
+            let (compared, excused) =
+                compare_fret(device, &cube, &Analysis::default(), donor, &set, 1e-2).unwrap();
             assert!(
-                a.iter()
-                    .zip(b.iter())
-                    .all(|(x, y)| x.to_bits() == y.to_bits())
+                excused * 10 <= compared,
+                "{donor:?}: {compared} values compared, {excused} excused"
             );
         }
-    }
-    // A copy is ordinary memory again.
-    assert!(!locked.clone().is_pinned());
-}
-
-/// The paper's f_D phantom at 2 x 10^4 photons, donor known and unknown: nearly every value
-/// is compared within its stated tolerance, not excused as ill-conditioned.
-#[test]
-fn fret_phantom_matches_the_cpu() {
-    use flim_core::fret::Donor;
-    let sim = flim_core::sim::DecaySim::new(256, 0.05, 20_000.0)
-        .unwrap()
-        .with_seed(3);
-    let cube = flim_core::sim::bi_exponential(0.8, 2.5, 8, 16, &sim).unwrap();
-    let set = Settings {
-        offset: 0.0,
-        threshold: 1.0,
-        first: 0,
-        m: 256,
-        harmonic: 1,
-        cal: (1.0, 0.0),
-        methods: Methods::ALL,
-    };
-    for donor in [Donor::Known(2.5), Donor::Unknown] {
-        let (compared, excused) =
-            compare_fret(&cube, &Analysis::default(), donor, &set, 1e-2).unwrap();
-        if compared + excused == 0 {
-            return; // no GPU
-        }
-        assert!(
-            excused * 10 <= compared,
-            "{donor:?}: {compared} values compared, {excused} excused"
-        );
     }
 }
 
 /// Standard errors of a fit's parameters (amplitudes, lifetimes, offset, shift; sorted as
 /// in `DecayFit`) from the Poisson Fisher information of the model at the fit.
 fn standard_errors(
-    opts: &flim_core::fit::FitOptions,
+    opts: &flim_core::FitOptions,
     bins: usize,
     bin_ns: f64,
     period: f64,
-    f: &flim_core::fit::DecayFit,
+    f: &flim_core::DecayFit,
     offset_fitted: bool,
     shift_fitted: bool,
 ) -> Vec<f64> {
-    use flim_core::fit::model_curve;
+    use flim_core::model_curve;
     let k = f.tau.len();
     let base = model_curve(opts, bins, bin_ns, period, f).unwrap();
     let mut cols: Vec<Vec<f64>> = Vec::new();
-    let mut perturb = |g: &dyn Fn(&mut flim_core::fit::DecayFit, f64), step: f64| {
+    let mut perturb = |g: &dyn Fn(&mut flim_core::DecayFit, f64), step: f64| {
         let mut up = f.clone();
         g(&mut up, step);
         let mut dn = f.clone();
@@ -829,23 +872,21 @@ fn standard_errors(
 /// the decay as well as the CPU's (f64 objective within 0.01); the reduced objectives
 /// within 1e-4 relative, and the statuses exactly.
 fn compare_fits<T: Count>(
+    device: &Device,
     cube: &Cube<T>,
-    opts: &flim_core::fit::FitOptions,
+    opts: &FitOptions,
     offset_fitted: bool,
     shift_fitted: bool,
 ) -> Result<(), TestCaseError> {
-    use flim_core::fit::{FitStatus, fit, fit_decay};
-    let Some(device) = gpu_under_test("flim_fits_match_the_cpu") else {
-        return Ok(());
-    };
+    use flim_core::{FitStatus, fit_decay};
     let cpu = fit(cube, opts).unwrap();
-    let gpu = flim_core::gpu::fit_on(cube, opts, &device).unwrap();
+    let gpu = fit_on(cube, opts, device).unwrap();
     let (bins, h, period) = (cube.bins(), cube.bin_ns(), cube.period_ns());
     let k = cpu.tau.len();
     // A fit stopped by the iteration cap may end Failed on one side and Converged on the
-    // other, which took another path (H100: a bi-exponential with fitted IRF shift at 2,000
-    // photons, GPU converged in 12 iterations, the f64 CPU needed 125 against a cap of 100).
-    // Such pixels are not compared; every other pixel must match.
+    // other, which took another path (e.g. a bi-exponential with fitted IRF shift at 2,000
+    // photons can converge in a few iterations on one side and exceed the cap on the
+    // other). Such pixels are not compared; every other pixel must match.
     let cap = opts.max_iterations();
     let mut compared = 0;
     for ((y, x), &st) in cpu.status.indexed_iter() {
@@ -923,8 +964,8 @@ fn compare_fits<T: Count>(
             }
             g.offset = f64::from(gpu.offset[[y, x]]);
             g.shift = f64::from(gpu.shift[[y, x]]);
-            let og = flim_core::fit::objective(opts, &decay, h, period, &g).unwrap();
-            let oc = flim_core::fit::objective(opts, &decay, h, period, &f).unwrap();
+            let og = flim_core::objective(opts, &decay, h, period, &g).unwrap();
+            let oc = flim_core::objective(opts, &decay, h, period, &f).unwrap();
             prop_assert!(
                 og <= oc + 0.01,
                 "{}: {} and the objective at the GPU's parameters {} exceeds the CPU's {} by more than 0.01",
@@ -954,104 +995,101 @@ fn compare_fits<T: Count>(
     Ok(())
 }
 
-proptest! {
-    #![proptest_config(proptest_cases(12))]
-
-    #[test]
-    fn flim_fits_match_the_cpu(
-        bi in any::<bool>(),
-        est in 0usize..3,
-        irf in 0usize..3,
-        offset_fitted in any::<bool>(),
-        tau1 in 0.3f64..1.5,
-        ratio in 2.0f64..4.0,
-        frac in 0.2f64..0.8,
-        photons in 2e3f64..1e5,
-        bins in prop_oneof![Just(256usize), 64usize..300],
-        seed in any::<u64>(),
-    ) {
-        use flim_core::fit::{Estimator, FitOptions, Model, Offset, Shift};
-        let bin_ns = 12.8 / bins as f64;
-        let mut sim = flim_core::sim::DecaySim::new(bins, bin_ns, photons).unwrap().with_seed(seed);
-        if offset_fitted {
-            sim = sim.with_background(1.5);
-        }
-        let model = if bi { Model::Bi } else { Model::Mono };
-        let estimator = [Estimator::LeastSquaresNeyman, Estimator::LeastSquaresPearson, Estimator::MaximumLikelihood][est];
-        let mut opts = FitOptions::new(model)
-            .with_estimator(estimator)
-            .with_offset(if offset_fitted { Offset::Fitted } else { Offset::Fixed(0.0) });
-        if irf > 0 {
-            sim = sim.with_irf(0.15, 1.2);
-            opts = opts.with_irf(&sim.irf_histogram().unwrap());
-            opts = opts.with_irf_shift(if irf == 2 { Shift::Fitted(0.0) } else { Shift::Fixed(0.0) });
-        }
-        let comps = if bi { vec![(frac, tau1), (1.0 - frac, tau1 * ratio)] } else { vec![(1.0, tau1 * ratio)] };
-        let cube = sim.cube(2, 3, |_, _| comps.clone()).unwrap();
-        compare_fits(&cube, &opts, offset_fitted, irf == 2)?;
+biogpu_tests::gpu_test! {
+    fn flim_fits_match_the_cpu(device) {
+        proptest!(proptest_cases(12), |(
+            bi in any::<bool>(),
+            est in 0usize..3,
+            irf in 0usize..3,
+            offset_fitted in any::<bool>(),
+            tau1 in 0.3f64..1.5,
+            ratio in 2.0f64..4.0,
+            frac in 0.2f64..0.8,
+            photons in 2e3f64..1e5,
+            bins in prop_oneof![Just(256usize), 64usize..300],
+            seed in any::<u64>(),
+        )| {
+            use flim_core::{Estimator, Model, Offset, Shift};
+            let bin_ns = 12.8 / bins as f64;
+            let mut sim = flim_core::sim::DecaySim::new(bins, bin_ns, photons).unwrap().with_seed(seed);
+            if offset_fitted {
+                sim = sim.with_background(1.5);
+            }
+            let model = if bi { Model::Bi } else { Model::Mono };
+            let estimator = [Estimator::LeastSquaresNeyman, Estimator::LeastSquaresPearson, Estimator::MaximumLikelihood][est];
+            let mut opts = FitOptions::new(model)
+                .with_estimator(estimator)
+                .with_offset(if offset_fitted { Offset::Fitted } else { Offset::Fixed(0.0) });
+            if irf > 0 {
+                sim = sim.with_irf(0.15, 1.2);
+                opts = opts.with_irf(&sim.irf_histogram().unwrap());
+                opts = opts.with_irf_shift(if irf == 2 { Shift::Fitted(0.0) } else { Shift::Fixed(0.0) });
+            }
+            let comps = if bi { vec![(frac, tau1), (1.0 - frac, tau1 * ratio)] } else { vec![(1.0, tau1 * ratio)] };
+            let cube = sim.cube(2, 3, |_, _| comps.clone()).unwrap();
+            compare_fits(device, &cube, &opts, offset_fitted, irf == 2)?;
+        });
     }
 }
 
-/// The largest GPU model: three components, fitted offset and IRF shift, Pearson weights.
-#[test]
-fn flim_tri_exponential_fit_matches_the_cpu() {
-    use flim_core::fit::{Estimator, FitOptions, Model, Offset, Shift};
-    let sim = flim_core::sim::DecaySim::new(128, 0.1, 1e5)
-        .unwrap()
-        .with_seed(7)
-        .with_background(1.0)
-        .with_irf(0.15, 1.2);
-    let opts = FitOptions::new(Model::Tri)
-        .with_estimator(Estimator::LeastSquaresPearson)
-        .with_offset(Offset::Fitted)
-        .with_irf(&sim.irf_histogram().unwrap())
-        .with_irf_shift(Shift::Fitted(0.0));
-    let cube = sim
-        .cube(2, 2, |_, _| vec![(0.3, 0.4), (0.4, 1.5), (0.3, 4.0)])
-        .unwrap();
-    let Some(device) = gpu_under_test("flim_tri_exponential_fit_matches_the_cpu") else {
-        return;
-    };
-    let cpu = flim_core::fit::fit(&cube, &opts).unwrap();
-    let gpu = flim_core::gpu::fit_on(&cube, &opts, &device).unwrap();
-    // Eight parameters at 1e5 photons: single amplitudes have standard errors of ~35% and the
-    // f32 and f64 fits stop at different points of that flat valley (H100: 1.4 standard
-    // errors apart), so what must agree is the minimum itself (reduced chi^2) and the
-    // well-determined amplitude-weighted mean lifetime.
-    let mean_tau = |f: &flim_core::fit::FitMaps, y: usize, x: usize| -> f64 {
-        let (mut num, mut den) = (0.0, 0.0);
-        for i in 0..3 {
-            let a = f64::from(f.amplitude[i][[y, x]]);
-            num += a * f64::from(f.tau[i][[y, x]]);
-            den += a;
+biogpu_tests::gpu_test! {
+    /// The largest GPU model: three components, fitted offset and IRF shift, Pearson weights.
+    fn flim_tri_exponential_fit_matches_the_cpu(device) {
+        use flim_core::{Estimator, Model, Offset, Shift};
+        let sim = flim_core::sim::DecaySim::new(128, 0.1, 1e5)
+            .unwrap()
+            .with_seed(7)
+            .with_background(1.0)
+            .with_irf(0.15, 1.2);
+        let opts = FitOptions::new(Model::Tri)
+            .with_estimator(Estimator::LeastSquaresPearson)
+            .with_offset(Offset::Fitted)
+            .with_irf(&sim.irf_histogram().unwrap())
+            .with_irf_shift(Shift::Fitted(0.0));
+        let cube = sim
+            .cube(2, 2, |_, _| vec![(0.3, 0.4), (0.4, 1.5), (0.3, 4.0)])
+            .unwrap();
+        let cpu = fit(&cube, &opts).unwrap();
+        let gpu = fit_on(&cube, &opts, device).unwrap();
+        // Eight parameters at 1e5 photons: single amplitudes have standard errors of ~35% and the
+        // f32 and f64 fits stop at different points of that flat valley (more than a standard
+        // error apart), so what must agree is the minimum itself (reduced chi^2) and the
+        // well-determined amplitude-weighted mean lifetime.
+        let mean_tau = |f: &flim_core::FitMaps, y: usize, x: usize| -> f64 {
+            let (mut num, mut den) = (0.0, 0.0);
+            for i in 0..3 {
+                let a = f64::from(f.amplitude[i][[y, x]]);
+                num += a * f64::from(f.tau[i][[y, x]]);
+                den += a;
+            }
+            num / den
+        };
+        // Eight free parameters: the cap of 100 iterations can stop one fit just short of
+        // convergence where the other, on another path, arrives. Only such capped fits may
+        // differ in status.
+        let cap = opts.max_iterations();
+        let mut both = 0;
+        for ((y, x), &st) in cpu.status.indexed_iter() {
+            let capped = gpu.iterations[[y, x]] >= cap || cpu.iterations[[y, x]] >= cap;
+            if gpu.status[[y, x]] != st && capped {
+                continue;
+            }
+            assert_eq!(gpu.status[[y, x]], st, "pixel ({y}, {x}): status");
+            both += 1;
+            let (og, oc) = (
+                f64::from(gpu.chi2_red[[y, x]]),
+                f64::from(cpu.chi2_red[[y, x]]),
+            );
+            assert!(
+                (og - oc).abs() <= 1e-3 * oc,
+                "pixel ({y}, {x}): reduced chi^2 GPU {og} CPU {oc}"
+            );
+            let (tg, tc) = (mean_tau(&gpu, y, x), mean_tau(&cpu, y, x));
+            assert!(
+                (tg / tc - 1.0).abs() <= 1e-2,
+                "pixel ({y}, {x}): mean tau GPU {tg} CPU {tc}"
+            );
         }
-        num / den
-    };
-    // Eight free parameters: the cap of 100 iterations can stop one fit just short of
-    // convergence where the other, on another path, arrives (H100: GPU converged in 61, CPU
-    // capped). Only such capped fits may differ in status.
-    let cap = opts.max_iterations();
-    let mut both = 0;
-    for ((y, x), &st) in cpu.status.indexed_iter() {
-        let capped = gpu.iterations[[y, x]] >= cap || cpu.iterations[[y, x]] >= cap;
-        if gpu.status[[y, x]] != st && capped {
-            continue;
-        }
-        assert_eq!(gpu.status[[y, x]], st, "pixel ({y}, {x}): status");
-        both += 1;
-        let (og, oc) = (
-            f64::from(gpu.chi2_red[[y, x]]),
-            f64::from(cpu.chi2_red[[y, x]]),
-        );
-        assert!(
-            (og - oc).abs() <= 1e-3 * oc,
-            "pixel ({y}, {x}): reduced chi^2 GPU {og} CPU {oc}"
-        );
-        let (tg, tc) = (mean_tau(&gpu, y, x), mean_tau(&cpu, y, x));
-        assert!(
-            (tg / tc - 1.0).abs() <= 1e-2,
-            "pixel ({y}, {x}): mean tau GPU {tg} CPU {tc}"
-        );
+        assert!(both >= 3, "only {both} of 4 pixels ended alike");
     }
-    assert!(both >= 3, "only {both} of 4 pixels ended alike");
 }

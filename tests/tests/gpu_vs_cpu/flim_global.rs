@@ -35,15 +35,38 @@
 //! lavapipe (CI) stops a unit's loops after 65,535 iterations in all, so these tests keep to
 //! <= 128 bins and, with an IRF, to one pixel per unit.
 
-use biogpu_tests::gpu_under_test;
-use flim_core::fit::{
-    DecayFit, Estimator, FitMaps, FitOptions, FitStatus, Model, Offset, Segments, Shift,
-    fit_global, model_curve,
+use flim_core::{
+    Count, Cube, DecayFit, Estimator, FitMaps, FitOptions, FitStatus, GlobalOptions, GpuTuning,
+    Model, Offset, Segments, Shift, model_curve,
 };
-use flim_core::gpu::fit_global_on;
-use flim_core::{Count, Cube};
+use gpu_runtime::Device;
 use ndarray::{Array2, Array3};
 use proptest::prelude::*;
+
+/// The GPU path's tuning the environment asks for (`BIOGPU_FLIM_*`).
+fn tuning() -> GpuTuning {
+    GpuTuning::from_lookup(|k| std::env::var(k).ok()).expect("BIOGPU_FLIM_* settings")
+}
+
+/// Global analysis of `cube` on `device`.
+fn fit_global_on<T: Count>(
+    cube: &Cube<T>,
+    opts: &FitOptions,
+    segments: &Segments,
+    device: &Device,
+) -> flim_core::Result<FitMaps> {
+    let opts = GlobalOptions::new(opts.clone().with_tuning(tuning()), segments.clone());
+    flim_core::fit_global(cube, &opts, device).map(|(maps, _)| maps)
+}
+
+/// The f64 CPU reference of global analysis.
+fn fit_global<T: Count>(
+    cube: &Cube<T>,
+    opts: &FitOptions,
+    segments: &Segments,
+) -> flim_core::Result<FitMaps> {
+    fit_global_on(cube, opts, segments, &Device::cpu())
+}
 
 /// f32 unit roundoff.
 const U: f64 = 1.0 / 16_777_216.0;
@@ -241,9 +264,10 @@ fn close(at: &str, what: &str, got: f32, want: f32, tol: f64) -> Result<(), Test
 }
 
 /// Compare the GPU's global analysis with the CPU's, segment by segment (tolerances in the
-/// module's doc), fitting where `mask` is true. Returns the number of segments compared (0
-/// without a GPU).
+/// module's doc), fitting where `mask` is true, on `device`. Returns the number of segments
+/// compared.
 fn compare_global<T: Count>(
+    device: &Device,
     cube: &Cube<T>,
     opts: &FitOptions,
     mask: Option<&Array2<bool>>,
@@ -251,13 +275,10 @@ fn compare_global<T: Count>(
     offset_fitted: bool,
     shift_fitted: bool,
 ) -> Result<usize, TestCaseError> {
-    let Some(device) = gpu_under_test("flim_global_matches_the_cpu") else {
-        return Ok(0);
-    };
     // `opts` without the mask gives the model of one decay (standard errors).
     let fit_opts = mask.map_or_else(|| opts.clone(), |m| opts.clone().with_mask(m.view()));
     let cpu = fit_global(cube, &fit_opts, segments).unwrap();
-    let gpu = fit_global_on(cube, &fit_opts, segments, &device).unwrap();
+    let gpu = fit_global_on(cube, &fit_opts, segments, device).unwrap();
     let s = Setup {
         opts,
         bins: cube.bins(),
@@ -424,194 +445,175 @@ fn cube_with_empty_pixels(cube: &Cube<u16>, empty: &[(usize, usize)]) -> Cube<u1
         .unwrap()
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 8, ..ProptestConfig::default() })]
-
+biogpu_tests::gpu_test! {
     /// Mono and bi, every estimator, tail / IRF fixed / IRF fitted shift, offset fixed or
     /// fitted, runs of 32 (an uneven last run), labels of three sizes and the whole image,
     /// masked and empty pixels.
-    #[test]
-    fn flim_global_matches_the_cpu(
-        bi in any::<bool>(),
-        est in 0usize..3,
-        irf in 0usize..3,
-        offset_fitted in any::<bool>(),
-        tau1 in 0.4f64..1.2,
-        ratio in 2.0f64..4.0,
-        photons in 1e3f64..2e4,
-        bins in 64usize..=128,
-        seg in 0usize..3,
-        seed in any::<u64>(),
-    ) {
-        let (h, w) = (12, 12);
-        let bin_ns = 12.8 / bins as f64;
-        let mut sim = flim_core::sim::DecaySim::new(bins, bin_ns, photons).unwrap().with_seed(seed);
-        if offset_fitted {
-            sim = sim.with_background(1.0);
-        }
-        let model = if bi { Model::Bi } else { Model::Mono };
-        let estimator = [Estimator::LeastSquaresNeyman, Estimator::LeastSquaresPearson, Estimator::MaximumLikelihood][est];
-        let mask = Array2::from_shape_fn((h, w), |(y, x)| (y * 7 + x * 3) % 11 != 0);
-        let mut opts = FitOptions::new(model)
-            .with_estimator(estimator)
-            .with_offset(if offset_fitted { Offset::Fitted } else { Offset::Fixed(0.0) });
-        if irf > 0 {
-            sim = sim.with_irf(0.15, 1.2);
-            opts = opts.with_irf(&sim.irf_histogram().unwrap());
-            opts = opts.with_irf_shift(if irf == 2 { Shift::Fitted(0.0) } else { Shift::Fixed(0.0) });
-        }
-        // f_D falls across the image, as in the paper's phantom.
-        let cube = sim.cube(h, w, |_, x| {
-            let f = 0.7 - 0.4 * x as f64 / (w - 1) as f64;
-            if bi { vec![(f, tau1), (1.0 - f, tau1 * ratio)] } else { vec![(1.0, tau1 * ratio)] }
-        }).unwrap();
-        let cube = cube_with_empty_pixels(&cube, &[(0, 1), (5, 5), (11, 10)]);
-        let segments = match seg {
-            0 => Segments::Runs(32),
-            1 => Segments::Labels(Array2::from_shape_fn((h, w), |(y, x)| {
-                // 4 pixels (32-unit cubes), 44 (64 units) and the rest (128 units), and 0.
-                if y == 0 && x < 4 { 7 } else if y < 4 { 3 } else if x == 0 { 0 } else { 5 }
-            })),
-            _ => Segments::Whole,
-        };
-        compare_global(&cube, &opts, Some(&mask), &segments, offset_fitted, irf == 2)?;
+    fn flim_global_matches_the_cpu(device) {
+        let config = ProptestConfig { cases: 8, ..ProptestConfig::default() };
+        proptest!(config, |(bi in any::<bool>(), est in 0usize..3, irf in 0usize..3, offset_fitted in any::<bool>(), tau1 in 0.4f64..1.2, ratio in 2.0f64..4.0, photons in 1e3f64..2e4, bins in 64usize..=128, seg in 0usize..3, seed in any::<u64>())| {
+            let (h, w) = (12, 12);
+            let bin_ns = 12.8 / bins as f64;
+            let mut sim = flim_core::sim::DecaySim::new(bins, bin_ns, photons).unwrap().with_seed(seed);
+            if offset_fitted {
+                sim = sim.with_background(1.0);
+            }
+            let model = if bi { Model::Bi } else { Model::Mono };
+            let estimator = [Estimator::LeastSquaresNeyman, Estimator::LeastSquaresPearson, Estimator::MaximumLikelihood][est];
+            let mask = Array2::from_shape_fn((h, w), |(y, x)| (y * 7 + x * 3) % 11 != 0);
+            let mut opts = FitOptions::new(model)
+                .with_estimator(estimator)
+                .with_offset(if offset_fitted { Offset::Fitted } else { Offset::Fixed(0.0) });
+            if irf > 0 {
+                sim = sim.with_irf(0.15, 1.2);
+                opts = opts.with_irf(&sim.irf_histogram().unwrap());
+                opts = opts.with_irf_shift(if irf == 2 { Shift::Fitted(0.0) } else { Shift::Fixed(0.0) });
+            }
+            // f_D falls across the image, as in the paper's phantom.
+            let cube = sim.cube(h, w, |_, x| {
+                let f = 0.7 - 0.4 * x as f64 / (w - 1) as f64;
+                if bi { vec![(f, tau1), (1.0 - f, tau1 * ratio)] } else { vec![(1.0, tau1 * ratio)] }
+            }).unwrap();
+            let cube = cube_with_empty_pixels(&cube, &[(0, 1), (5, 5), (11, 10)]);
+            let segments = match seg {
+                0 => Segments::Runs(32),
+                1 => Segments::Labels(Array2::from_shape_fn((h, w), |(y, x)| {
+                    // 4 pixels (32-unit cubes), 44 (64 units) and the rest (128 units), and 0.
+                    if y == 0 && x < 4 { 7 } else if y < 4 { 3 } else if x == 0 { 0 } else { 5 }
+                })),
+                _ => Segments::Whole,
+            };
+            compare_global(device, &cube, &opts, Some(&mask), &segments, offset_fitted, irf == 2)?;
+        });
     }
 }
 
-/// The paper's GA-32 case: bi-exponential, f_D from 0.8 to 0.2, MLE tail fit, 32-pixel
-/// runs; every segment must converge on both sides and agree.
-#[test]
-fn flim_global_ga32_bi_exponential_matches_the_cpu() {
-    let sim = flim_core::sim::DecaySim::new(128, 0.1, 5_000.0)
-        .unwrap()
-        .with_seed(11);
-    let cube = flim_core::sim::bi_exponential(0.8, 2.5, 16, 16, &sim).unwrap();
-    let opts = FitOptions::new(Model::Bi);
-    let n = compare_global(&cube, &opts, None, &Segments::Runs(32), false, false).unwrap();
-    if n > 0 {
+biogpu_tests::gpu_test! {
+    /// The paper's GA-32 case: bi-exponential, f_D from 0.8 to 0.2, MLE tail fit, 32-pixel
+    /// runs; every segment must converge on both sides and agree.
+    fn flim_global_ga32_bi_exponential_matches_the_cpu(device) {
+        let sim = flim_core::sim::DecaySim::new(128, 0.1, 5_000.0)
+            .unwrap()
+            .with_seed(11);
+        let cube = flim_core::sim::bi_exponential(0.8, 2.5, 16, 16, &sim).unwrap();
+        let opts = FitOptions::new(Model::Bi);
+        let n = compare_global(device, &cube, &opts, None, &Segments::Runs(32), false, false).unwrap();
         assert_eq!(n, 8, "8 segments of 32 pixels");
     }
 }
 
-/// A segment larger than a cube (256 units): each unit strides over two pixels.
-#[test]
-fn flim_global_whole_image_larger_than_a_cube_matches_the_cpu() {
-    let sim = flim_core::sim::DecaySim::new(64, 0.2, 2_000.0)
-        .unwrap()
-        .with_seed(5);
-    let cube = sim
-        .cube(20, 20, |y, _| {
-            vec![(0.3 + 0.02 * y as f64, 0.9), (0.7, 3.0)]
-        })
-        .unwrap();
-    let opts = FitOptions::new(Model::Bi).with_estimator(Estimator::LeastSquaresPearson);
-    let n = compare_global(&cube, &opts, None, &Segments::Whole, false, false).unwrap();
-    if n > 0 {
+biogpu_tests::gpu_test! {
+    /// A segment larger than a cube (256 units): each unit strides over two pixels.
+    fn flim_global_whole_image_larger_than_a_cube_matches_the_cpu(device) {
+        let sim = flim_core::sim::DecaySim::new(64, 0.2, 2_000.0)
+            .unwrap()
+            .with_seed(5);
+        let cube = sim
+            .cube(20, 20, |y, _| {
+                vec![(0.3 + 0.02 * y as f64, 0.9), (0.7, 3.0)]
+            })
+            .unwrap();
+        let opts = FitOptions::new(Model::Bi).with_estimator(Estimator::LeastSquaresPearson);
+        let n = compare_global(device, &cube, &opts, None, &Segments::Whole, false, false).unwrap();
         assert_eq!(n, 1);
     }
 }
 
-/// Bad segmentations are errors on the GPU path too, named as on the CPU; a cube with no
-/// fitted pixel gives masked maps without touching the device.
-#[test]
-fn flim_global_bad_segments_are_clear_errors() {
-    let Some(device) = gpu_under_test("flim_global_bad_segments_are_clear_errors") else {
-        return;
-    };
-    let sim = flim_core::sim::DecaySim::new(64, 0.2, 500.0).unwrap();
-    let cube = sim.cube(4, 5, |_, _| vec![(1.0, 2.0)]).unwrap();
-    let opts = FitOptions::new(Model::Mono);
-    let e = fit_global_on(&cube, &opts, &Segments::Runs(0), &device).unwrap_err();
-    assert!(e.to_string().contains("segment size"), "{e}");
-    let labels = Array2::<u32>::ones((5, 4));
-    let e = fit_global_on(&cube, &opts, &Segments::Labels(labels), &device).unwrap_err();
-    assert!(
-        e.to_string().contains("segment labels") && e.to_string().contains("(4, 5)"),
-        "{e}"
-    );
-    let empty = fit_global_on(
-        &cube,
-        &opts.clone().with_threshold(1e9),
-        &Segments::Whole,
-        &device,
-    )
-    .unwrap();
-    assert!(empty.status.iter().all(|&s| s == FitStatus::Masked));
-    assert!(empty.tau[0].iter().all(|t| t.is_nan()));
-}
-
-/// Segments go to the device in chunks that fit its memory budget: a small budget (many
-/// chunks) gives the same bits as one pass, and a segment too large for the budget is an
-/// error that says so.
-#[test]
-fn flim_global_chunked_equals_one_pass() {
-    let Some(device) = gpu_under_test("flim_global_chunked_equals_one_pass") else {
-        return;
-    };
-    let sim = flim_core::sim::DecaySim::new(64, 0.2, 2_000.0)
-        .unwrap()
-        .with_seed(9);
-    let cube = sim
-        .cube(16, 16, |_, x| vec![(1.0, 1.5 + 0.1 * x as f64)])
+biogpu_tests::gpu_test! {
+    /// Bad segmentations are errors on the GPU path too, named as on the CPU; a cube with no
+    /// fitted pixel gives masked maps without touching the device.
+    fn flim_global_bad_segments_are_clear_errors(device) {
+        let sim = flim_core::sim::DecaySim::new(64, 0.2, 500.0).unwrap();
+        let cube = sim.cube(4, 5, |_, _| vec![(1.0, 2.0)]).unwrap();
+        let opts = FitOptions::new(Model::Mono);
+        let e = fit_global_on(&cube, &opts, &Segments::Runs(0), device).unwrap_err();
+        assert!(e.to_string().contains("segment size"), "{e}");
+        let labels = Array2::<u32>::ones((5, 4));
+        let e = fit_global_on(&cube, &opts, &Segments::Labels(labels), device).unwrap_err();
+        assert!(
+            e.to_string().contains("segment labels") && e.to_string().contains("(4, 5)"),
+            "{e}"
+        );
+        let empty = fit_global_on(
+            &cube,
+            &opts.clone().with_threshold(1e9),
+            &Segments::Whole,
+            device,
+        )
         .unwrap();
-    let opts = FitOptions::new(Model::Mono);
-    // About 7 KB per 32-pixel segment on the device: one segment per chunk.
-    let small = (*device).clone().with_memory_limit(24 << 10);
-    let one = fit_global_on(&cube, &opts, &Segments::Runs(32), &device).unwrap();
-    let many = fit_global_on(&cube, &opts, &Segments::Runs(32), &small).unwrap();
-    assert!(one.status.iter().all(|&s| s == FitStatus::Converged));
-    assert_eq!(one.status, many.status);
-    assert_eq!(one.iterations, many.iterations);
-    for (a, b) in [
-        (&one.tau[0], &many.tau[0]),
-        (&one.amplitude[0], &many.amplitude[0]),
-    ]
-    .into_iter()
-    .chain([(&one.chi2_red, &many.chi2_red)])
-    {
-        for (x, y) in a.iter().zip(b.iter()) {
-            assert!(x.to_bits() == y.to_bits(), "{x} vs {y}");
-        }
+        assert!(empty.status.iter().all(|&s| s == FitStatus::Masked));
+        assert!(empty.tau[0].iter().all(|t| t.is_nan()));
     }
-    let e = fit_global_on(&cube, &opts, &Segments::Whole, &small).unwrap_err();
-    assert!(e.to_string().contains("a segment of 256 pixels"), "{e}");
 }
 
-/// The same counts as u16, u32 and f32 give the same bits (the kernel reads every type as
-/// f32 counts; the host sums and thresholds them in f64).
-#[test]
-fn flim_global_count_types_give_the_same_bits() {
-    let Some(device) = gpu_under_test("flim_global_count_types_give_the_same_bits") else {
-        return;
-    };
-    let sim = flim_core::sim::DecaySim::new(64, 0.2, 1_500.0)
-        .unwrap()
-        .with_seed(13);
-    let cube = sim
-        .cube(6, 7, |y, _| vec![(1.0, 1.2 + 0.2 * y as f64)])
-        .unwrap();
-    let counts = cube.counts().mapv(f64::from);
-    let c32 = Cube::new(counts.mapv(|v| v as u32), cube.bin_ns())
-        .unwrap()
-        .with_period_ns(cube.period_ns())
-        .unwrap();
-    let cf = Cube::new(counts.mapv(|v| v as f32), cube.bin_ns())
-        .unwrap()
-        .with_period_ns(cube.period_ns())
-        .unwrap();
-    let opts = FitOptions::new(Model::Mono).with_estimator(Estimator::LeastSquaresPearson);
-    let seg = Segments::Runs(9);
-    let a = fit_global_on(&cube, &opts, &seg, &device).unwrap();
-    let b = fit_global_on(&c32, &opts, &seg, &device).unwrap();
-    let c = fit_global_on(&cf, &opts, &seg, &device).unwrap();
-    assert!(a.status.iter().all(|&s| s == FitStatus::Converged));
-    for other in [&b, &c] {
-        assert_eq!(a.status, other.status);
-        for (x, y) in a.tau[0].iter().zip(other.tau[0].iter()) {
-            assert!(x.to_bits() == y.to_bits(), "{x} vs {y}");
+biogpu_tests::gpu_test! {
+    /// Segments go to the device in chunks that fit its memory budget: a small budget (many
+    /// chunks) gives the same bits as one pass, and a segment too large for the budget is an
+    /// error that says so.
+    fn flim_global_chunked_equals_one_pass(device) {
+        let sim = flim_core::sim::DecaySim::new(64, 0.2, 2_000.0)
+            .unwrap()
+            .with_seed(9);
+        let cube = sim
+            .cube(16, 16, |_, x| vec![(1.0, 1.5 + 0.1 * x as f64)])
+            .unwrap();
+        let opts = FitOptions::new(Model::Mono);
+        // About 7 KB per 32-pixel segment on the device: one segment per chunk.
+        let small = device.clone().with_memory_limit(24 << 10);
+        let one = fit_global_on(&cube, &opts, &Segments::Runs(32), device).unwrap();
+        let many = fit_global_on(&cube, &opts, &Segments::Runs(32), &small).unwrap();
+        assert!(one.status.iter().all(|&s| s == FitStatus::Converged));
+        assert_eq!(one.status, many.status);
+        assert_eq!(one.iterations, many.iterations);
+        for (a, b) in [
+            (&one.tau[0], &many.tau[0]),
+            (&one.amplitude[0], &many.amplitude[0]),
+        ]
+        .into_iter()
+        .chain([(&one.chi2_red, &many.chi2_red)])
+        {
+            for (x, y) in a.iter().zip(b.iter()) {
+                assert!(x.to_bits() == y.to_bits(), "{x} vs {y}");
+            }
         }
-        for (x, y) in a.chi2_red.iter().zip(other.chi2_red.iter()) {
-            assert!(x.to_bits() == y.to_bits(), "{x} vs {y}");
+        let e = fit_global_on(&cube, &opts, &Segments::Whole, &small).unwrap_err();
+        assert!(e.to_string().contains("a segment of 256 pixels"), "{e}");
+    }
+}
+
+biogpu_tests::gpu_test! {
+    /// The same counts as u16, u32 and f32 give the same bits (the kernel reads every type as
+    /// f32 counts; the host sums and thresholds them in f64).
+    fn flim_global_count_types_give_the_same_bits(device) {
+        let sim = flim_core::sim::DecaySim::new(64, 0.2, 1_500.0)
+            .unwrap()
+            .with_seed(13);
+        let cube = sim
+            .cube(6, 7, |y, _| vec![(1.0, 1.2 + 0.2 * y as f64)])
+            .unwrap();
+        let counts = cube.counts().mapv(f64::from);
+        let c32 = Cube::new(counts.mapv(|v| v as u32), cube.bin_ns())
+            .unwrap()
+            .with_period_ns(cube.period_ns())
+            .unwrap();
+        let cf = Cube::new(counts.mapv(|v| v as f32), cube.bin_ns())
+            .unwrap()
+            .with_period_ns(cube.period_ns())
+            .unwrap();
+        let opts = FitOptions::new(Model::Mono).with_estimator(Estimator::LeastSquaresPearson);
+        let seg = Segments::Runs(9);
+        let a = fit_global_on(&cube, &opts, &seg, device).unwrap();
+        let b = fit_global_on(&c32, &opts, &seg, device).unwrap();
+        let c = fit_global_on(&cf, &opts, &seg, device).unwrap();
+        assert!(a.status.iter().all(|&s| s == FitStatus::Converged));
+        for other in [&b, &c] {
+            assert_eq!(a.status, other.status);
+            for (x, y) in a.tau[0].iter().zip(other.tau[0].iter()) {
+                assert!(x.to_bits() == y.to_bits(), "{x} vs {y}");
+            }
+            for (x, y) in a.chi2_red.iter().zip(other.chi2_red.iter()) {
+                assert!(x.to_bits() == y.to_bits(), "{x} vs {y}");
+            }
         }
     }
 }

@@ -1,19 +1,19 @@
 //! `biogpu flim`: fluorescence lifetime imaging (issue 4): `fit` (lifetime maps), `phasor`
-//! (phasor coordinates and plot) and `convert` (any reader to .npy or TIFF), with the
-//! preprocessing of `flim_core::preprocess` and the outputs of `flim_core::output`.
+//! (phasor coordinates and plot) and `convert` (any reader to .npy or TIFF). The command
+//! line becomes the library's options ([`flim_core::io::PrepOptions`],
+//! [`flim_core::MethodOptions`]); preparation and the methods run in `flim_core`; this file
+//! writes the outputs.
 
-use super::flim_fit::{FitInput, FitMethodArgs, run_fit_method};
+use super::flim_fit::{FitMethodArgs, Method, Model};
 use super::output::OutDir;
-use anyhow::{Context, bail, ensure};
-use flim_core::io::{AnyCube, Image, ReadOptions, Recording, read, write_npy, write_tiff};
-use flim_core::output::{
-    MapSet, MapStats, lifetime_histogram, map_stats, write_histogram_csv, write_histogram_png,
-    write_lifetime_png, write_map_png, write_map_tiff, write_phasor_png, write_summary_csv,
+use anyhow::{Context, bail};
+use flim_core::io::{
+    IrfShift, IrfSource, MapSet, MapStats, OffsetSpec, PrepOptions, Prepared, RangeSpec,
+    ReadOptions, Recording, lifetime_histogram, map_stats, phasor_calibration, phasor_omega,
+    prepare, read, write_histogram_csv, write_histogram_png, write_lifetime_png, write_map_png,
+    write_map_tiff, write_npy, write_phasor_png, write_summary_csv, write_tiff,
 };
-use flim_core::preprocess::{
-    Binning, FitRange, Irf, bin_spatial, estimate_offset, photon_mask, rise_shift_map,
-};
-use flim_core::{Analysis, Calibration};
+use flim_core::{Binning, GpuTuning, bin_spatial};
 use gpu_runtime::Device;
 use imaging_io::{Colormap, Range};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -36,54 +36,6 @@ enum Command {
     /// Write the decays of any supported file as .npy or multi-page TIFF (after the chosen
     /// selection, binning and range).
     Convert(ConvertArgs),
-}
-
-/// Lifetime methods. Non-iterative ones run here, the fits in [`super::flim_fit`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Method {
-    /// Integral equation method (Simpson-weighted; Wu et al. 2016).
-    Iem,
-    /// Centre of mass, window-corrected.
-    Cmm,
-    /// Rapid lifetime determination, two gates.
-    Rld,
-    /// Phase lifetime from the phasor.
-    Phasor,
-    /// Bi-exponential centre of mass for FRET (Wu et al. 2016; --donor-tau for BCMM1 and
-    /// the phasor method, else BCMM2).
-    Bcmm,
-    /// Levenberg-Marquardt least squares (--weights), IRF reconvolution with --irf.
-    Lsq,
-    /// Poisson maximum likelihood by Levenberg-Marquardt, IRF reconvolution with --irf.
-    Mle,
-    /// Global analysis: lifetimes shared by each segment (--segments), amplitudes per pixel.
-    Global,
-}
-
-impl Method {
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Method::Iem => "iem",
-            Method::Cmm => "cmm",
-            Method::Rld => "rld",
-            Method::Phasor => "phasor",
-            Method::Bcmm => "bcmm",
-            Method::Lsq => "lsq",
-            Method::Mle => "mle",
-            Method::Global => "global",
-        }
-    }
-}
-
-/// Decay models of the fitting methods.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Model {
-    /// One exponential.
-    Mono,
-    /// Two exponentials.
-    Bi,
-    /// Three exponentials.
-    Tri,
 }
 
 /// Input file and which part of it to read.
@@ -193,6 +145,43 @@ struct Prep {
     irf_shift: Option<String>,
 }
 
+impl Prep {
+    /// The library's preparation options (`tuning` for the GPU path).
+    fn options(&self, tuning: GpuTuning) -> anyhow::Result<PrepOptions> {
+        if self.irf_shift.is_some() && self.irf.is_none() {
+            bail!("--irf-shift needs --irf");
+        }
+        Ok(PrepOptions {
+            binning: match self.circular {
+                Some(r) => Binning::Circular(r),
+                None => Binning::Square(self.bin),
+            },
+            threshold: self.threshold,
+            range: self.range.as_deref().map(parse_range).transpose()?,
+            offset: match self.offset.as_str() {
+                "auto" => OffsetSpec::Auto,
+                v => OffsetSpec::Fixed(
+                    v.parse::<f64>()
+                        .with_context(|| format!("--offset {v}: expected a number or auto"))?,
+                ),
+            },
+            irf: self.irf.as_deref().map(|v| match v {
+                "auto" => IrfSource::Estimate,
+                file => IrfSource::File(PathBuf::from(file)),
+            }),
+            irf_shift: match self.irf_shift.as_deref() {
+                None => None,
+                Some("auto") => Some(IrfShift::Auto),
+                Some("pixel") => Some(IrfShift::Pixel),
+                Some(v) => Some(IrfShift::Ns(v.parse::<f64>().with_context(|| {
+                    format!("--irf-shift {v}: expected auto, pixel or a number of ns")
+                })?)),
+            },
+            tuning,
+        })
+    }
+}
+
 /// Where and how to write.
 #[derive(Debug, clap::Args)]
 struct OutputOpts {
@@ -270,169 +259,37 @@ struct ConvertArgs {
 }
 
 pub fn run(args: Args, device: &Device) -> anyhow::Result<()> {
+    let tuning = GpuTuning::from_lookup(|k| std::env::var(k).ok())?;
     match args.command {
-        Command::Fit(a) => run_fit(&a, device),
-        Command::Phasor(a) => run_phasor(&a, device),
+        Command::Fit(a) => run_fit(&a, tuning, device),
+        Command::Phasor(a) => run_phasor(&a, tuning, device),
         Command::Convert(a) => run_convert(&a),
     }
 }
 
-/// One image after preprocessing, ready for a method.
-struct Prepared {
-    label: String,
-    cube: AnyCube,
-    analysis: Analysis,
-    range: Option<FitRange>,
-    offset: f64,
-    threshold: f64,
-    irf: Option<Irf>,
-    irf_shift_ns: Option<f64>,
-    shift_map: Option<ndarray::Array2<f32>>,
-}
-
-fn parse_range(spec: &str, cube: &AnyCube) -> anyhow::Result<FitRange> {
+/// A range: `all`, `peak`, `A:B` in bins (end exclusive) or `1.2ns:10ns`.
+fn parse_range(spec: &str) -> anyhow::Result<RangeSpec> {
+    match spec {
+        "all" => return Ok(RangeSpec::All),
+        "peak" => return Ok(RangeSpec::Peak),
+        _ => {}
+    }
     let (a, b) = spec
         .split_once(':')
         .with_context(|| format!("--range {spec}: expected A:B (bins) or 1.2ns:10ns"))?;
     let ns = |s: &str| s.trim().strip_suffix("ns").map(|v| v.trim().parse::<f64>());
     Ok(match (ns(a), ns(b)) {
-        (Some(Ok(x)), Some(Ok(y))) => FitRange::from_ns(x, y, cube.bin_ns(), cube.bins())?,
-        (None, None) => FitRange::from_bins(
+        (Some(Ok(x)), Some(Ok(y))) => RangeSpec::Ns(x, y),
+        (None, None) => RangeSpec::Bins(
             a.trim()
                 .parse()
                 .with_context(|| format!("--range {spec}"))?,
             b.trim()
                 .parse()
                 .with_context(|| format!("--range {spec}"))?,
-            cube.bins(),
-        )?,
+        ),
         _ => bail!("--range {spec}: give both ends in bins (10:200) or both in ns (1.2ns:10ns)"),
     })
-}
-
-fn prepare(
-    image: &Image,
-    rec: &Recording,
-    prep: &Prep,
-    default_range: &str,
-) -> anyhow::Result<Prepared> {
-    let kernel = match prep.circular {
-        Some(r) => Binning::Circular(r),
-        None => Binning::Square(prep.bin),
-    };
-    let cube = bin_spatial(&image.cube, kernel)?;
-    let mut analysis = Analysis::default().with_threshold(prep.threshold);
-    let range = match prep.range.as_deref().unwrap_or(default_range) {
-        "all" => None,
-        "peak" => Some(FitRange::from_peak(&cube)?),
-        spec => Some(parse_range(spec, &cube)?),
-    };
-    if let Some(r) = range {
-        analysis = r.apply(analysis);
-    }
-    let offset = match prep.offset.as_str() {
-        "auto" => estimate_offset(&cube)?.counts_per_bin,
-        v => v
-            .parse::<f64>()
-            .with_context(|| format!("--offset {v}: expected a number or auto"))?,
-    };
-    analysis = analysis.with_offset(offset);
-    let irf = match prep.irf.as_deref() {
-        None => None,
-        Some("auto") => Some(Irf::estimate(&cube).context("estimating the IRF from the data")?),
-        Some(file) => Some(
-            Irf::from_file(Path::new(file), Some(cube.bin_ns()))
-                .with_context(|| format!("reading the IRF {file}"))?
-                .fitted_to(cube.bins())?,
-        ),
-    };
-    let (irf_shift_ns, shift_map) = match (prep.irf_shift.as_deref(), &irf) {
-        (None, _) => (None, None),
-        (Some(_), None) => bail!("--irf-shift needs --irf"),
-        (Some("auto"), Some(i)) => (Some(i.global_shift(&cube, 2.0)?), None),
-        (Some("pixel"), Some(i)) => {
-            let mask = photon_mask(&cube, prep.threshold);
-            (
-                Some(i.global_shift(&cube, 2.0)?),
-                Some(rise_shift_map(&cube, &mask)?),
-            )
-        }
-        (Some(v), Some(_)) => (
-            Some(v.parse::<f64>().with_context(|| {
-                format!("--irf-shift {v}: expected auto, pixel or a number of ns")
-            })?),
-            None,
-        ),
-    };
-    let irf = match (irf, irf_shift_ns) {
-        (Some(i), Some(s)) => Some(i.shifted(s)),
-        (i, _) => i,
-    };
-    Ok(Prepared {
-        label: image.label(rec),
-        cube,
-        analysis,
-        range,
-        offset,
-        threshold: prep.threshold,
-        irf,
-        irf_shift_ns,
-        shift_map,
-    })
-}
-
-/// THE DISPATCH of `biogpu flim fit`: every `--method` goes through here. The non-iterative
-/// methods run on `device` (GPU kernel or CPU reference); the fitting methods (BCMM, least
-/// squares, maximum likelihood, global analysis) in [`super::flim_fit`], with the
-/// preprocessed cube, range, threshold, offset and shifted IRF (a per-pixel shift map makes
-/// the shift a fitted parameter). The result's first map is the main lifetime
-/// (`tau_<method>_ns`); intensity, amplitudes, fractions, mean lifetimes, chi^2, iterations
-/// and status follow under their own names and are written as TIFF maps too.
-fn run_method(
-    method: Method,
-    model: Model,
-    fit: &FitMethodArgs,
-    p: &Prepared,
-    device: &Device,
-) -> anyhow::Result<MapSet> {
-    let plane = match method {
-        Method::Iem => "tau_iem_ns",
-        Method::Cmm => "tau_cmm_ns",
-        Method::Rld => "tau_rld_ns",
-        Method::Phasor => "tau_phase_ns",
-        Method::Bcmm | Method::Lsq | Method::Mle | Method::Global => {
-            let input = FitInput {
-                cube: &p.cube,
-                analysis: &p.analysis,
-                range: p.range,
-                threshold: p.threshold,
-                offset: p.offset,
-                irf: p.irf.as_ref(),
-                per_pixel_shift: p.shift_map.is_some(),
-            };
-            return run_fit_method(method, model, fit, &input, device);
-        }
-    };
-    let maps = p.cube.analyse_on(&p.analysis, device)?;
-    let all = MapSet::from_lifetimes(&maps);
-    let mut out = MapSet {
-        maps: Vec::new(),
-        mask: all.mask.clone(),
-    };
-    for name in [plane, "intensity"] {
-        out.push(
-            name,
-            all.get(name)
-                .expect("a plane of the non-iterative maps")
-                .clone(),
-        )?;
-    }
-    if method == Method::Phasor {
-        for name in ["g", "s", "tau_mod_ns"] {
-            out.push(name, all.get(name).expect("phasor planes").clone())?;
-        }
-    }
-    Ok(out)
 }
 
 /// A file name in the output folder: `<label>_<name>` or just `<name>`.
@@ -503,7 +360,10 @@ fn write_irf(out: &OutDir, p: &Prepared) -> anyhow::Result<Option<serde_json::Va
     })))
 }
 
-fn run_fit(a: &FitArgs, device: &Device) -> anyhow::Result<()> {
+fn run_fit(a: &FitArgs, tuning: GpuTuning, device: &Device) -> anyhow::Result<()> {
+    let prep = a.prep.options(tuning)?;
+    let method = flim_core::Method::from(a.method);
+    let opts = a.fit.options(a.method, a.model, tuning)?;
     let rec = a.input.read()?;
     let out = OutDir::create(&a.output.out, a.output.force, &[&a.input.path])?;
     let t0 = Instant::now();
@@ -512,17 +372,16 @@ fn run_fit(a: &FitArgs, device: &Device) -> anyhow::Result<()> {
     let mut images = Vec::new();
     for image in &rec.images {
         // Reconvolution models the rise: fit the whole window unless told otherwise.
-        let reconvolved =
-            a.prep.irf.is_some() && matches!(a.method, Method::Lsq | Method::Mle | Method::Global);
-        let p = prepare(
-            image,
-            &rec,
-            &a.prep,
-            if reconvolved { "all" } else { "peak" },
-        )?;
-        let t = Instant::now();
-        let set = run_method(a.method, a.model, &a.fit, &p, device)?;
-        let secs = t.elapsed().as_secs_f64();
+        let reconvolved = a.prep.irf.is_some() && method.reconvolves();
+        let default_range = if reconvolved {
+            RangeSpec::All
+        } else {
+            RangeSpec::Peak
+        };
+        let p = prepare(image, &rec, &prep, default_range)
+            .context("preparing the image (binning, range, offset, IRF)")?;
+        let (set, info) = flim_core::run_method(&p, method, &opts, device)?;
+        let secs = info.elapsed.as_secs_f64();
         write_set(&out, &p.label, &set, &mut rows)?;
         let (tau_name, tau) = &set.maps[0];
         let intensity = set.get("intensity").expect("intensity map");
@@ -571,9 +430,9 @@ fn run_fit(a: &FitArgs, device: &Device) -> anyhow::Result<()> {
             p.cube.shape().0,
             p.cube.bins(),
             p.cube.bin_ns(),
-            range_of(&p).0,
-            range_of(&p).0 + range_of(&p).1,
-            a.method.name(),
+            p.fit_range().0,
+            p.fit_range().0 + p.fit_range().1,
+            method.name(),
             tau_name,
             stats.median,
             stats.p25,
@@ -589,7 +448,7 @@ fn run_fit(a: &FitArgs, device: &Device) -> anyhow::Result<()> {
             "width": p.cube.shape().1, "height": p.cube.shape().0, "bins": p.cube.bins(),
             "bin_ns": p.cube.bin_ns(), "period_ns": p.cube.period_ns(), "offset_per_bin": p.offset,
             "tau_colour_range_ns": [limits.0, limits.1], "seconds": secs, "irf": irf,
-            "fit_range_bins": range_of(&p),
+            "fit_range_bins": p.fit_range(),
             "tau": stats,
         }));
         bar.inc(1);
@@ -601,7 +460,7 @@ fn run_fit(a: &FitArgs, device: &Device) -> anyhow::Result<()> {
         &serde_json::json!({
             "input": a.input.path, "format": rec.format.name(),
             "metadata": rec.metadata.iter().map(|(k, v)| (k.clone(), serde_json::Value::from(v.clone()))).collect::<serde_json::Map<_, _>>(),
-            "method": a.method.name(), "model": format!("{:?}", a.model).to_lowercase(),
+            "method": method.name(), "model": format!("{:?}", a.model).to_lowercase(),
             "device": device.info().id, "binning": a.prep.circular.map_or(format!("square {}", a.prep.bin), |r| format!("circular {r}")),
             "threshold": a.prep.threshold, "range": a.prep.range, "seconds": t0.elapsed().as_secs_f64(),
             "images": images,
@@ -612,20 +471,8 @@ fn run_fit(a: &FitArgs, device: &Device) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The phasor (g, s) of a decay with the conventions of `flim_core::analyse`: bins
-/// `first..first + m`, bin centres at `(j + 1/2) h` from the range start.
-fn decay_phasor(decay: &[f64], first: usize, m: usize, h: f64, omega: f64) -> (f64, f64) {
-    let (mut n, mut gc, mut gs) = (0.0, 0.0, 0.0);
-    for (j, &v) in decay.iter().skip(first).take(m).enumerate() {
-        let t = (j as f64 + 0.5) * h;
-        n += v;
-        gc += v * (omega * t).cos();
-        gs += v * (omega * t).sin();
-    }
-    (gc / n, gs / n)
-}
-
-fn run_phasor(a: &PhasorArgs, device: &Device) -> anyhow::Result<()> {
+fn run_phasor(a: &PhasorArgs, tuning: GpuTuning, device: &Device) -> anyhow::Result<()> {
+    let prep = a.prep.options(tuning)?;
     let rec = a.input.read()?;
     let mut inputs = vec![a.input.path.as_path()];
     inputs.extend(a.calibrate.as_deref());
@@ -634,45 +481,23 @@ fn run_phasor(a: &PhasorArgs, device: &Device) -> anyhow::Result<()> {
     let mut images = Vec::new();
     let bar = progress(rec.images.len(), "images");
     for image in &rec.images {
-        let mut p = prepare(image, &rec, &a.prep, "all")?;
-        let omega = 2.0 * std::f64::consts::PI * f64::from(a.harmonic) / p.cube.period_ns();
-        let (first, m) = range_of(&p);
+        let mut p = prepare(image, &rec, &prep, RangeSpec::All)
+            .context("preparing the image (binning, range, offset, IRF)")?;
+        let omega = phasor_omega(&p, a.harmonic);
         // Calibration reference: a recording of known lifetime, else the IRF (lifetime 0).
-        let reference = match (&a.calibrate, &p.irf) {
-            (Some(path), _) => {
-                let r = read(path, &ReadOptions::default().with_sum_frames(true))
-                    .with_context(|| format!("calibration reference {}", path.display()))?;
-                let cube = AnyCube::sum(&r.images.iter().map(|i| &i.cube).collect::<Vec<_>>())?;
-                ensure!(
-                    cube.bins() == p.cube.bins()
-                        && (cube.bin_ns() - p.cube.bin_ns()).abs() < 1e-6 * p.cube.bin_ns(),
-                    "the calibration reference has {} bins of {} ns, the data {} of {} ns",
-                    cube.bins(),
-                    cube.bin_ns(),
-                    p.cube.bins(),
-                    p.cube.bin_ns()
-                );
-                Some((flim_core::preprocess::summed_decay(&cube), a.ref_tau))
-            }
-            (None, Some(irf)) => Some((irf.values().to_vec(), 0.0)),
-            (None, None) => None,
-        };
-        let calibration = match reference {
-            Some((decay, tau)) => {
-                let (g, s) = decay_phasor(&decay, first, m, p.cube.bin_ns(), omega);
-                Some(Calibration::from_reference(g, s, tau, omega)?)
-            }
-            None => None,
-        };
+        let calibration = phasor_calibration(&p, a.calibrate.as_deref(), a.ref_tau, a.harmonic)
+            .with_context(|| match &a.calibrate {
+                Some(path) => format!("calibration reference {}", path.display()),
+                None => "calibration from the IRF".into(),
+            })?;
         p.analysis = p.analysis.with_harmonic(a.harmonic);
         if let Some(c) = calibration {
             p.analysis = p.analysis.with_calibration(c);
         }
-        let set = run_method(
-            Method::Phasor,
-            Model::Mono,
-            &FitMethodArgs::default(),
+        let (set, _) = flim_core::run_method(
             &p,
+            flim_core::Method::Phasor,
+            &flim_core::MethodOptions::default(),
             device,
         )?;
         write_set(&out, &p.label, &set, &mut rows)?;
@@ -738,11 +563,6 @@ fn run_phasor(a: &PhasorArgs, device: &Device) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The fit range of a prepared image as (first bin, bins).
-fn range_of(p: &Prepared) -> (usize, usize) {
-    p.range.map_or((0, p.cube.bins()), |r| (r.first, r.bins))
-}
-
 fn run_convert(a: &ConvertArgs) -> anyhow::Result<()> {
     let rec = a.input.read()?;
     let out = OutDir::create(&a.out, a.force, &[&a.input.path])?;
@@ -760,8 +580,10 @@ fn run_convert(a: &ConvertArgs) -> anyhow::Result<()> {
         .to_string();
     for image in &rec.images {
         let mut cube = bin_spatial(&image.cube, Binning::Square(a.bin))?;
-        if let Some(spec) = &a.range {
-            cube = parse_range(spec, &cube)?.crop(&cube)?;
+        if let Some(spec) = &a.range
+            && let Some(range) = parse_range(spec)?.resolve(&cube)?
+        {
+            cube = range.crop(&cube)?;
         }
         let label = image.label(&rec);
         let name = if label.is_empty() {
@@ -789,181 +611,12 @@ fn run_convert(a: &ConvertArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// This modality's part of `biogpu demo`: the paper's phantom (vertical bars of 2, 2.5, 3
-/// and 4 ns, Poisson noise), analysed on `device` and checked against the CPU reference and
-/// the simulated truth; maps and a lifetime image under `out/flim`.
+/// This modality's part of `biogpu demo` ([`flim_core::sim::demo`]): the paper's phantoms
+/// analysed on `device`, checked against the CPU reference and the simulated truth; maps and
+/// lifetime images under `out/flim`.
 pub fn demo(out: &Path, device: &Device) -> anyhow::Result<bool> {
-    let taus = [2.0, 2.5, 3.0, 4.0];
-    let (h, w, bins, bin_ns, photons) = (64, 128, 256, 0.05, 5_000.0);
-    let cube: AnyCube = flim_core::sim::mono_exponential(
-        &taus,
-        h,
-        w,
-        bins,
-        bin_ns,
-        bins as f64 * bin_ns,
-        photons,
-        42,
-    )?
-    .into();
-    let opts = Analysis::default().with_threshold(100.0);
-    let t = Instant::now();
-    let got = cube.analyse_on(&opts, device)?;
-    let secs = t.elapsed().as_secs_f64();
-    let want = cube.analyse(&opts)?;
-    let mut worst = 0.0f64;
-    for (g, c) in [
-        (&got.tau_iem, &want.tau_iem),
-        (&got.tau_cmm, &want.tau_cmm),
-        (&got.tau_rld, &want.tau_rld),
-    ] {
-        for (a, b) in g.iter().zip(c.iter()) {
-            if a.is_finite() && b.is_finite() {
-                worst = worst.max(f64::from((a - b).abs() / b.abs()));
-            } else {
-                ensure!(
-                    a.is_finite() == b.is_finite(),
-                    "flim: the device and the CPU disagree on which pixels have a lifetime"
-                );
-            }
-        }
-    }
-    ensure!(
-        worst <= 1e-3,
-        "flim: lifetimes on {device} differ from the CPU reference by {worst:.1e} (> 1e-3)"
-    );
-    let set = MapSet::from_lifetimes(&got);
-    let dir = out.join("flim");
-    std::fs::create_dir_all(&dir)?;
-    let mut bars = Vec::new();
-    for (k, tau) in taus.iter().enumerate() {
-        let cols = k * w / taus.len()..(k + 1) * w / taus.len();
-        let view = got.tau_iem.slice(ndarray::s![.., cols]);
-        let mask = set.mask.slice(ndarray::s![
-            ..,
-            k * w / taus.len()..(k + 1) * w / taus.len()
-        ]);
-        let s = map_stats(view, mask);
-        ensure!(
-            (s.median / tau - 1.0).abs() < 0.05,
-            "flim: the {tau} ns bar came out at {:.3} ns (IEM median)",
-            s.median
-        );
-        bars.push(format!("{:.2}", s.median));
-    }
-    for name in ["tau_iem_ns", "tau_cmm_ns", "intensity"] {
-        write_map_tiff(
-            &dir.join(format!("{name}.tif")),
-            set.masked(name).expect("plane").view(),
-        )?;
-    }
-    write_lifetime_png(
-        &dir.join("tau_iem_ns.png"),
-        got.tau_iem.view(),
-        got.intensity.view(),
-        set.mask.view(),
-        Colormap::Turbo,
-        Range::Fixed(1.5, 4.5),
-    )?;
-    let omega = 2.0 * std::f64::consts::PI / (bins as f64 * bin_ns);
-    write_phasor_png(
-        &dir.join("phasor.png"),
-        got.g.view(),
-        got.s.view(),
-        set.mask.view(),
-        omega,
-    )?;
-    println!(
-        "flim: bar phantom {w}x{h}x{bins} ({photons} photons/px) of {:?} ns; IEM/CMM/RLD/phasor on {} in {secs:.3} s match the CPU to {worst:.1e}; IEM bar medians {} ns; maps in {}",
-        taus,
-        device.info().id,
-        bars.join(", "),
-        dir.display()
-    );
-    demo_fit(&dir, device)?;
+    println!("{}", flim_core::sim::demo(out, device)?);
     Ok(true)
-}
-
-/// The demo's fit: the paper's bi-exponential FRET phantom (tau_F 0.8 ns quenched, tau_D
-/// 2.5 ns, the FRET fraction f_D (amplitude fraction of tau_F) falling from 0.8 to 0.2
-/// across the image) behind a Gaussian IRF, fitted per pixel by
-/// Poisson maximum likelihood with IRF reconvolution on `device` and on the CPU. Checks: at
-/// least 98% of the fits converge on both (a few noisy pixels of the f_D 0.2 columns can run
-/// off to a long second lifetime and are reported failed), the mean lifetimes of pixels
-/// converged on both agree to 1% (f32 against f64 stops within 0.1 standard errors, about
-/// 0.1% here), and each column's median f_D is within 0.03 of the truth (its standard error
-/// over 32 pixels is about 0.005).
-fn demo_fit(dir: &Path, device: &Device) -> anyhow::Result<()> {
-    use flim_core::fit::{FitOptions, FitStatus, Model};
-    use flim_core::sim::{DecaySim, bi_exponential};
-    let (h, w, bins, bin_ns, photons) = (32, 8, 256, 0.05, 20_000.0);
-    let sim = DecaySim::new(bins, bin_ns, photons)?
-        .with_irf(0.1, 0.5)
-        .with_seed(7);
-    let irf = sim.irf_histogram().expect("the simulation has an IRF");
-    let cube = bi_exponential(0.8, 2.5, h, w, &sim)?;
-    let opts = FitOptions::new(Model::Bi).with_irf(&irf);
-    let t = Instant::now();
-    let got = flim_core::gpu::fit_on(&cube, &opts, device)?;
-    let secs = t.elapsed().as_secs_f64();
-    let want = flim_core::fit::fit(&cube, &opts)?;
-    let ok = |s: &FitStatus| *s == FitStatus::Converged;
-    let both: Vec<bool> = got
-        .status
-        .iter()
-        .zip(&want.status)
-        .map(|(a, b)| ok(a) && ok(b))
-        .collect();
-    let n_ok = both.iter().filter(|&&b| b).count();
-    ensure!(
-        n_ok * 100 >= 98 * h * w,
-        "flim: only {n_ok} of {} bi-exponential fits of the FRET phantom converged",
-        h * w
-    );
-    let mut worst = 0.0f64;
-    for ((a, b), _) in got
-        .tau_amp_mean
-        .iter()
-        .zip(&want.tau_amp_mean)
-        .zip(&both)
-        .filter(|(_, both)| **both)
-    {
-        worst = worst.max(f64::from((a - b).abs() / b));
-    }
-    ensure!(
-        worst <= 1e-2,
-        "flim: mean lifetimes of the fit on {device} differ from the CPU by {worst:.1e} (> 1e-2)"
-    );
-    let all = ndarray::Array2::from_elem((h, w), true);
-    let mut fd = Vec::new();
-    for x in 0..w {
-        let truth = 0.8 - 0.6 * x as f64 / (w - 1) as f64;
-        let col = got.fraction[0].slice(ndarray::s![.., x..=x]);
-        let s = map_stats(col, all.slice(ndarray::s![.., x..=x]));
-        ensure!(
-            (s.median - truth).abs() < 0.03,
-            "flim: column {x} of the FRET phantom gave f_D {:.3} (truth {truth:.2})",
-            s.median
-        );
-        fd.push(format!("{:.2}", s.median));
-    }
-    write_map_tiff(&dir.join("fret_f_d.tif"), got.fraction[0].view())?;
-    write_map_tiff(&dir.join("fret_tau_mean_ns.tif"), got.tau_amp_mean.view())?;
-    write_lifetime_png(
-        &dir.join("fret_tau_mean_ns.png"),
-        got.tau_amp_mean.view(),
-        got.intensity.view(),
-        all.view(),
-        Colormap::Turbo,
-        Range::Fixed(0.8, 2.5),
-    )?;
-    println!(
-        "flim: FRET phantom {w}x{h}x{bins} ({photons} photons/px, IRF 0.1 ns): bi-exponential MLE with IRF reconvolution on {} in {secs:.3} s, {n_ok} of {} converged on both, mean lifetimes match the CPU to {worst:.1e}; f_D by column {}",
-        device.info().id,
-        h * w,
-        fd.join(", ")
-    );
-    Ok(())
 }
 
 #[cfg(test)]

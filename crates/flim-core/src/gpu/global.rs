@@ -1,5 +1,5 @@
 //! Global analysis on the GPU ([`fit_global_on`]): the host picks the fitted pixels and
-//! builds the segments exactly as [`crate::fit::fit_global`] does (f64 photon counts, so
+//! builds the segments exactly as [`crate::fit_global`] does (f64 photon counts, so
 //! thresholds and masks agree to the pixel), copies the fitted pixels' decays segment by
 //! segment into page-locked memory and sums each segment's decay (f64) on all cores; the
 //! device fits the summed decays (the per-pixel fit kernel) and then every segment
@@ -8,14 +8,12 @@
 //! Segments are never split: work goes to the device in chunks of whole segments that fit
 //! its memory budget, and a single segment that does not fit is an error that says so.
 
-use super::gpu_error;
-use crate::cube::{Count, Cube};
-use crate::error::{Error, Result};
-use crate::fit::global::segment_pixels;
-use crate::fit::model::ModelSetup;
-use crate::fit::{
-    Estimator, FitMaps, FitOptions, FitStatus, MapPixel, Offset, Segments, Shift, fit_global,
-};
+use crate::error::Result;
+use crate::gpu::fit::fit_params;
+use crate::model::cube::{Count, Cube};
+use crate::model::fit::{FitMaps, FitOptions, FitStatus, MapPixel};
+use crate::model::fit_model::{MAX_PARAMS, Offset};
+use crate::model::segments::{Segments, segment_pixels};
 use gpu_kernels::flim::fit::{self as fk, FitParams};
 use gpu_kernels::flim::global::{global_fit, global_planes, scratch_fields};
 use gpu_runtime::{Device, HostStaging, with_gpu};
@@ -33,44 +31,6 @@ static STAGING: Mutex<Option<Staging>> = Mutex::new(None);
 
 /// Pixels whose decays are summed by one task (a whole image is summed on all cores).
 const SUM_PIECE: usize = 1024;
-
-/// The fit kernels' settings for `su` and `opts` with counts of type `T` (`pixels` = 0, no
-/// threshold, no mask: global analysis picks its pixels on the host).
-pub(super) fn fit_params<T: Count>(su: &ModelSetup, opts: &FitOptions, bins: usize) -> FitParams {
-    let (irf_mode, shift) = match (&su.irf, su.shift) {
-        (None, _) => (fk::IRF_NONE, 0.0),
-        (Some(_), Shift::Fixed(s)) => (fk::IRF_FIXED, s),
-        (Some(_), Shift::Fitted(s)) => (fk::IRF_FITTED, s),
-    };
-    FitParams {
-        pixels: 0,
-        mask_offset: 0,
-        stride: bins as u32,
-        first: su.first as u32,
-        m: su.m as u32,
-        h: su.h as f32,
-        period_bins: su.period_bins as f32,
-        tau_bounds: (su.tau_min as f32, su.tau_max as f32),
-        offset: match su.offset {
-            Offset::Fixed(z) => z as f32,
-            Offset::Fitted => 0.0,
-        },
-        shift: shift as f32,
-        threshold: 0.0,
-        max_iterations: opts.max_iterations(),
-        tolerance: opts.tolerance() as f32,
-        kind: T::KIND,
-        components: su.k as u32,
-        estimator: match opts.estimator() {
-            Estimator::LeastSquaresNeyman => fk::EST_NEYMAN,
-            Estimator::LeastSquaresPearson => fk::EST_PEARSON,
-            Estimator::MaximumLikelihood => fk::EST_POISSON,
-        },
-        offset_fitted: su.offset == Offset::Fitted,
-        irf_mode,
-        use_mask: false,
-    }
-}
 
 /// Sum of the decays (all bins) of `seg`'s pixels, f64 (exact for integer counts).
 fn segment_sum<T: Count>(data: &[T], bins: usize, seg: &[usize]) -> Vec<f64> {
@@ -116,10 +76,14 @@ fn chunks(
         let n = seg.len() as u64;
         let need = n * per_pixel + per_segment;
         if need > budget || n * per_buffer > max_buffer {
-            return Err(Error::Gpu(format!(
-                "a segment of {n} pixels needs {need} bytes on the device ({} in one buffer), more than its budget of {budget} ({max_buffer} per buffer): use smaller segments or the CPU",
-                n * per_buffer
-            )));
+            return Err(gpu_runtime::Error::InvalidLaunch {
+                kernel: "flim_global".into(),
+                why: format!(
+                    "a segment of {n} pixels needs {need} bytes on the device ({} in one buffer), more than its budget of {budget} ({max_buffer} per buffer): use smaller segments or the CPU",
+                    n * per_buffer
+                ),
+            }
+            .into());
         }
         if s > start && (bytes + need > budget || (pixels + n) * per_buffer > max_buffer) {
             out.push(start..s);
@@ -134,33 +98,18 @@ fn chunks(
     Ok(out)
 }
 
-/// [`crate::fit::fit_global`] on `device`: lifetimes (and a fitted IRF shift) shared per
+/// [`crate::fit_global`] on a GPU `device`: lifetimes (and a fitted IRF shift) shared per
 /// segment, amplitudes (and a fitted offset) per pixel, by the f32 kernel on a GPU (one
-/// cube per segment), the f64 CPU path otherwise. Pixels under the threshold, outside the
+/// cube per segment). Pixels under the threshold, outside the
 /// mask or outside every segment are masked; a failed segment's pixels are `Failed`, never
 /// `Converged`. Tolerances in tests/tests/gpu_vs_cpu/flim_global.rs.
-///
-/// ```
-/// use flim_core::fit::{FitOptions, FitStatus, Model, Segments};
-/// use flim_core::gpu::fit_global_on;
-/// use flim_core::sim::{DecaySim, bi_exponential};
-/// let cube = bi_exponential(0.8, 2.5, 8, 8, &DecaySim::new(256, 0.05, 3_000.0)?)?;
-/// let opts = FitOptions::new(Model::Bi);
-/// let maps = fit_global_on(&cube, &opts, &Segments::Runs(32), &gpu_runtime::Device::cpu())?;
-/// assert_eq!(maps.status[[0, 0]], FitStatus::Converged);
-/// assert!((maps.tau[0][[0, 0]] - 0.8).abs() < 0.1 && (maps.tau[1][[0, 0]] - 2.5).abs() < 0.2);
-/// # Ok::<(), flim_core::Error>(())
-/// ```
 #[allow(clippy::too_many_lines)]
-pub fn fit_global_on<T: Count>(
+pub(crate) fn fit_global<T: Count>(
     cube: &Cube<T>,
     opts: &FitOptions,
     segments: &Segments,
     device: &Device,
 ) -> Result<FitMaps> {
-    if !device.is_gpu() {
-        return fit_global(cube, opts, segments);
-    }
     let (h, w) = cube.shape();
     let pixels = h * w;
     let bins = cube.bins();
@@ -310,7 +259,7 @@ pub fn fit_global_on<T: Count>(
                     let chi2 = &chi2;
                     let (su, order, photons, vals) = (&su, &order, &photons, vals);
                     (offsets[s] as usize..offsets[s + 1] as usize).map(move |i| {
-                        let mut theta = [0.0f64; crate::fit::model::MAX_PARAMS];
+                        let mut theta = [0.0f64; MAX_PARAMS];
                         for (q, t) in theta.iter_mut().enumerate().take(np) {
                             *t = f64::from(vals[q * n + i]);
                         }
@@ -325,7 +274,6 @@ pub fn fit_global_on<T: Count>(
             }
         }
         Ok(())
-    })
-    .map_err(gpu_error)?;
+    })?;
     Ok(FitMaps::from_pixels(h, w, k, &px))
 }

@@ -1,9 +1,10 @@
 //! NumPy `.npy` cubes through `ndarray-npy`: (y, x, bin) or a time series (frame, y, x, bin)
 //! of u16, u32, f32 or f64 (read as f32). `.npy` stores no bin width, so the caller gives it.
 
-use super::{AnyCube, Format, Image, Recording, format_error, with_cube};
-use crate::cube::{Count, Cube};
 use crate::error::Result;
+use crate::io::recording::{Format, Image, Recording, format_error};
+use crate::model::cube::{AnyCube, with_cube};
+use crate::model::cube::{Count, Cube};
 use ndarray::{ArrayD, Axis, Ix3};
 use ndarray_npy::{ReadNpyError, ReadableElement, read_npy as read};
 use std::path::Path;

@@ -24,8 +24,10 @@
 //! No maintained Rust crate reads PTU T3 images (`tttr-toolbox` reads T2 and HydraHarp T3
 //! only, without image markers, and pulls in Python bindings), hence this parser.
 
-use super::{Format, Image, ReadOptions, Recording, format_error, io_error, narrow_counts};
 use crate::error::Result;
+use crate::io::recording::{
+    Format, Image, ReadOptions, Recording, format_error, io_error, narrow_counts,
+};
 use ndarray::Array3;
 use std::fs::File;
 use std::io::{BufReader, Read};

@@ -18,9 +18,10 @@
 //!
 //! No maintained Rust crate reads `.sdt`, hence this parser.
 
-use super::{AnyCube, Format, Image, Recording, format_error, io_error};
-use crate::cube::Cube;
 use crate::error::{Error, Result};
+use crate::io::recording::{Format, Image, Recording, format_error, io_error};
+use crate::model::cube::AnyCube;
+use crate::model::cube::Cube;
 use ndarray::Array3;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};

@@ -3,9 +3,10 @@
 //! u16), u32, f32 or f64 (read as f32) pages, through the `tiff` crate. TIFF stores no bin
 //! width, so the caller gives it.
 
-use super::{AnyCube, Format, Image, Recording, format_error, io_error, with_cube};
-use crate::cube::Cube;
 use crate::error::Result;
+use crate::io::recording::{Format, Image, Recording, format_error, io_error};
+use crate::model::cube::Cube;
+use crate::model::cube::{AnyCube, with_cube};
 use ::tiff::decoder::{Decoder, DecodingResult, Limits};
 use ::tiff::encoder::{TiffEncoder, colortype};
 use ndarray::{Array3, Axis};

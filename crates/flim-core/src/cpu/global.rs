@@ -7,69 +7,17 @@
 //! O(pixels x bins) and the decay components are evaluated once per segment. Started from
 //! a fit of the segment's summed decay.
 
-use super::lm::{STATIONARY, cholesky_solve, fit_pixel, initial_guess, term};
-use super::model::{MAX_PARAMS, ModelSetup, Work};
-use super::{DecayFit, Estimator, FitMaps, FitOptions, FitStatus};
-use crate::cube::{Count, Cube};
-use crate::error::{Result, invalid};
-use ndarray::Array2;
+// `!(x > 0.0)` is meant: it is also true for NaN.
+#![allow(clippy::neg_cmp_op_on_partial_ord)]
+
+use crate::cpu::lm::{STATIONARY, fit_pixel, initial_guess};
+use crate::error::Result;
+use crate::model::cube::{Count, Cube};
+use crate::model::fit::{DecayFit, Estimator, FitMaps, FitOptions, FitStatus, term};
+use crate::model::fit_model::{MAX_PARAMS, ModelSetup, Work};
+use crate::model::segments::{Segments, segment_pixels};
+use gpu_kernels::linalg::solve_spd;
 use rayon::prelude::*;
-
-/// How pixels are grouped to share lifetimes.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Segments {
-    /// Runs of this many consecutive fitted pixels in raster order (the paper's GA-32: 32).
-    Runs(usize),
-    /// One segment per label > 0 (same shape as the image; 0 is not fitted).
-    Labels(Array2<u32>),
-    /// Every fitted pixel together.
-    Whole,
-}
-
-/// Pixels of each segment (indices into the image, raster order), fitted pixels only.
-pub(crate) fn segment_pixels(
-    segments: &Segments,
-    fitted: &[bool],
-    shape: (usize, usize),
-) -> Result<Vec<Vec<usize>>> {
-    let all = || (0..fitted.len()).filter(|&p| fitted[p]);
-    Ok(match segments {
-        Segments::Runs(n) => {
-            if *n == 0 {
-                return Err(invalid("segment size", 0, "must be >= 1 pixel"));
-            }
-            let px: Vec<usize> = all().collect();
-            px.chunks(*n).map(<[usize]>::to_vec).collect()
-        }
-        Segments::Whole => {
-            let px: Vec<usize> = all().collect();
-            if px.is_empty() { Vec::new() } else { vec![px] }
-        }
-        Segments::Labels(labels) => {
-            if labels.dim() != shape {
-                return Err(invalid(
-                    "segment labels",
-                    format!("{:?}", labels.dim()),
-                    format!("must match the image, {shape:?}"),
-                ));
-            }
-            let labels = labels.as_standard_layout();
-            let labels = labels.as_slice().expect("standard layout");
-            let mut ids: Vec<u32> = labels.iter().copied().filter(|&l| l > 0).collect();
-            ids.sort_unstable();
-            ids.dedup();
-            let mut out = vec![Vec::new(); ids.len()];
-            for p in all() {
-                if labels[p] > 0 {
-                    let s = ids.binary_search(&labels[p]).expect("label listed");
-                    out[s].push(p);
-                }
-            }
-            out.retain(|s| !s.is_empty());
-            out
-        }
-    })
-}
 
 /// Shared and local parameter maps into the per-pixel parameter vector.
 struct Layout {
@@ -188,7 +136,7 @@ fn inverse(m: &Block, n: usize) -> Option<Block> {
         let mut e = [0.0; MAX_PARAMS];
         e[c] = 1.0;
         let mut x = [0.0; MAX_PARAMS];
-        if !cholesky_solve(m, &e, &mut x, n) {
+        if !solve_spd(m, &e, &mut x, n) {
             return None;
         }
         for r in 0..n {
@@ -342,7 +290,7 @@ pub(crate) fn fit_segment(su: &ModelSetup, counts: &[&[f64]], opts: &FitOptions)
             }
         }
         let mut ds = [0.0; MAX_PARAMS];
-        if !ok || !cholesky_solve(&reduced, &rhs, &mut ds, ns) {
+        if !ok || !solve_spd(&reduced, &rhs, &mut ds, ns) {
             lambda *= 10.0;
             if lambda > 1e16 {
                 break;
@@ -415,17 +363,7 @@ pub(crate) fn fit_segment(su: &ModelSetup, counts: &[&[f64]], opts: &FitOptions)
 /// Global fit on the CPU (f64, segments in parallel): lifetimes shared per segment, the
 /// other parameters per pixel. Pixels under the threshold, outside the mask or outside
 /// every segment are masked.
-///
-/// ```
-/// use flim_core::fit::{FitOptions, Model, Segments, fit_global};
-/// use flim_core::sim::{DecaySim, bi_exponential};
-/// let sim = DecaySim::new(256, 0.05, 3_000.0)?;
-/// let cube = bi_exponential(0.8, 2.5, 4, 8, &sim)?;
-/// let maps = fit_global(&cube, &FitOptions::new(Model::Bi), &Segments::Whole)?;
-/// assert!((maps.tau[0][[0, 0]] - 0.8).abs() < 0.1 && (maps.tau[1][[0, 0]] - 2.5).abs() < 0.1);
-/// # Ok::<(), flim_core::Error>(())
-/// ```
-pub fn fit_global<T: Count>(
+pub(crate) fn fit_global<T: Count>(
     cube: &Cube<T>,
     opts: &FitOptions,
     segments: &Segments,

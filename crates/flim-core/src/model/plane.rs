@@ -1,8 +1,8 @@
 //! Map planes made on all cores.
 //!
 //! A 512x512 plane is a megabyte that must be written before use (zeroed, or NaN for "not
-//! analysed"); eight of them written on one thread took 0.85 ms of a 4.3 ms end-to-end GPU
-//! analysis (H100 host, 2026-11-26). The GPU paths make their planes one per core.
+//! analysed"); eight of them written on one thread are a fifth of an end-to-end GPU
+//! analysis (docs/benchmarks.md). The GPU paths make their planes one per core.
 
 use ndarray::Array2;
 use rayon::prelude::*;

@@ -13,8 +13,12 @@
 //! lowers the objective away from a stationary point, the numbers stop being finite, or a
 //! lifetime ends on its bound.
 
-use super::model::{MAX_PARAMS, ModelSetup, Shift, Work};
-use super::{Estimator, FitStatus};
+// `!(x > 0.0)` is meant: it is also true for NaN.
+#![allow(clippy::neg_cmp_op_on_partial_ord)]
+
+use crate::model::fit::{Estimator, FitStatus, term};
+use crate::model::fit_model::{MAX_PARAMS, ModelSetup, Shift, Work};
+use gpu_kernels::linalg::solve_spd;
 
 /// Result of one pixel's fit.
 #[derive(Debug, Clone, Copy)]
@@ -27,10 +31,6 @@ pub(crate) struct PixelFit {
 
 /// Curvature matrix (upper triangle used) and gradient.
 type Normal = ([[f64; MAX_PARAMS]; MAX_PARAMS], [f64; MAX_PARAMS]);
-
-/// Smallest model value in the Pearson and Poisson objectives (keeps them finite where the
-/// model vanishes, e.g. before the IRF's rise without an offset).
-const Y_FLOOR: f64 = 1e-10;
 
 /// Objective at `theta`, and with `normal` the curvature and gradient.
 pub(crate) fn accumulate(
@@ -72,75 +72,6 @@ pub(crate) fn accumulate(
         }
     }
     obj
-}
-
-/// One bin's objective, gradient weight (d obj / d y) and curvature weight.
-#[inline(always)]
-pub(crate) fn term(est: Estimator, n: f64, y: f64) -> (f64, f64, f64) {
-    match est {
-        Estimator::LeastSquaresNeyman => {
-            let w = 1.0 / n.max(1.0);
-            let r = n - y;
-            (w * r * r, -2.0 * w * r, 2.0 * w)
-        }
-        Estimator::LeastSquaresPearson => {
-            let yy = y.max(Y_FLOOR);
-            let r = n - y;
-            (r * r / yy, -r * (n + y) / (yy * yy), 2.0 / yy)
-        }
-        Estimator::MaximumLikelihood => {
-            let yy = y.max(Y_FLOOR);
-            let o = if n > 0.0 {
-                2.0 * (yy - n + n * (n / yy).ln())
-            } else {
-                2.0 * yy
-            };
-            (o, 2.0 * (1.0 - n / yy), 2.0 / yy)
-        }
-    }
-}
-
-/// Solve `m x = b` for the leading `np` block (m symmetric positive definite, upper
-/// triangle) by Cholesky; false when it is not positive definite.
-pub(crate) fn cholesky_solve(
-    m: &[[f64; MAX_PARAMS]; MAX_PARAMS],
-    b: &[f64],
-    x: &mut [f64],
-    np: usize,
-) -> bool {
-    let mut l = [[0.0f64; MAX_PARAMS]; MAX_PARAMS];
-    for i in 0..np {
-        for j in 0..=i {
-            let mut s = m[j][i];
-            for q in 0..j {
-                s -= l[i][q] * l[j][q];
-            }
-            if i == j {
-                if !(s > 0.0) {
-                    return false;
-                }
-                l[i][i] = s.sqrt();
-            } else {
-                l[i][j] = s / l[j][j];
-            }
-        }
-    }
-    let mut y = [0.0f64; MAX_PARAMS];
-    for i in 0..np {
-        let mut s = b[i];
-        for q in 0..i {
-            s -= l[i][q] * y[q];
-        }
-        y[i] = s / l[i][i];
-    }
-    for i in (0..np).rev() {
-        let mut s = y[i];
-        for q in i + 1..np {
-            s -= l[q][i] * x[q];
-        }
-        x[i] = s / l[i][i];
-    }
-    true
 }
 
 /// Largest remaining Newton step over the free parameters in units of their standard
@@ -208,7 +139,7 @@ pub(crate) fn fit_pixel(
             }
         }
         let mut delta = [0.0; MAX_PARAMS];
-        if !cholesky_solve(&m, &rhs, &mut delta, np) {
+        if !solve_spd(&m, &rhs, &mut delta, np) {
             lambda *= 10.0;
             if lambda > 1e16 {
                 break;
@@ -302,7 +233,7 @@ pub(crate) fn initial_guess(
         m1 += j as f64 * v;
     }
     let mut tau0 = if n > 0.0 && tail.len() >= 4 {
-        su.h / crate::methods::cmm_rate(m1 / n, tail.len() as f64)
+        su.h / crate::model::lifetimes::cmm_rate(m1 / n, tail.len() as f64)
     } else {
         f64::NAN
     };
@@ -342,7 +273,7 @@ pub(crate) fn initial_guess(
     }
     let mut amp = [0.0f64; MAX_PARAMS];
     let signal = (counts.iter().sum::<f64>() - m as f64 * z0).max(1.0);
-    let ok = cholesky_solve(&a, &b, &mut amp, k);
+    let ok = solve_spd(&a, &b, &mut amp, k);
     for i in 0..k {
         // A vanishing or negative amplitude would pin the component at 0: start it at a
         // tenth of the light instead.
@@ -358,7 +289,7 @@ pub(crate) fn initial_guess(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fit::Offset;
+    use crate::model::fit_model::Offset;
 
     /// A fitted IRF shift starts from the options' value (the GPU kernels do too).
     #[test]

@@ -10,9 +10,10 @@
 //!
 //! ```
 //! use flim_core::{Analysis, analyse, sim::mono_exponential};
-//! use flim_core::output::{MapSet, map_stats};
+//! use flim_core::io::{MapSet, map_stats};
 //! let cube = mono_exponential(&[2.0, 4.0], 8, 8, 128, 0.1, 12.8, 2_000.0, 3)?;
-//! let maps = MapSet::from_lifetimes(&analyse(&cube, &Analysis::default())?);
+//! let (maps, _) = analyse(&cube, &Analysis::default(), &gpu_runtime::Device::cpu())?;
+//! let maps = MapSet::from_lifetimes(&maps);
 //! let tau = maps.get("tau_cmm_ns").unwrap();
 //! let stats = map_stats(tau.view(), maps.mask.view());
 //! assert_eq!(stats.valid, 64);
@@ -20,33 +21,13 @@
 //! # Ok::<(), flim_core::Error>(())
 //! ```
 
-mod plots;
-mod stats;
-
-pub use plots::{
-    Histogram, lifetime_histogram, write_histogram_csv, write_histogram_png, write_phasor_png,
-};
-pub use stats::{MapStats, map_stats, write_summary_csv};
-
 use crate::error::{Error, Result};
-use crate::methods::{LifetimeMaps, PLANES, STATUS_OK};
+use crate::model::fit::{FitMaps, FitStatus};
+use crate::model::fret::{FRET_PLANES, FretMaps};
+use crate::model::lifetimes::{LifetimeMaps, PLANES, STATUS_OK};
 use imaging_io::{Colormap, Range};
 use ndarray::{Array2, ArrayView2};
 use std::path::Path;
-
-impl From<imaging_io::Error> for Error {
-    fn from(e: imaging_io::Error) -> Self {
-        use imaging_io::Error as E;
-        match e {
-            E::InvalidParameter { name, value, why } => {
-                Error::InvalidParameter { name, value, why }
-            }
-            E::FrameSizeMismatch { .. } => Error::Shape(e.to_string()),
-            E::Format { path, why } => Error::Format { path, what: why },
-            E::Io { path, source } => Error::Io { path, source },
-        }
-    }
-}
 
 /// Named float maps of one image and the pixels that were analysed.
 #[derive(Debug, Clone, PartialEq)]
@@ -58,6 +39,108 @@ pub struct MapSet {
 }
 
 impl MapSet {
+    /// Maps of a per-pixel or global fit named after `method` (e.g. `mle`):
+    /// `tau_<method>_ns` (the lifetime, or the amplitude-weighted mean lifetime of bi and
+    /// tri), intensity, per component `tau<i>_ns`, `a<i>` (amplitude) and `f<i>` (amplitude
+    /// fraction), the mean lifetimes, offset and shift where fitted, `chi2_red`, `iterations`
+    /// and `status` (0 converged, 1 masked, 2 failed). The main lifetime is NaN where the fit
+    /// failed, so that no statistic counts it.
+    pub fn from_fit(
+        method: &str,
+        offset_fitted: bool,
+        shift_fitted: bool,
+        m: &FitMaps,
+    ) -> Result<Self> {
+        let mut set = MapSet {
+            maps: Vec::new(),
+            mask: m.status.mapv(|s| s != FitStatus::Masked),
+        };
+        let k = m.tau.len();
+        let mut main = if k == 1 {
+            m.tau[0].clone()
+        } else {
+            m.tau_amp_mean.clone()
+        };
+        ndarray::Zip::from(&mut main)
+            .and(&m.status)
+            .for_each(|t, &s| {
+                if s != FitStatus::Converged {
+                    *t = f32::NAN;
+                }
+            });
+        set.push(format!("tau_{method}_ns"), main)?;
+        set.push("intensity", m.intensity.clone())?;
+        for i in 0..k {
+            if k > 1 {
+                set.push(format!("tau{}_ns", i + 1), m.tau[i].clone())?;
+            }
+            set.push(format!("a{}", i + 1), m.amplitude[i].clone())?;
+            if k > 1 {
+                set.push(format!("f{}", i + 1), m.fraction[i].clone())?;
+            }
+        }
+        if k > 1 {
+            set.push("tau_amp_mean_ns", m.tau_amp_mean.clone())?;
+            set.push("tau_int_mean_ns", m.tau_int_mean.clone())?;
+        }
+        if offset_fitted {
+            set.push("offset", m.offset.clone())?;
+        }
+        if shift_fitted {
+            set.push("irf_shift_fit_bins", m.shift.clone())?;
+        }
+        set.push("chi2_red", m.chi2_red.clone())?;
+        set.push("iterations", m.iterations.mapv(|v| v as f32))?;
+        set.push("status", m.status.mapv(|s| f32::from(s as u8)))?;
+        Ok(set)
+    }
+
+    /// BCMM maps (and PM's where the donor lifetime was known): main map the mean lifetime
+    /// `tau_avg_bcmm_ns`, then intensity, `tau_f_bcmm_ns`, `tau_d_bcmm_ns`, `f_d_bcmm` (and
+    /// `tau_avg_pm_ns`, `tau_f_pm_ns`, `f_d_pm`).
+    pub fn from_fret(maps: &FretMaps, donor_known: bool) -> Result<Self> {
+        let mut set = MapSet {
+            maps: Vec::new(),
+            mask: maps.status.mapv(|s| s == STATUS_OK),
+        };
+        let planes = maps.planes();
+        let get = |n: &str| -> Array2<f32> {
+            planes[FRET_PLANES
+                .iter()
+                .position(|x| *x == n)
+                .expect("a FRET plane")]
+            .clone()
+        };
+        let mut wanted = vec![
+            "tau_avg_bcmm_ns",
+            "intensity",
+            "tau_f_bcmm_ns",
+            "tau_d_bcmm_ns",
+            "f_d_bcmm",
+        ];
+        if donor_known {
+            wanted.extend(["tau_avg_pm_ns", "tau_f_pm_ns", "f_d_pm"]);
+        }
+        for n in wanted {
+            set.push(n, get(n))?;
+        }
+        Ok(set)
+    }
+
+    /// The maps `names` of `self` (in that order) with the same mask.
+    pub fn select(&self, names: &[&str]) -> Result<Self> {
+        let mut out = MapSet {
+            maps: Vec::new(),
+            mask: self.mask.clone(),
+        };
+        for &name in names {
+            let map = self
+                .get(name)
+                .ok_or_else(|| Error::Shape(format!("no map named {name}")))?;
+            out.push(name, map.clone())?;
+        }
+        Ok(out)
+    }
     /// An empty set for images of `shape`, every pixel analysed.
     pub fn new(shape: (usize, usize)) -> Self {
         Self {

@@ -1,16 +1,17 @@
-//! Iterative lifetime fits: mono-, bi- and tri-exponential decays with an offset, as a tail
-//! fit or by reconvolution with an instrument response (IRF) with a fitted shift; Neyman or
-//! Pearson weighted least squares or Poisson maximum likelihood, per pixel
-//! ([`fit`], [`fit_decay`]) or with lifetimes shared over segments ([`fit_global`]).
+//! Iterative lifetime fits, what both paths share: mono-, bi- and tri-exponential decays
+//! with an offset, as a tail fit or by reconvolution with an instrument response (IRF) with
+//! a fitted shift; Neyman or Pearson weighted least squares or Poisson maximum likelihood,
+//! per pixel ([`fit`](crate::fit), [`fit_decay`](crate::fit_decay)) or with lifetimes shared
+//! over segments ([`fit_global`](crate::fit_global)).
 //!
-//! The model and its exact bin-domain reconvolution are in [`model`]; the per-pixel
-//! Levenberg-Marquardt in `lm`. CPU: f64, pixels in parallel. GPU: [`crate::gpu`].
+//! The model and its exact bin-domain reconvolution are in [`fit_model`](super::fit_model);
+//! the per-pixel Levenberg-Marquardt in `cpu/lm.rs` (f64) and the kernels (f32).
 //!
 //! ```
-//! use flim_core::fit::{Estimator, FitOptions, FitStatus, Model, fit};
-//! use flim_core::sim::mono_exponential;
+//! use flim_core::{Estimator, FitOptions, FitStatus, Model, fit, sim::mono_exponential};
 //! let cube = mono_exponential(&[2.0], 4, 4, 256, 0.05, 12.8, 5_000.0, 1)?;
-//! let maps = fit(&cube, &FitOptions::new(Model::Mono).with_estimator(Estimator::MaximumLikelihood))?;
+//! let opts = FitOptions::new(Model::Mono).with_estimator(Estimator::MaximumLikelihood);
+//! let (maps, _) = fit(&cube, &opts, &gpu_runtime::Device::cpu())?;
 //! assert_eq!(maps.status[[1, 1]], FitStatus::Converged);
 //! assert!((maps.tau[0][[1, 1]] - 2.0).abs() < 0.15);
 //! # Ok::<(), flim_core::Error>(())
@@ -19,17 +20,10 @@
 // `!(x > 0.0)` is meant: it is also true for NaN.
 #![allow(clippy::neg_cmp_op_on_partial_ord)]
 
-pub mod global;
-mod lm;
-pub mod model;
-
-pub use global::{Segments, fit_global};
-pub use model::{Offset, Shift};
-
-use crate::cube::{Count, Cube};
 use crate::error::{Result, invalid};
-use lm::{PixelFit, fit_pixel, initial_guess};
-use model::{ModelSetup, Work};
+use crate::model::fit_model::{MAX_PARAMS, ModelSetup, Offset, Shift, Work};
+use crate::model::segments::Segments;
+use crate::model::tuning::GpuTuning;
 use ndarray::{Array2, ArrayView2};
 use rayon::prelude::*;
 
@@ -76,7 +70,7 @@ pub enum FitStatus {
     Failed = 2,
 }
 
-/// Settings of [`fit`] (builder style).
+/// Settings of [`fit`](crate::fit) (builder style).
 #[derive(Debug, Clone, PartialEq)]
 pub struct FitOptions {
     model: Model,
@@ -91,6 +85,7 @@ pub struct FitOptions {
     max_iterations: u32,
     tolerance: f64,
     lifetimes: Option<Vec<f64>>,
+    tuning: GpuTuning,
 }
 
 impl FitOptions {
@@ -110,7 +105,19 @@ impl FitOptions {
             max_iterations: 100,
             tolerance: 1e-9,
             lifetimes: None,
+            tuning: GpuTuning::default(),
         }
+    }
+
+    /// How the GPU path runs (workers, chunk size); results do not depend on it.
+    pub fn with_tuning(mut self, tuning: GpuTuning) -> Self {
+        self.tuning = tuning;
+        self
+    }
+
+    /// The GPU path's tuning.
+    pub fn tuning(&self) -> GpuTuning {
+        self.tuning
     }
 
     pub fn with_estimator(mut self, e: Estimator) -> Self {
@@ -599,34 +606,11 @@ impl FitMaps {
     }
 }
 
-/// Fit one decay (`decay[j]` the counts of bin `j`, e.g. a region's sum).
-///
-/// ```
-/// use flim_core::fit::{FitOptions, Model, fit_decay};
-/// use flim_core::sim::DecaySim;
-/// let decay = DecaySim::new(256, 0.05, 1e6)?.expected(&[(0.3, 0.8), (0.7, 2.5)]);
-/// let f = fit_decay(&decay, 0.05, 12.8, &FitOptions::new(Model::Bi))?;
-/// assert!((f.tau[0] - 0.8).abs() < 1e-4 && (f.tau[1] - 2.5).abs() < 1e-4);
-/// assert!((f.fraction[0] - 0.3).abs() < 1e-4);
-/// # Ok::<(), flim_core::Error>(())
-/// ```
-pub fn fit_decay(
-    decay: &[f64],
-    bin_ns: f64,
-    period_ns: f64,
-    opts: &FitOptions,
-) -> Result<DecayFit> {
-    let su = opts.setup(decay.len(), bin_ns, period_ns, (1, 1))?;
-    let counts = &decay[su.first..su.first + su.m];
-    let mut work = Work::default();
-    Ok(fit_counts(&su, &mut work, counts, opts, true))
-}
-
 /// The fitted model's expected counts over the fit range for the parameters of `fit` (e.g.
 /// to plot the fit over a decay, or to simulate exactly what the model assumes).
 ///
 /// ```
-/// use flim_core::fit::{FitOptions, Model, fit_decay, model_curve};
+/// use flim_core::{FitOptions, Model, fit_decay, model_curve};
 /// let decay: Vec<f64> = (0..64).map(|j| 500.0 * (-(j as f64) * 0.2 / 2.0).exp()).collect();
 /// let opts = FitOptions::new(Model::Mono);
 /// let f = fit_decay(&decay, 0.2, 12.8, &opts)?;
@@ -649,7 +633,7 @@ pub fn model_curve(
             format!("the model has {} components", su.k),
         ));
     }
-    let mut theta = [0.0; model::MAX_PARAMS];
+    let mut theta = [0.0; MAX_PARAMS];
     for i in 0..su.k {
         theta[i] = fit.amplitude[i];
         theta[su.k + i] = fit.tau[i].ln();
@@ -672,7 +656,7 @@ pub fn model_curve(
 /// standard error along the worst-determined direction where the objective is quadratic.
 ///
 /// ```
-/// use flim_core::fit::{FitOptions, Model, fit_decay, objective};
+/// use flim_core::{FitOptions, Model, fit_decay, objective};
 /// let decay: Vec<f64> = (0..64).map(|j| 500.0 * (-(j as f64) * 0.2 / 2.0).exp()).collect();
 /// let opts = FitOptions::new(Model::Mono);
 /// let mut f = fit_decay(&decay, 0.2, 12.8, &opts)?;
@@ -693,62 +677,53 @@ pub fn objective(
     Ok(decay[su.first..su.first + su.m]
         .iter()
         .zip(&curve)
-        .map(|(&n, &y)| lm::term(opts.estimator(), n, y).0)
+        .map(|(&n, &y)| term(opts.estimator(), n, y).0)
         .sum())
 }
 
-/// Fit the counts of one pixel's range (`fit`: not masked by the mask).
-fn fit_counts(
-    su: &ModelSetup,
-    work: &mut Work,
-    counts: &[f64],
-    opts: &FitOptions,
-    fit: bool,
-) -> DecayFit {
-    let photons: f64 = counts.iter().sum();
-    if !(fit && photons >= opts.threshold() && photons > 0.0) {
-        return DecayFit::masked(su.k, photons);
-    }
-    let theta0 = initial_guess(su, work, counts, opts.lifetimes());
-    let PixelFit {
-        theta,
-        objective,
-        iterations,
-        status,
-    } = fit_pixel(
-        su,
-        work,
-        counts,
-        opts.estimator(),
-        &theta0,
-        opts.max_iterations(),
-        opts.tolerance(),
-    );
-    DecayFit::from_theta(su, &theta, objective, photons, iterations, status)
+/// Settings of [`fit_global`](crate::fit_global): the per-pixel fit's settings and how
+/// pixels are grouped to share lifetimes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GlobalOptions {
+    /// Model, estimator, IRF, range, threshold, mask, iterations, tuning.
+    pub fit: FitOptions,
+    /// The segments whose pixels share lifetimes.
+    pub segments: Segments,
 }
 
-/// Fit every pixel on the CPU (f64, pixels in parallel).
-pub fn fit<T: Count>(cube: &Cube<T>, opts: &FitOptions) -> Result<FitMaps> {
-    let (h, w) = cube.shape();
-    let su = opts.setup(cube.bins(), cube.bin_ns(), cube.period_ns(), (h, w))?;
-    let bins = cube.bins();
-    let data = cube.as_slice();
-    let mask = opts.mask().map(|m| m.as_standard_layout().into_owned());
-    let mask = mask
-        .as_ref()
-        .map(|m| m.as_slice().expect("standard layout"));
-    let fits: Vec<DecayFit> = (0..h * w)
-        .into_par_iter()
-        .map_init(
-            || (Work::default(), vec![0.0f64; su.m]),
-            |(work, v), p| {
-                let px = &data[p * bins + su.first..p * bins + su.first + su.m];
-                for (d, &c) in v.iter_mut().zip(px) {
-                    *d = c.into();
-                }
-                fit_counts(&su, work, v, opts, mask.is_none_or(|m| m[p]))
-            },
-        )
-        .collect();
-    Ok(FitMaps::from_fits(h, w, su.k, fits))
+impl GlobalOptions {
+    /// `fit`'s settings with lifetimes shared over `segments`.
+    pub fn new(fit: FitOptions, segments: Segments) -> Self {
+        Self { fit, segments }
+    }
+}
+
+/// Smallest model value in the Pearson and Poisson objectives (keeps them finite where the
+/// model vanishes, e.g. before the IRF's rise without an offset).
+const Y_FLOOR: f64 = 1e-10;
+
+/// One bin's objective, gradient weight (d obj / d y) and curvature weight.
+#[inline(always)]
+pub(crate) fn term(est: Estimator, n: f64, y: f64) -> (f64, f64, f64) {
+    match est {
+        Estimator::LeastSquaresNeyman => {
+            let w = 1.0 / n.max(1.0);
+            let r = n - y;
+            (w * r * r, -2.0 * w * r, 2.0 * w)
+        }
+        Estimator::LeastSquaresPearson => {
+            let yy = y.max(Y_FLOOR);
+            let r = n - y;
+            (r * r / yy, -r * (n + y) / (yy * yy), 2.0 / yy)
+        }
+        Estimator::MaximumLikelihood => {
+            let yy = y.max(Y_FLOOR);
+            let o = if n > 0.0 {
+                2.0 * (yy - n + n * (n / yy).ln())
+            } else {
+                2.0 * yy
+            };
+            (o, 2.0 * (1.0 - n / yy), 2.0 / yy)
+        }
+    }
 }

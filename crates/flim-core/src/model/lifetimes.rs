@@ -25,10 +25,10 @@
 //! pixel (e.g. D1 <= 0 for RLD) gives NaN for that method only; methods not selected
 //! ([`Analysis::with_methods`]) give NaN everywhere.
 
-use crate::cube::{Count, Cube};
 use crate::error::{Result, invalid};
+use crate::model::plane;
+use crate::model::tuning::GpuTuning;
 use ndarray::Array2;
-use rayon::prelude::*;
 
 /// Status of a pixel: analysed.
 pub const STATUS_OK: u8 = 0;
@@ -69,7 +69,7 @@ impl std::ops::BitOr for Methods {
     }
 }
 
-/// Settings of [`analyse`] (builder style).
+/// Settings of [`analyse`](crate::analyse) (builder style).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Analysis {
     first: usize,
@@ -79,6 +79,7 @@ pub struct Analysis {
     harmonic: u32,
     calibration: Calibration,
     methods: Methods,
+    tuning: GpuTuning,
 }
 
 impl Default for Analysis {
@@ -91,6 +92,7 @@ impl Default for Analysis {
             harmonic: 1,
             calibration: Calibration::IDENTITY,
             methods: Methods::ALL,
+            tuning: GpuTuning::default(),
         }
     }
 }
@@ -199,6 +201,17 @@ impl Analysis {
         self
     }
 
+    /// How the GPU path runs (workers, chunk size); results do not depend on it.
+    pub fn with_tuning(mut self, tuning: GpuTuning) -> Self {
+        self.tuning = tuning;
+        self
+    }
+
+    /// The GPU path's tuning.
+    pub fn tuning(&self) -> GpuTuning {
+        self.tuning
+    }
+
     /// The checked setup for a cube with `bins` bins of `bin_ns` and period `period_ns`.
     pub(crate) fn setup(&self, bins: usize, bin_ns: f64, period_ns: f64) -> Result<Setup> {
         let m = self.bins.unwrap_or(bins.saturating_sub(self.first));
@@ -288,9 +301,23 @@ pub(crate) struct Setup {
     pub sum_sin: f64,
     pub cal_cos: f64,
     pub cal_sin: f64,
-    /// CMM's solver starts: set by the CPU image path ([`analyse`]) where CMM is wanted; a
+    /// CMM's solver starts: set by the CPU image path ([`analyse`](crate::analyse)) where CMM is wanted; a
     /// single decay and the GPU paths do without (the table costs about 300 solves).
     pub cmm_start: Option<CmmStart>,
+}
+
+/// The phasor (g, s) of a decay, uncalibrated, with the conventions of
+/// [`analyse`](crate::analyse): bins `first..first + m`, bin centres at `(j + 1/2) h` from
+/// the range start, `omega` in rad/ns (e.g. a reference's phasor for [`Calibration::from_reference`]).
+pub fn decay_phasor(decay: &[f64], first: usize, m: usize, h: f64, omega: f64) -> (f64, f64) {
+    let (mut n, mut gc, mut gs) = (0.0, 0.0, 0.0);
+    for (j, &v) in decay.iter().skip(first).take(m).enumerate() {
+        let t = (j as f64 + 0.5) * h;
+        n += v;
+        gc += v * (omega * t).cos();
+        gs += v * (omega * t).sin();
+    }
+    (gc / n, gs / n)
 }
 
 /// Composite Simpson weights for `m` equally spaced samples (trapezoid on the last
@@ -339,7 +366,7 @@ pub struct LifetimeMaps {
 
 impl LifetimeMaps {
     pub(crate) fn zeros(h: usize, w: usize) -> Self {
-        let mut planes = crate::plane::filled(8, h, w, 0.0).into_iter();
+        let mut planes = plane::filled(8, h, w, 0.0).into_iter();
         let mut z = || planes.next().expect("eight planes");
         Self {
             intensity: z(),
@@ -418,10 +445,11 @@ pub struct DecayLifetimes {
 }
 
 /// Every non-iterative lifetime of one decay (e.g. a region's summed decay or a reference
-/// measurement), `decay[j]` the counts of bin `j`, with the same formulas as [`analyse`].
+/// measurement), `decay[j]` the counts of bin `j`, with the same formulas as
+/// [`analyse`](crate::analyse).
 ///
 /// ```
-/// use flim_core::{Analysis, methods::analyse_decay};
+/// use flim_core::{Analysis, analyse_decay};
 /// // A noiseless bin-integrated 2 ns decay over 256 bins of 50 ps.
 /// let decay: Vec<f64> = (0..256).map(|j| 1000.0 * (-(j as f64) * 0.05 / 2.0).exp()).collect();
 /// let d = analyse_decay(&decay, 0.05, 12.8, &Analysis::default())?;
@@ -776,105 +804,6 @@ pub(crate) fn finish(s: &Sums, su: &Setup) -> ([f64; 8], u8) {
         out[7] = (1.0 / (g * g + sv * sv) - 1.0).sqrt() / su.omega;
     }
     (out, STATUS_OK)
-}
-
-/// Pixels per parallel task: a few hundred kB of counts.
-const TASK_PIXELS: usize = 1024;
-
-/// All non-iterative lifetimes of every pixel on the CPU (f64, pixels in parallel).
-///
-/// ```
-/// use flim_core::{Analysis, Cube, analyse, sim::mono_exponential};
-/// let cube = mono_exponential(&[2.5], 8, 8, 256, 0.05, 12.8, 20_000.0, 1)?;
-/// let maps = analyse(&cube, &Analysis::default())?;
-/// // CMM uses every photon; at 20,000 photons its spread is about 0.8%.
-/// let tau = maps.tau_cmm[[4, 4]];
-/// assert!((tau - 2.5).abs() < 0.1, "{tau}");
-/// # Ok::<(), flim_core::Error>(())
-/// ```
-pub fn analyse<T: Count>(cube: &Cube<T>, opts: &Analysis) -> Result<LifetimeMaps> {
-    let mut su = opts.setup(cube.bins(), cube.bin_ns(), cube.period_ns())?;
-    if su.methods.contains(Methods::CMM) {
-        su.cmm_start = Some(CmmStart::new(su.m as f64));
-    }
-    let (h, w) = cube.shape();
-    let bins = cube.bins();
-    let data = cube.as_slice();
-    let mut values = vec![[0.0f32; 8]; h * w];
-    let mut status = vec![0u8; h * w];
-    values
-        .par_chunks_mut(TASK_PIXELS)
-        .zip(status.par_chunks_mut(TASK_PIXELS))
-        .enumerate()
-        .for_each(|(t, (vals, st))| {
-            let p0 = t * TASK_PIXELS;
-            let px = &data[p0 * bins..(p0 + vals.len()) * bins];
-            pixels_dispatch(px, bins, &su, vals, st);
-        });
-    let mut maps = LifetimeMaps::zeros(h, w);
-    maps.planes_mut()
-        .into_par_iter()
-        .enumerate()
-        .for_each(|(q, plane)| {
-            for (dst, v) in plane.iter_mut().zip(&values) {
-                *dst = v[q];
-            }
-        });
-    maps.status = Array2::from_shape_vec((h, w), status).expect("h * w statuses");
-    Ok(maps)
-}
-
-/// [`pixels_portable`] compiled for AVX2 where the CPU has it (detected at run time).
-/// Both give bit-identical results: the same IEEE operations in the same order.
-fn pixels_dispatch<T: Count>(
-    data: &[T],
-    bins: usize,
-    su: &Setup,
-    vals: &mut [[f32; 8]],
-    st: &mut [u8],
-) {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: `pixels_avx2` only requires AVX2, which the CPU has (checked just above).
-        unsafe { pixels_avx2(data, bins, su, vals, st) };
-        return;
-    }
-    pixels_portable(data, bins, su, vals, st);
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-fn pixels_avx2<T: Count>(
-    data: &[T],
-    bins: usize,
-    su: &Setup,
-    vals: &mut [[f32; 8]],
-    st: &mut [u8],
-) {
-    pixels_portable(data, bins, su, vals, st);
-}
-
-/// One pass per pixel: counts of the fit range to f64, the sums, the formulas.
-#[inline(always)]
-fn pixels_portable<T: Count>(
-    data: &[T],
-    bins: usize,
-    su: &Setup,
-    vals: &mut [[f32; 8]],
-    st: &mut [u8],
-) {
-    let mut v = vec![0.0f64; su.m];
-    for (p, (out, status)) in vals.iter_mut().zip(st.iter_mut()).enumerate() {
-        let px = &data[p * bins + su.first..p * bins + su.first + su.m];
-        for (d, &c) in v.iter_mut().zip(px) {
-            *d = c.into();
-        }
-        let (x, s) = finish(&sums(&v, su), su);
-        for (o, x) in out.iter_mut().zip(x) {
-            *o = x as f32;
-        }
-        *status = s;
-    }
 }
 
 #[cfg(test)]

@@ -1,8 +1,8 @@
 //! Simulated TCSPC data with known lifetimes: the paper's phantoms (Wu et al. 2016), Poisson
 //! photon noise from a seed, optional Gaussian IRF and background.
 
-use crate::cube::Cube;
 use crate::error::{Result, invalid};
+use crate::model::cube::Cube;
 use ndarray::Array3;
 
 /// How decays are turned into counts (builder style).

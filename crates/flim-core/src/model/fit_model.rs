@@ -21,6 +21,9 @@
 //! zero; a source in the very last bin reaching the next window's first bin is taken at the
 //! geometric rate). Derivatives in `ln tau` and `s` follow the same recursion.
 
+// `!(x > 0.0)` is meant: it is also true for NaN.
+#![allow(clippy::neg_cmp_op_on_partial_ord)]
+
 use crate::error::{Result, invalid};
 
 /// Most parameters of one pixel: three components, offset and shift.

@@ -38,11 +38,37 @@
 // `!(x > 0.0)` is meant: it is also true for NaN.
 #![allow(clippy::neg_cmp_op_on_partial_ord)]
 
-use crate::cube::{Count, Cube};
 use crate::error::{Result, invalid};
-use crate::methods::{Analysis, STATUS_MASKED, STATUS_OK, Setup};
+use crate::model::lifetimes::{Analysis, STATUS_MASKED, STATUS_OK, Setup};
+use crate::model::plane;
 use ndarray::Array2;
-use rayon::prelude::*;
+
+/// Settings of [`analyse_fret`](crate::analyse_fret): the range, offset, threshold,
+/// harmonic, phasor calibration and GPU tuning of `analysis` (its method set is ignored)
+/// and what is known of the donor.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FretOptions {
+    /// Range, offset, threshold, harmonic, calibration, tuning.
+    pub analysis: Analysis,
+    /// The free donor's lifetime, if known.
+    pub donor: Donor,
+}
+
+impl FretOptions {
+    /// Default analysis settings with `donor`.
+    pub fn new(donor: Donor) -> Self {
+        Self {
+            analysis: Analysis::default(),
+            donor,
+        }
+    }
+
+    /// Use `analysis` for the range, offset, threshold, harmonic, calibration and tuning.
+    pub fn with_analysis(mut self, analysis: Analysis) -> Self {
+        self.analysis = analysis;
+        self
+    }
+}
 
 /// What is known of the free donor's lifetime.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -53,7 +79,7 @@ pub enum Donor {
     Unknown,
 }
 
-/// Maps of [`analyse_fret`]; NaN where a method does not apply or has no solution.
+/// Maps of [`analyse_fret`](crate::analyse_fret); NaN where a method does not apply or has no solution.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FretMaps {
     /// Photons in the fit range after the offset.
@@ -90,7 +116,7 @@ pub const FRET_PLANES: [&str; 8] = [
 
 impl FretMaps {
     pub(crate) fn nan(h: usize, w: usize) -> Self {
-        let mut planes = crate::plane::filled(8, h, w, f32::NAN).into_iter();
+        let mut planes = plane::filled(8, h, w, f32::NAN).into_iter();
         let mut z = || planes.next().expect("eight planes");
         Self {
             intensity: z(),
@@ -620,10 +646,10 @@ pub(crate) fn fret_finish(s: &FretSums, su: &FretSetup) -> ([f64; 8], u8) {
 }
 
 /// BCMM and PM for one decay (e.g. a region's summed decay), `decay[j]` the counts of bin
-/// `j`; the formulas of [`analyse_fret`].
+/// `j`; the formulas of [`analyse_fret`](crate::analyse_fret).
 ///
 /// ```
-/// use flim_core::{Analysis, fret::{Donor, analyse_fret_decay}, sim::DecaySim};
+/// use flim_core::{Analysis, Donor, analyse_fret_decay, sim::DecaySim};
 /// // 30% of a 0.8 ns quenched donor, 70% of a 2.5 ns free donor, no noise, a 12.8 ns window.
 /// let decay = DecaySim::new(256, 0.05, 1e5)?.expected(&[(0.3, 0.8), (0.7, 2.5)]);
 /// let d = analyse_fret_decay(&decay, 0.05, 12.8, &Analysis::default(), Donor::Unknown)?;
@@ -652,58 +678,6 @@ pub fn analyse_fret_decay(
         tau_avg_pm: x[7],
         masked: st == STATUS_MASKED,
     })
-}
-
-/// BCMM and PM maps of every pixel on the CPU (f64, pixels in parallel). `opts` sets the
-/// range, offset, threshold, harmonic and phasor calibration (its method set is ignored).
-///
-/// ```
-/// use flim_core::{Analysis, fret::{Donor, analyse_fret}, sim::{DecaySim, bi_exponential}};
-/// let sim = DecaySim::new(256, 0.05, 200_000.0)?;
-/// let cube = bi_exponential(0.8, 2.5, 2, 4, &sim)?;
-/// let maps = analyse_fret(&cube, &Analysis::default(), Donor::Known(2.5))?;
-/// // f_D falls from 0.8 (left) to 0.2 (right).
-/// assert!((maps.f_d_pm[[0, 0]] - 0.8).abs() < 0.02);
-/// assert!((maps.f_d_bcmm[[1, 3]] - 0.2).abs() < 0.05);
-/// # Ok::<(), flim_core::Error>(())
-/// ```
-pub fn analyse_fret<T: Count>(cube: &Cube<T>, opts: &Analysis, donor: Donor) -> Result<FretMaps> {
-    let su = FretSetup::new(opts, donor, cube.bins(), cube.bin_ns(), cube.period_ns())?;
-    let (h, w) = cube.shape();
-    let bins = cube.bins();
-    let data = cube.as_slice();
-    let (first, m) = (su.base.first, su.base.m);
-    let mut values = vec![[0.0f32; 8]; h * w];
-    let mut status = vec![0u8; h * w];
-    values
-        .par_chunks_mut(256)
-        .zip(status.par_chunks_mut(256))
-        .enumerate()
-        .for_each(|(t, (vals, st))| {
-            let mut v = vec![0.0f64; m];
-            for (i, (out, status)) in vals.iter_mut().zip(st.iter_mut()).enumerate() {
-                let p = t * 256 + i;
-                for (d, &c) in v
-                    .iter_mut()
-                    .zip(&data[p * bins + first..p * bins + first + m])
-                {
-                    *d = c.into();
-                }
-                let (x, s) = fret_finish(&fret_sums(&v, &su), &su);
-                for (o, x) in out.iter_mut().zip(x) {
-                    *o = x as f32;
-                }
-                *status = s;
-            }
-        });
-    let mut maps = FretMaps::nan(h, w);
-    for (q, plane) in maps.planes_mut().into_iter().enumerate() {
-        for (dst, v) in plane.iter_mut().zip(&values) {
-            *dst = v[q];
-        }
-    }
-    maps.status = Array2::from_shape_vec((h, w), status).expect("h * w statuses");
-    Ok(maps)
 }
 
 #[cfg(test)]
@@ -779,7 +753,7 @@ mod tests {
 pub mod testing {
     use super::{Donor, FretSetup, FretSums, fret_finish};
     use crate::error::Result;
-    use crate::methods::Analysis;
+    use crate::model::lifetimes::Analysis;
 
     /// The eight values of [`super::FRET_PLANES`] from the sums
     /// `[S0, K, S1, S2, gc, gs]` (offset removed, phasor uncalibrated).

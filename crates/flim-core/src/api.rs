@@ -1,0 +1,247 @@
+//! The public verbs, one form: `op(cube, &Params, &Device) -> Result<(Maps, RunInfo)>`.
+//! On a GPU device the f32 kernels run (`gpu/`), otherwise the f64 CPU references (`cpu/`);
+//! this file holds the crate's only CPU-vs-GPU branch. GPU and CPU agree within the f32
+//! error bounds stated in tests/tests/gpu_vs_cpu/flim*.rs.
+
+use crate::cpu;
+use crate::error::{Error, Result, invalid};
+use crate::gpu;
+use crate::io::maps::MapSet;
+use crate::io::prepare::Prepared;
+use crate::model::cube::{AnyCube, Count, Cube, with_cube};
+use crate::model::fit::{FitMaps, FitOptions, GlobalOptions, Model};
+use crate::model::fret::{Donor, FretMaps, FretOptions};
+use crate::model::info::RunInfo;
+use crate::model::lifetimes::{Analysis, LifetimeMaps};
+use crate::model::method::{Method, MethodOptions};
+use crate::model::preprocess::Irf;
+use gpu_runtime::Device;
+use std::time::Instant;
+
+pub use crate::cpu::fit::fit_decay;
+
+/// Run `cpu` or `gpu` as `device` asks, timing the call.
+fn run<M>(
+    device: &Device,
+    pixels: usize,
+    cpu: impl FnOnce() -> Result<M>,
+    gpu: impl FnOnce() -> Result<M>,
+) -> Result<(M, RunInfo)> {
+    let t0 = Instant::now();
+    let maps = if device.is_gpu() { gpu()? } else { cpu()? };
+    Ok((
+        maps,
+        RunInfo {
+            backend: device.backend(),
+            device: device.info().id.clone(),
+            pixels,
+            elapsed: t0.elapsed(),
+        },
+    ))
+}
+
+fn pixels<T: Count>(cube: &Cube<T>) -> usize {
+    let (h, w) = cube.shape();
+    h * w
+}
+
+/// Every non-iterative lifetime (RLD, IEM, CMM, phasor) of every pixel.
+///
+/// ```
+/// use flim_core::{Analysis, analyse, sim::mono_exponential};
+/// use gpu_runtime::Device;
+/// let cube = mono_exponential(&[2.5], 8, 8, 256, 0.05, 12.8, 20_000.0, 1)?;
+/// let (maps, _) = analyse(&cube, &Analysis::default(), &Device::cpu())?;
+/// // CMM uses every photon; at 20,000 photons its spread is about 0.8%.
+/// let tau = maps.tau_cmm[[4, 4]];
+/// assert!((tau - 2.5).abs() < 0.1, "{tau}");
+/// let cube = mono_exponential(&[3.0], 4, 4, 128, 0.1, 12.8, 5_000.0, 2)?;
+/// let (maps, _) = analyse(&cube, &Analysis::default(), &Device::cpu())?;
+/// assert!((maps.tau_rld[[0, 0]] - 3.0).abs() < 0.3);
+/// # Ok::<(), flim_core::Error>(())
+/// ```
+pub fn analyse<T: Count>(
+    cube: &Cube<T>,
+    opts: &Analysis,
+    device: &Device,
+) -> Result<(LifetimeMaps, RunInfo)> {
+    run(
+        device,
+        pixels(cube),
+        || cpu::lifetimes::analyse(cube, opts),
+        || gpu::lifetimes::analyse(cube, opts, device),
+    )
+}
+
+/// [`analyse`] for a cube of whichever count type it holds.
+pub fn analyse_any(
+    cube: &AnyCube,
+    opts: &Analysis,
+    device: &Device,
+) -> Result<(LifetimeMaps, RunInfo)> {
+    with_cube!(cube, |c| analyse(c, opts, device))
+}
+
+/// BCMM and PM maps (fast bi-exponential FRET analysis) of every pixel.
+///
+/// ```
+/// use flim_core::{Analysis, Donor, FretOptions, analyse_fret, sim::{DecaySim, bi_exponential}};
+/// let sim = DecaySim::new(256, 0.05, 200_000.0)?;
+/// let cube = bi_exponential(0.8, 2.5, 2, 4, &sim)?;
+/// let (maps, _) = analyse_fret(&cube, &FretOptions::new(Donor::Known(2.5)), &gpu_runtime::Device::cpu())?;
+/// // f_D falls from 0.8 (left) to 0.2 (right).
+/// assert!((maps.f_d_pm[[0, 0]] - 0.8).abs() < 0.02);
+/// assert!((maps.f_d_bcmm[[1, 3]] - 0.2).abs() < 0.05);
+/// # Ok::<(), flim_core::Error>(())
+/// ```
+pub fn analyse_fret<T: Count>(
+    cube: &Cube<T>,
+    opts: &FretOptions,
+    device: &Device,
+) -> Result<(FretMaps, RunInfo)> {
+    run(
+        device,
+        pixels(cube),
+        || cpu::fret::analyse_fret(cube, &opts.analysis, opts.donor),
+        || gpu::fret::analyse_fret(cube, &opts.analysis, opts.donor, device),
+    )
+}
+
+/// Fit every pixel (per-pixel iterative fit); derived maps (sorting, fractions, means,
+/// reduced chi^2) are computed from the parameters on the host on both paths.
+///
+/// ```
+/// use flim_core::{FitOptions, Model, fit, sim::mono_exponential};
+/// let cube = mono_exponential(&[2.0], 4, 4, 128, 0.1, 12.8, 5_000.0, 2)?;
+/// let (maps, _) = fit(&cube, &FitOptions::new(Model::Mono), &gpu_runtime::Device::cpu())?;
+/// assert!((maps.tau[0][[0, 0]] - 2.0).abs() < 0.2);
+/// # Ok::<(), flim_core::Error>(())
+/// ```
+pub fn fit<T: Count>(
+    cube: &Cube<T>,
+    opts: &FitOptions,
+    device: &Device,
+) -> Result<(FitMaps, RunInfo)> {
+    run(
+        device,
+        pixels(cube),
+        || cpu::fit::fit(cube, opts),
+        || gpu::fit::fit(cube, opts, device),
+    )
+}
+
+/// Global analysis: lifetimes (and a fitted IRF shift) shared per segment, amplitudes (and
+/// a fitted offset) per pixel. Pixels under the threshold, outside the mask or outside
+/// every segment are masked; a failed segment's pixels are `Failed`, never `Converged`.
+///
+/// ```
+/// use flim_core::{FitOptions, FitStatus, GlobalOptions, Model, Segments, fit_global};
+/// use flim_core::sim::{DecaySim, bi_exponential};
+/// use gpu_runtime::Device;
+/// let sim = DecaySim::new(256, 0.05, 3_000.0)?;
+/// let cube = bi_exponential(0.8, 2.5, 4, 8, &sim)?;
+/// let opts = GlobalOptions::new(FitOptions::new(Model::Bi), Segments::Whole);
+/// let (maps, _) = fit_global(&cube, &opts, &Device::cpu())?;
+/// assert!((maps.tau[0][[0, 0]] - 0.8).abs() < 0.1 && (maps.tau[1][[0, 0]] - 2.5).abs() < 0.1);
+/// let cube = bi_exponential(0.8, 2.5, 8, 8, &DecaySim::new(256, 0.05, 3_000.0)?)?;
+/// let opts = GlobalOptions::new(FitOptions::new(Model::Bi), Segments::Runs(32));
+/// let (maps, _) = fit_global(&cube, &opts, &Device::cpu())?;
+/// assert_eq!(maps.status[[0, 0]], FitStatus::Converged);
+/// assert!((maps.tau[0][[0, 0]] - 0.8).abs() < 0.1 && (maps.tau[1][[0, 0]] - 2.5).abs() < 0.2);
+/// # Ok::<(), flim_core::Error>(())
+/// ```
+pub fn fit_global<T: Count>(
+    cube: &Cube<T>,
+    opts: &GlobalOptions,
+    device: &Device,
+) -> Result<(FitMaps, RunInfo)> {
+    run(
+        device,
+        pixels(cube),
+        || cpu::global::fit_global(cube, &opts.fit, &opts.segments),
+        || gpu::global::fit_global(cube, &opts.fit, &opts.segments, device),
+    )
+}
+
+/// Device time of the non-iterative kernel (the methods `opts` selects), or of the BCMM/PM
+/// kernel when `fret` names the donor, over the whole of `cube` already on the device: the
+/// median of `reps` rounds of four launches and one synchronisation, per launch. For
+/// benchmarks: what the kernel costs apart from transfers. A GPU device only.
+pub fn kernel_time<T: Count>(
+    cube: &Cube<T>,
+    opts: &Analysis,
+    fret: Option<Donor>,
+    device: &Device,
+    reps: usize,
+) -> Result<std::time::Duration> {
+    if !device.is_gpu() {
+        return Err(Error::Gpu(gpu_runtime::Error::NotAGpu {
+            what: "flim_core::kernel_time".into(),
+        }));
+    }
+    gpu::lifetimes::kernel_time(cube, opts, fret, device, reps)
+}
+
+/// A whole method of `biogpu flim fit` on a prepared image: the non-iterative methods
+/// (their lifetime map first, then intensity, and g, s and the modulation lifetime for the
+/// phasor), BCMM/PM ([`MapSet::from_fret`]) and the fits ([`MapSet::from_fit`], global
+/// analysis over `opts.segments`), with the preparation's range, threshold, offset and
+/// shifted IRF (a per-pixel shift map makes the shift a fitted parameter). The result's
+/// first map is the main lifetime (`tau_<method>_ns`).
+pub fn run_method(
+    p: &Prepared,
+    method: Method,
+    opts: &MethodOptions,
+    device: &Device,
+) -> Result<(MapSet, RunInfo)> {
+    let plane = match method {
+        Method::Iem => "tau_iem_ns",
+        Method::Cmm => "tau_cmm_ns",
+        Method::Rld => "tau_rld_ns",
+        Method::Phasor => "tau_phase_ns",
+        Method::Bcmm => {
+            if opts.model == Model::Tri {
+                return Err(invalid(
+                    "model",
+                    "tri",
+                    "--method bcmm is bi-exponential: --model tri is not supported (use mono or bi)",
+                ));
+            }
+            let donor = match opts.donor_tau {
+                None => Donor::Unknown,
+                Some(t) if t.is_finite() && t > 0.0 => Donor::Known(t),
+                Some(t) => return Err(invalid("donor lifetime", t, "must be > 0 ns")),
+            };
+            let fret = FretOptions::new(donor).with_analysis(p.analysis);
+            let (maps, info) = with_cube!(&p.cube, |c| analyse_fret(c, &fret, device))?;
+            return Ok((MapSet::from_fret(&maps, donor != Donor::Unknown)?, info));
+        }
+        Method::Lsq | Method::Mle | Method::Global => {
+            let fit_opts = opts.fit_options(
+                method,
+                p.range.map(|r| (r.first, r.bins)),
+                p.threshold,
+                p.offset,
+                p.irf.as_ref().map(Irf::values),
+                p.shift_map.is_some(),
+            );
+            let (maps, info) = if method == Method::Global {
+                let global = GlobalOptions::new(fit_opts, opts.segments.clone());
+                with_cube!(&p.cube, |c| fit_global(c, &global, device))?
+            } else {
+                with_cube!(&p.cube, |c| fit(c, &fit_opts, device))?
+            };
+            let set =
+                MapSet::from_fit(method.name(), opts.fit_offset, p.shift_map.is_some(), &maps)?;
+            return Ok((set, info));
+        }
+    };
+    let (maps, info) = analyse_any(&p.cube, &p.analysis, device)?;
+    let all = MapSet::from_lifetimes(&maps);
+    let names: &[&str] = if method == Method::Phasor {
+        &[plane, "intensity", "g", "s", "tau_mod_ns"]
+    } else {
+        &[plane, "intensity"]
+    };
+    Ok((all.select(names)?, info))
+}
