@@ -5,10 +5,10 @@
 //! parameters and the same result types.
 
 use crate::cpu;
+use crate::error::{Error, Result};
 use crate::gpu;
 use crate::io::FrameSource;
 use crate::model::contrast::{ContrastInfo, ContrastMaps, ContrastParams, Mode};
-use crate::model::error::{Error, Result};
 use crate::model::flow::{FlowInfo, FlowParams, TauMap, check_beta, check_exposure};
 use crate::model::frame::Frame;
 use crate::model::mesi::{MesiInfo, MesiInput, MesiMaps, MesiOptions, check_inputs};

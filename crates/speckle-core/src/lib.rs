@@ -30,14 +30,15 @@
 
 pub mod api;
 pub mod cpu;
+pub mod error;
 mod gpu;
 pub mod io;
 pub mod model;
 pub mod sim;
 
 pub use api::{contrast, flow, mesi, roi, stream};
+pub use error::{Error, Result};
 pub use model::contrast::{ContrastInfo, ContrastMaps, ContrastParams, Mode};
-pub use model::error::{Error, Result};
 pub use model::flags;
 pub use model::flow::{BetaSource, FlowInfo, FlowModel, FlowParams, TauMap};
 pub use model::frame::Frame;

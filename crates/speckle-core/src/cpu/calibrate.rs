@@ -5,7 +5,7 @@
 
 use ndarray::{ArrayView2, Zip};
 
-use crate::model::error::{Error, Result};
+use crate::error::{Error, Result};
 use crate::model::flow::BetaSource;
 
 /// Calibrate the coherence factor beta from a K map (NaN pixels are ignored).

@@ -3,8 +3,8 @@
 
 use crate::cpu::spatial::{ContrastStack, spatial_contrast_stack};
 use crate::cpu::temporal::{spatiotemporal_contrast, temporal_contrast};
+use crate::error::Result;
 use crate::model::contrast::{ContrastMaps, ContrastParams, Mode};
-use crate::model::error::Result;
 use crate::model::flow;
 use crate::model::types::Pixel;
 use ndarray::{Array2, ArrayView3, Axis};

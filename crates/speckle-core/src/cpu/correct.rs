@@ -30,7 +30,7 @@
 use ndarray::{Array2, Array3, ArrayView2, ArrayView3, ArrayViewMut2, Axis, Zip};
 use rayon::prelude::*;
 
-use crate::model::error::{Error, Result};
+use crate::error::{Error, Result};
 use crate::model::flags;
 use crate::model::types::{Map, Pixel, RawStack};
 

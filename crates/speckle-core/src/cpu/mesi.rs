@@ -53,7 +53,7 @@ use rayon::prelude::*;
 
 use gpu_kernels::linalg::solve_spd;
 
-use crate::model::error::Result;
+use crate::error::Result;
 use crate::model::mesi::{
     BetaMode, FitStatus, MAX_EXPOSURES, MesiFit, MesiMaps, MesiOptions, MesiParams, check_inputs,
     lorentzian_pair,
@@ -441,7 +441,7 @@ pub fn fit_mesi_map(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::error::Error;
+    use crate::error::Error;
     use crate::model::flow::lorentzian_terms;
     use crate::model::mesi::mesi_k2;
     use crate::sim::mesi::simulate_mesi;

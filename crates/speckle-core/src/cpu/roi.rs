@@ -3,7 +3,7 @@
 use ndarray::{ArrayView3, Axis};
 use rayon::prelude::*;
 
-use crate::model::error::{Error, Result};
+use crate::error::{Error, Result};
 use crate::model::roi::{Roi, Table};
 
 /// Mean of each ROI in each frame of `stack` (frame, row, column).

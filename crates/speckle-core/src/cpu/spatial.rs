@@ -50,7 +50,7 @@
 use ndarray::{Array2, Array3, ArrayView2, ArrayView3, ArrayViewMut2};
 use rayon::prelude::*;
 
-use crate::model::error::{Error, Result};
+use crate::error::{Error, Result};
 use crate::model::flags;
 use crate::model::types::{Map, Pixel};
 use crate::model::window::{Border, Geom, Window, contrast_shape, reflect_index};

@@ -2,8 +2,8 @@
 //! CPU reference, the maps handed to the sink in frame order.
 
 use crate::cpu::contrast::contrast;
+use crate::error::{Error, Result};
 use crate::model::contrast::ContrastParams;
-use crate::model::error::{Error, Result};
 use crate::model::frame::Frame;
 use crate::model::stream::FrameMaps;
 use crate::model::types::RawStack;

@@ -5,7 +5,7 @@
 
 use ndarray::{Array2, ArrayView2, Zip};
 
-use crate::model::error::Result;
+use crate::error::Result;
 use crate::model::flow::{FlowModel, TauMap, check_beta, check_exposure, inverse_k2, sfi, tau_c};
 use crate::model::types::Map;
 
@@ -68,7 +68,7 @@ pub fn tau_c_map(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::error::Error;
+    use crate::error::Error;
     use crate::model::flags;
     use ndarray::array;
 

@@ -33,7 +33,7 @@ use crate::cpu::spatial::{
     ContrastStack, Finish, FloatRows, IntRows, RowSource, RowsOut, Saturation, finish_f64,
     finish_int, max_value, run_float_bands, run_int_bands,
 };
-use crate::model::error::{Error, Result};
+use crate::error::{Error, Result};
 use crate::model::types::Pixel;
 use crate::model::window::{Border, Geom, Window};
 

@@ -2,10 +2,10 @@
 //! bytes), runs the `gpu_kernels::speckle` kernels in chunks that fit device memory, and
 //! unpacks the maps.
 
+use crate::error::{Error, Result};
 use crate::gpu::pixel::{PackedPixel, border_code, copy_into, spatial_params};
 use crate::gpu::staging as staging_cache;
 use crate::model::contrast::{ContrastMaps, ContrastParams, Mode};
-use crate::model::error::{Error, Result};
 use crate::model::flow;
 use crate::model::window::contrast_shape;
 use gpu_kernels::speckle as kernels;

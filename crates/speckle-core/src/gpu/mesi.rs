@@ -3,8 +3,8 @@
 //! between calls. Results follow the CPU reference (`cpu::fit_mesi_map`) within the
 //! tolerances stated in tests/tests/gpu_vs_cpu/speckle_flow.rs.
 
+use crate::error::Result;
 use crate::gpu::staging::{self as staging_cache, floats};
-use crate::model::error::Result;
 use crate::model::mesi::{BetaMode, MesiMaps, MesiOptions};
 use gpu_kernels::speckle::{self as kernels, MesiFitParams};
 use gpu_runtime::{Device, Gpu, KnownRuntime, with_gpu};

@@ -9,9 +9,9 @@
 //! caller's thread hands the sink views into that memory, in frame order, before the slot
 //! is used again. At most `stream_workers` batches are in flight: back-pressure, bounded memory.
 
+use crate::error::{Error, Result};
 use crate::gpu::pixel::{PackedPixel, spatial_params};
 use crate::model::contrast::ContrastParams;
-use crate::model::error::{Error, Result};
 use crate::model::frame::Frame;
 use crate::model::stream::{FrameMaps, StreamParams};
 use crate::model::window::contrast_shape;

@@ -3,8 +3,8 @@
 //! between calls (allocating them costs milliseconds). Results follow the CPU reference
 //! (`cpu::tau_c_map`) within the tolerances stated in tests/tests/gpu_vs_cpu/speckle_flow.rs.
 
+use crate::error::Result;
 use crate::gpu::staging::{self as staging_cache, floats};
-use crate::model::error::Result;
 use crate::model::flow::{FlowModel, TauMap};
 use gpu_kernels::speckle as kernels;
 use gpu_runtime::{Device, with_gpu};

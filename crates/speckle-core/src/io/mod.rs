@@ -28,7 +28,7 @@ pub use self::stream::{
 pub use self::tiff::{TiffFrameReader, read_tiff};
 pub use crate::model::frame::Frame;
 
-use crate::model::error::{Error, Result};
+use crate::error::{Error, Result};
 use crate::model::types::{CameraInfo, RawStack};
 
 /// How to read an input file; the defaults suit self-describing TIFF and PNG files.

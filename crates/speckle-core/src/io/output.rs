@@ -9,7 +9,7 @@ pub use imaging_io::{
     write_map_tiff, write_stack_tiff,
 };
 
-use crate::model::error::Result;
+use crate::error::Result;
 use crate::model::types::RawStack;
 use std::path::Path;
 

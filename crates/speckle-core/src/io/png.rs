@@ -8,7 +8,7 @@ use std::path::Path;
 use ndarray::Array3;
 use png::{BitDepth, ColorType, Decoder, DecodingError, Limits};
 
-use crate::model::error::{Error, Result};
+use crate::error::{Error, Result};
 use crate::model::types::{CameraInfo, RawStack};
 
 /// Largest image the decoder may allocate.

@@ -14,7 +14,7 @@ use std::str::FromStr;
 use ndarray::Array2;
 
 use super::stream::FrameGuard;
-use crate::model::error::{Error, Result};
+use crate::error::{Error, Result};
 use crate::model::frame::Frame;
 use crate::model::types::{CameraInfo, RawStack};
 

@@ -2,10 +2,10 @@
 
 use std::path::Path;
 
+use crate::error::{Error, Result};
 use crate::io::output::RgbImage;
 use crate::io::output::draw::{Canvas, GLYPH_HEIGHT, format_tick, nice_ticks, text_width};
 use crate::io::{LoadOptions, load_frame};
-use crate::model::error::{Error, Result};
 use crate::model::roi::{Roi, Table};
 
 impl Roi {

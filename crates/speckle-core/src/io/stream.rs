@@ -10,7 +10,7 @@ use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 
 use ndarray::{Array2, Array3};
 
-use crate::model::error::{Error, Result};
+use crate::error::{Error, Result};
 use crate::model::frame::Frame;
 use crate::model::types::RawStack;
 

@@ -13,7 +13,7 @@ use tiff::tags::SampleFormat;
 use tiff::{ColorType, TiffError};
 
 use super::stream::{FrameGuard, collect_stack};
-use crate::model::error::{Error, Result};
+use crate::error::{Error, Result};
 use crate::model::frame::Frame;
 use crate::model::types::{CameraInfo, RawStack};
 

@@ -1,7 +1,7 @@
 //! What both contrast paths agree on: the contrast mode, the validated parameters and the
 //! result maps of [`crate::api::contrast`].
 
-use crate::model::error::{Error, Result};
+use crate::error::{Error, Result};
 use crate::model::flow;
 use crate::model::window::{Border, Window};
 use gpu_runtime::Backend;

@@ -36,7 +36,7 @@
 
 use ndarray::{Array2, ArrayView2};
 
-use crate::model::error::{Error, Result};
+use crate::error::{Error, Result};
 use crate::model::flags;
 use crate::model::types::Map;
 

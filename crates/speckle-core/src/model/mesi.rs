@@ -3,7 +3,7 @@
 
 use ndarray::{Array2, ArrayView3};
 
-use crate::model::error::{Error, Result};
+use crate::error::{Error, Result};
 use crate::model::flow::{ModelTerms, check_exposure, lorentzian_terms};
 use crate::model::types::Map;
 

@@ -2,7 +2,6 @@
 //! borders, parameters, formulas, flag bits, statuses, result maps and the GPU tuning.
 
 pub mod contrast;
-pub mod error;
 pub mod flags;
 pub mod flow;
 pub mod frame;

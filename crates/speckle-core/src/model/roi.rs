@@ -9,7 +9,7 @@ use std::str::FromStr;
 
 use ndarray::Array2;
 
-use crate::model::error::{Error, Result};
+use crate::error::{Error, Result};
 
 /// A region of interest.
 #[derive(Debug, Clone, PartialEq)]

@@ -1,6 +1,6 @@
 //! GPU tuning of the speckle paths: settings that change speed, never results.
 
-use crate::model::error::{Error, Result};
+use crate::error::{Error, Result};
 
 /// How the GPU paths run. `Default` is the tuned behaviour; the library never reads the
 /// environment: callers (CLI, benchmarks, tests) build this once, e.g. with

@@ -1,6 +1,6 @@
 //! Parameters of contrast computation, validated once and shared by the CPU and GPU paths.
 
-use crate::model::error::{Error, Result};
+use crate::error::{Error, Result};
 
 /// Square spatial window of odd side `2 r + 1`, from 3 to 31 pixels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

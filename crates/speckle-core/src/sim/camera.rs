@@ -6,7 +6,7 @@ use ndarray::{Array3, ArrayView3, Axis};
 use rayon::prelude::*;
 
 use super::rng::SimRng;
-use crate::model::error::{Error, Result};
+use crate::error::{Error, Result};
 use crate::model::types::{CameraInfo, RawStack};
 
 /// Camera parameters; counts are digital numbers with a gain of one count per electron.

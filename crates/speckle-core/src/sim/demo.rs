@@ -10,9 +10,9 @@ use gpu_runtime::{Backend, Device};
 use ndarray::Axis;
 
 use crate::api::{contrast, flow};
+use crate::error::{Error, Result};
 use crate::io::output::{Colormap, Range, render_png};
 use crate::model::contrast::ContrastParams;
-use crate::model::error::{Error, Result};
 use crate::model::flow::{FlowModel, FlowParams};
 use crate::model::window::Window;
 use crate::sim::{Camera, FlowPhantom};

@@ -5,7 +5,7 @@ use ndarray::{Array3, ArrayView2};
 use rayon::prelude::*;
 
 use super::rng::SimRng;
-use crate::model::error::{Error, Result};
+use crate::error::{Error, Result};
 
 /// Most sub-steps one exposure may need (exposure / tau_c up to 50 000 at 20 sub-steps).
 const MAX_SUBSTEPS: f64 = 1.0e6;

@@ -27,7 +27,7 @@ pub use self::demo::{DemoReport, demo};
 use self::field::FieldSim;
 pub use self::mesi::simulate_mesi;
 pub use self::rng::SimRng;
-use crate::model::error::{Error, Result};
+use crate::error::{Error, Result};
 
 /// Speckle contrast squared for unordered motion (Lorentzian spectrum), beta = 1:
 /// `K^2 = (exp(-2x) - 1 + 2x) / (2x^2)` with x = T / tau_c >= 0.
