@@ -2,7 +2,7 @@
 //!
 //! GPU: the paper's liver, 626,400 voxels of the dual-input model at Nt = 128 (the paper's
 //! simulation, CNR 20 noise, started from 10, 80, 200, 2 s, 3 s), end to end (curves from
-//! host memory up, maps down: `fit_on`) with Nelder-Mead and LM in f64 and f32, and the
+//! host memory up, maps down: `fit`) with Nelder-Mead and LM in f64 and f32, and the
 //! kernels alone in several cube shapes. Targets: NM <= 0.1 s, LM <= 0.03 s; the paper:
 //! 0.9 min on a Tesla C2050. CPU: NM and LM at Nt = 64, one thread and all threads
 //! (targets: NM >= 1,500 and LM >= 10,000 voxels/s per core). Three groups, so that
@@ -14,8 +14,8 @@ use anyhow::Result;
 use gpu_runtime::{Backend, Device, Timing, bench};
 use perfusion_core::sim::Simulation;
 use perfusion_core::{
-    FitOptions, FitStatus, Fits, Method, Model, PERSISTENT_ENV, Precision, fit_on,
-    fit_on_in_launches, kernel_times, mean_evaluations,
+    FitInput, FitParams, FitStatus, Fits, GpuTuning, Method, Model, PERSISTENT_ENV, Precision, fit,
+    kernel_times, mean_evaluations,
 };
 
 const PAPER_START: [f64; 5] = [10.0, 80.0, 200.0, 2.0, 3.0];
@@ -29,11 +29,13 @@ const PAPER_RATE: f64 = 626_400.0 / 54.0;
 /// does about 15 per step.
 const FLOPS_PER_STEP: f64 = 22.0;
 
-fn options(method: Method, precision: Precision) -> FitOptions {
-    FitOptions::new(Model::DualInput)
+/// The paper's fit by `method` in `precision`, with the launch shape `tuning`.
+fn options(method: Method, precision: Precision, tuning: GpuTuning) -> FitParams {
+    FitParams::new(Model::DualInput)
         .with_method(method)
         .with_start(&PAPER_START)
         .with_precision(precision)
+        .with_gpu(tuning)
 }
 
 fn precision_name(p: Precision) -> &'static str {
@@ -94,30 +96,35 @@ fn gpu(device: &Device, opts: &Options, groups: Groups) -> Result<Vec<Measuremen
     // Time-major storage, as curves come from a NIfTI series: the upload needs no transpose.
     let time_major = sim.curves.t().as_standard_layout().into_owned();
     let curves = time_major.t();
+    let input = FitInput::new(curves, &sim.problem);
+    // The launch shape the BIOGPU_PERFUSION_* variables name (default: chosen per device).
+    let tuning = GpuTuning::from_lookup(|k| std::env::var(k).ok())?;
     let id = device.info().id.clone();
     let mut precisions = vec![Precision::F32];
     if device.info().supports_f64 {
         precisions.insert(0, Precision::F64);
     }
     // Model evaluations per voxel (CPU, f64, on a sample): the work each fit does.
-    let sample = curves.slice(ndarray::s![..512.min(voxels), ..]);
+    let sample = FitInput::new(
+        curves.slice(ndarray::s![..512.min(voxels), ..]),
+        &sim.problem,
+    );
     let mut evals = std::collections::HashMap::new();
     for method in [Method::NelderMead, Method::LevenbergMarquardt] {
         evals.insert(
             method.name(),
-            mean_evaluations(sample, &sim.problem, &options(method, Precision::F64))?,
+            mean_evaluations(sample, &options(method, Precision::F64, tuning))?,
         );
     }
     let mut out = Vec::new();
     for &precision in &precisions {
         for method in [Method::NelderMead, Method::LevenbergMarquardt] {
-            let o = options(method, precision);
             let reps = if opts.quick { 2 } else { 5 };
             let target = match method {
                 Method::NelderMead => 100.0,
                 Method::LevenbergMarquardt => 30.0,
             };
-            // End to end as `fit_on` runs it (on CUDA one launch per round, started after
+            // End to end as `fit` runs it (on CUDA one launch per round, started after
             // the first piece of curves), then (full runs) with the work split into 1, 2, 4
             // and 8 launches, each of which ends in a tail of its slowest fits. Chooses the
             // default.
@@ -128,17 +135,12 @@ fn gpu(device: &Device, opts: &Options, groups: Groups) -> Result<Vec<Measuremen
             };
             for &launches in splits {
                 let mut last = None;
+                let o = options(method, precision, tuning.with_launches(launches));
                 let t = bench(1, reps, || {
-                    last = Some(
-                        match launches {
-                            None => fit_on(curves, &sim.problem, &o, device),
-                            Some(k) => fit_on_in_launches(curves, &sim.problem, &o, device, k),
-                        }
-                        .map_err(as_err)?,
-                    );
+                    last = Some(fit(input, &o, device).map_err(as_err)?);
                     Ok(())
                 })?;
-                let f = last.expect("ran");
+                let (f, info) = last.expect("ran");
                 let rate = voxels as f64 / (t.median_ms / 1e3);
                 let how = match launches {
                     None => "end to end".to_string(),
@@ -146,7 +148,7 @@ fn gpu(device: &Device, opts: &Options, groups: Groups) -> Result<Vec<Measuremen
                 };
                 out.push(measurement(
                     "perfusion",
-                    &format!("{} {} {voxels} voxels Nt 128 {how}", method.name(), f.precision),
+                    &format!("{} {} {voxels} voxels Nt 128 {how}", method.name(), info.precision),
                     rate,
                     "voxels/s",
                     t,
@@ -177,15 +179,14 @@ fn gpu(device: &Device, opts: &Options, groups: Groups) -> Result<Vec<Measuremen
                 _ => &[None],
             };
             for (&cube, &mode) in cubes.iter().flat_map(|c| modes.iter().map(move |m| (c, m))) {
+                let shape = tuning
+                    .with_cube(Some(cube))
+                    .with_persistent(mode.or(tuning.persistent));
                 let (times, used) = kernel_times(
-                    curves,
-                    &sim.problem,
-                    &o,
+                    input,
+                    &options(method, precision, shape),
                     device,
-                    precision == Precision::F64,
                     if opts.quick { 2 } else { 5 },
-                    Some(cube),
-                    mode,
                 )?;
                 let kt = Timing::from_durations(&times);
                 let e = evals[method.name()];
@@ -226,7 +227,8 @@ fn cpu(opts: &Options) -> Result<Vec<Measurement>> {
             .with_voxels(voxels)
             .with_seed(64)
             .run()?;
-        let o = options(method, Precision::F64);
+        let o = options(method, Precision::F64, GpuTuning::default());
+        let input = FitInput::new(sim.curves.view(), &sim.problem);
         for pool_threads in [1, threads] {
             let pool = rayon::ThreadPoolBuilder::new()
                 .num_threads(pool_threads)
@@ -234,10 +236,7 @@ fn cpu(opts: &Options) -> Result<Vec<Measurement>> {
             let mut last = None;
             let t = pool.install(|| {
                 bench(1, if opts.quick { 1 } else { 3 }, || {
-                    last = Some(
-                        fit_on(sim.curves.view(), &sim.problem, &o, &Device::cpu())
-                            .map_err(as_err)?,
-                    );
+                    last = Some(fit(input, &o, &Device::cpu()).map_err(as_err)?.0);
                     Ok(())
                 })
             })?;

@@ -47,6 +47,10 @@ pub enum Error {
     /// A file could not be read or written, or its contents are malformed.
     #[error("{path}: {why}")]
     File { path: PathBuf, why: String },
+    /// The input files and options do not make up a job (no time vector, a missing input
+    /// function, an ROI without a series, ...).
+    #[error("{0}")]
+    Input(String),
     /// A CSV file has a bad field.
     #[error("{path}, line {line}: {why}")]
     Csv {
@@ -55,8 +59,11 @@ pub enum Error {
         why: String,
     },
     /// The GPU path failed (compilation, memory, launch).
-    #[error("GPU: {0}")]
-    Gpu(String),
+    #[error(transparent)]
+    Gpu(#[from] gpu_runtime::Error),
+    /// The demo's device result disagreed with the CPU or with the truth.
+    #[error("{0}")]
+    DemoFailed(String),
     /// The job was interrupted (Ctrl-C) before it finished.
     #[error("interrupted after {done} of {total} voxels")]
     Interrupted { done: usize, total: usize },
@@ -64,9 +71,3 @@ pub enum Error {
 
 /// Result alias for perfusion-core.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
-
-impl From<gpu_runtime::Error> for Error {
-    fn from(e: gpu_runtime::Error) -> Self {
-        Error::Gpu(e.to_string())
-    }
-}

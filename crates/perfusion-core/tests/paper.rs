@@ -2,14 +2,25 @@
 //! model with ka 20, kp 100, kl 400 ml/100g/min, tau_a 1 s, tau_p 2 s, fitted from the
 //! paper's start (10, 80, 200, 2 s, 3 s).
 
+use gpu_runtime::Device;
+use ndarray::ArrayView2;
 use perfusion_core::sim::Simulation;
-use perfusion_core::{FitOptions, FitStatus, Fits, Method, Model, fit};
+use perfusion_core::{FitInput, FitParams, FitStatus, Fits, Method, Model, Problem};
 
 const TRUTH: [f64; 5] = [20.0, 100.0, 400.0, 1.0, 2.0];
 const PAPER_START: [f64; 5] = [10.0, 80.0, 200.0, 2.0, 3.0];
 
-fn options(method: Method) -> FitOptions {
-    FitOptions::new(Model::DualInput)
+/// The CPU fit of `curves`.
+fn fit(
+    curves: ArrayView2<f32>,
+    problem: &Problem,
+    params: &FitParams,
+) -> perfusion_core::Result<Fits> {
+    perfusion_core::fit(FitInput::new(curves, problem), params, &Device::cpu()).map(|(f, _)| f)
+}
+
+fn options(method: Method) -> FitParams {
+    FitParams::new(Model::DualInput)
         .with_method(method)
         .with_start(&PAPER_START)
 }

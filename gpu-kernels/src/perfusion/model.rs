@@ -810,8 +810,9 @@ fn sse_uniform<F: Float>(
 const UNROLL: u32 = 4;
 
 /// Time steps per turn of the uniform-grid cost loop ([`sse_uniform`], Nelder-Mead's and the
-/// delay grid's), whose steps are lighter than the Jacobian's: on the H100 eight timed as
-/// four in f64 and 4% faster in f32 (NM kernel), with half the loop turns for lavapipe.
+/// delay grid's), whose steps are lighter than the Jacobian's: eight timed no slower than four
+/// in f64 and faster in f32 (NM kernel, docs/benchmarks.md), with half the loop turns for
+/// lavapipe.
 const UNI_UNROLL: u32 = 8;
 
 /// The running state of [`sse`].

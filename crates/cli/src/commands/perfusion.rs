@@ -5,13 +5,14 @@ use super::output::OutDir;
 use anyhow::{Context, bail, ensure};
 use gpu_runtime::Device;
 use indicatif::{ProgressBar, ProgressStyle};
-use ndarray::{Array2, Array3, Axis};
-use perfusion_core::convert::{Conversion, Ct, Spgr, T10};
+use ndarray::{Array3, Axis};
+use perfusion_core::convert::{Conversion, Ct, Spgr};
+use perfusion_core::io::input::{InputSpec, Job, VolumeGrid, load};
 use perfusion_core::io::{csv as pcsv, nifti as pnii, png as ppng};
 use perfusion_core::sim::{Simulation, synthetic_liver};
 use perfusion_core::{
-    Control, DelayGrid, FitOptions, FitStatus, Fits, Method, Model, Precision, Problem, fit_with,
-    predict,
+    Control, DelayGrid, FitInput, FitParams, FitStatus, Fits, GpuTuning, Method, Model, Precision,
+    fit_with, predict,
 };
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -236,10 +237,11 @@ fn number(text: &str, what: &str) -> anyhow::Result<f64> {
         .with_context(|| format!("{what}: `{text}` is not a number"))
 }
 
-fn options(a: &FitArgs) -> anyhow::Result<FitOptions> {
-    let mut o = FitOptions::new(a.model)
+fn options(a: &FitArgs) -> anyhow::Result<FitParams> {
+    let mut o = FitParams::new(a.model)
         .with_method(a.method)
-        .with_precision(a.precision);
+        .with_precision(a.precision)
+        .with_gpu(GpuTuning::from_lookup(|k| std::env::var(k).ok())?);
     for (i, v) in settings(a.model, &a.start, "start")? {
         o.start[i] = number(v, "--start")?;
     }
@@ -278,55 +280,6 @@ fn parse_grid(text: &str) -> anyhow::Result<Option<DelayGrid>> {
     Ok(Some(DelayGrid::new(v[0], v[1], v[2])?))
 }
 
-/// `FILE` or `FILE:COLUMN` of a CSV input function, with the file's times if it has them.
-fn read_input_csv(spec: &str) -> anyhow::Result<(PathBuf, Vec<f64>, Option<Vec<f64>>)> {
-    let (path, column) = match spec.rsplit_once(':') {
-        Some((p, c)) if !c.contains('/') && !c.contains('\\') && Path::new(p).exists() => {
-            (p, Some(c))
-        }
-        _ => (spec, None),
-    };
-    let path = PathBuf::from(path);
-    let table = pcsv::read_table(&path)?;
-    let times = table.time_index().map(|i| table.columns[i].clone());
-    let values = match column {
-        Some(c) => table
-            .column(c)
-            .with_context(|| {
-                format!(
-                    "{}: no column `{c}` (columns: {})",
-                    path.display(),
-                    table.names.join(", ")
-                )
-            })?
-            .to_vec(),
-        None => table
-            .curves()
-            .first()
-            .map(|(_, v)| v.to_vec())
-            .with_context(|| format!("{}: no value column besides time", path.display()))?,
-    };
-    Ok((path, values, times))
-}
-
-/// Where NIfTI voxels came from: indices, grid shape, header, mean image (for overlays).
-struct Grid {
-    index: Vec<[usize; 3]>,
-    shape: (usize, usize, usize),
-    header: pnii::NiftiHeader,
-    mean: Array3<f32>,
-}
-
-/// Everything a fit needs, read and converted.
-struct Job {
-    curves: Array2<f32>,
-    names: Vec<String>,
-    problem: Problem,
-    /// For NIfTI input: voxel indices, grid shape, header, mean image for overlays.
-    volume: Option<Grid>,
-    inputs: Vec<PathBuf>,
-}
-
 fn conversion(a: &FitArgs) -> anyhow::Result<Conversion> {
     Ok(match a.convert.to_ascii_lowercase().as_str() {
         "none" => Conversion::None,
@@ -346,176 +299,29 @@ fn conversion(a: &FitArgs) -> anyhow::Result<Conversion> {
     })
 }
 
-fn load(a: &FitArgs) -> anyhow::Result<Job> {
-    let conv = conversion(a)?;
-    if matches!(conv, Conversion::Spgr(_)) && a.t10.is_none() && a.t1_map.is_none() {
-        bail!("--convert spgr needs --t10 SECONDS or --t1-map FILE");
-    }
-    let mut inputs = Vec::new();
-    let (curves, names, file_times, volume, series) = if let Some(path) = &a.dce {
-        inputs.push(path.clone());
-        let s = pnii::read_series(path)?;
-        let (nx, ny, nz, _) = s.data.dim();
-        let mask = match &a.mask {
-            Some(m) => {
-                inputs.push(m.clone());
-                let (mv, _) = pnii::read_volume(m)?;
-                mv.mapv(|v| v != 0.0)
-            }
-            None => Array3::from_elem((nx, ny, nz), true),
-        };
-        let (curves, index) = pnii::masked_curves(&s.data, &mask).with_context(|| {
-            format!(
-                "mask {}",
-                a.mask.as_deref().unwrap_or(Path::new("")).display()
-            )
-        })?;
-        ensure!(!index.is_empty(), "the mask selects no voxel");
-        let names = index
-            .iter()
-            .map(|[x, y, z]| format!("{x},{y},{z}"))
-            .collect();
-        let t = pnii::frame_interval_s(&s.header).map(|dt| {
-            (0..s.data.dim().3)
-                .map(|i| i as f64 * dt)
-                .collect::<Vec<_>>()
-        });
-        let mean = s.data.mean_axis(Axis(3)).expect("frames");
-        let grid = Grid {
-            index,
-            shape: (nx, ny, nz),
-            header: s.header.clone(),
-            mean,
-        };
-        (curves, names, t, Some(grid), Some(s))
-    } else {
-        let path = a.curves.as_ref().expect("clap requires --dce or --curves");
-        inputs.push(path.clone());
-        let table = pcsv::read_table(path)?;
-        let t = table.time_index().map(|i| table.columns[i].clone());
-        let cols = table.curves();
-        ensure!(!cols.is_empty(), "{}: no curve columns", path.display());
-        let nt = cols[0].1.len();
-        let curves = Array2::from_shape_fn((cols.len(), nt), |(v, i)| cols[v].1[i] as f32);
-        let names = cols.iter().map(|(n, _)| (*n).to_string()).collect();
-        (curves, names, t, None, None)
-    };
-    let nt = curves.ncols();
-    // Times: --times, --dt, the file's, in that order.
-    let times: Vec<f64> = if let Some(p) = &a.times {
-        inputs.push(p.clone());
-        let t = pcsv::read_table(p)?;
-        t.time_index()
-            .map(|i| t.columns[i].clone())
-            .or_else(|| t.columns.first().cloned())
-            .context("--times: no column")?
-    } else if let Some(dt) = a.dt {
-        ensure!(
-            dt.is_finite() && dt > 0.0,
-            "--dt {dt}: a frame interval in seconds, > 0"
-        );
-        (0..nt).map(|i| i as f64 * dt).collect()
-    } else {
-        file_times.context("no time vector: give --dt SECONDS or --times FILE (the NIfTI header has no frame interval, or the CSV no `time` column)")?
-    };
-    // Tissue curves to concentration.
-    let t1_map = match &a.t1_map {
-        Some(p) => {
-            inputs.push(p.clone());
-            let (m, _) = pnii::read_volume(p)?;
-            let g = volume.as_ref().context("--t1-map needs --dce")?;
-            ensure!(
-                m.dim() == g.shape,
-                "--t1-map {}: shape {:?}, the series is {:?}",
-                p.display(),
-                m.shape(),
-                g.shape
-            );
-            Some(
-                g.index
-                    .iter()
-                    .map(|&[x, y, z]| f64::from(m[[x, y, z]]))
-                    .collect::<Vec<_>>(),
-            )
-        }
-        None => None,
-    };
-    let t10 = match (&t1_map, a.t10) {
-        (Some(m), _) => T10::Map(m),
-        (None, Some(t)) => T10::Fixed(t),
-        (None, None) => T10::Fixed(1.0),
-    };
-    let curves = conv.apply(curves.view(), t10)?;
-    // Inputs: CSV (concentration) or ROI over the series (converted like the tissue).
-    let roi_input = |mask: &Path, what: &'static str| -> anyhow::Result<Vec<f64>> {
-        let s = series.as_ref().context("an ROI input needs --dce")?;
-        let (m, _) = pnii::read_volume(mask)?;
-        let mask = m.mapv(|v| v != 0.0);
-        let mean = pnii::roi_mean(&s.data, &mask, what)?;
-        let row = Array2::from_shape_fn((1, mean.len()), |(_, i)| mean[i] as f32);
-        let t10 = a.t10.unwrap_or(1.0);
-        Ok(conv
-            .apply(row.view(), T10::Fixed(t10))?
-            .row(0)
-            .iter()
-            .map(|&v| f64::from(v))
-            .collect())
-    };
-    let hct = match a.hematocrit {
-        Some(h) if (0.0..1.0).contains(&h) => 1.0 - h,
-        Some(h) => bail!("--hematocrit {h}: a fraction between 0 and 1 (e.g. 0.45)"),
-        None => 1.0,
-    };
-    let mut get_input = |csv: &Option<String>,
-                         roi: &Option<PathBuf>,
-                         what: &'static str|
-     -> anyhow::Result<Option<Vec<f64>>> {
-        let v = match (csv, roi) {
-            (Some(spec), _) => {
-                let (path, v, t) = read_input_csv(spec)?;
-                if let Some(t) = t {
-                    ensure!(
-                        t.len() == times.len()
-                            && t.iter()
-                                .zip(&times)
-                                .all(|(a, b)| (a - b).abs() <= 1e-6 * b.abs().max(1.0)),
-                        "{}: its time column differs from the tissue times; resample the input to the tissue times",
-                        path.display()
-                    );
-                }
-                inputs.push(path);
-                v
-            }
-            (None, Some(mask)) => {
-                inputs.push(mask.clone());
-                roi_input(mask, what)?
-            }
-            (None, None) => return Ok(None),
-        };
-        Ok(Some(v.into_iter().map(|x| x / hct).collect()))
-    };
-    let arterial = get_input(&a.aif, &a.aif_mask, "arterial")?
-        .context("missing arterial input function: give --aif FILE.csv or --aif-mask ROI.nii.gz")?;
-    let portal = get_input(&a.pv, &a.pv_mask, "portal-venous")?;
-    if a.model.dual_input() && portal.is_none() {
-        bail!(
-            "the dual-input model needs a portal-venous input: give --pv FILE.csv or --pv-mask ROI.nii.gz"
-        );
-    }
-    let portal = if a.model.dual_input() { portal } else { None };
-    let problem = Problem::new(&times, &arterial, portal.as_deref())?;
-    Ok(Job {
-        curves,
-        names,
-        problem,
-        volume,
-        inputs,
+/// The library's description of the input files and options of `a`.
+fn input_spec(a: &FitArgs) -> anyhow::Result<InputSpec> {
+    Ok(InputSpec {
+        model: a.model,
+        dce: a.dce.clone(),
+        mask: a.mask.clone(),
+        curves: a.curves.clone(),
+        aif: a.aif.clone(),
+        aif_mask: a.aif_mask.clone(),
+        pv: a.pv.clone(),
+        pv_mask: a.pv_mask.clone(),
+        times: a.times.clone(),
+        dt: a.dt,
+        hematocrit: a.hematocrit,
+        conversion: conversion(a)?,
+        t10: a.t10,
+        t1_map: a.t1_map.clone(),
     })
 }
 
 fn run_fit(a: &FitArgs, device: &Device) -> anyhow::Result<()> {
     let opts = options(a)?;
-    let job = load(a)?;
+    let job = load(&input_spec(a)?)?;
     let inputs: Vec<&Path> = job.inputs.iter().map(PathBuf::as_path).collect();
     let out = OutDir::create(&a.out, a.force, &inputs)?;
     let n = job.curves.nrows();
@@ -540,13 +346,14 @@ fn run_fit(a: &FitArgs, device: &Device) -> anyhow::Result<()> {
         }
     );
     let t0 = Instant::now();
-    let fits = fit_with(job.curves.view(), &job.problem, &opts, device, &control)?;
+    let input = FitInput::new(job.curves.view(), &job.problem);
+    let (fits, info) = fit_with(input, &opts, device, &control)?;
     let secs = t0.elapsed().as_secs_f64();
     bar.finish_and_clear();
     write_fit_outputs(&out, a, &job, &fits)?;
     let counts = fits.status_counts();
     let summary = serde_json::json!({
-        "model": opts.model, "method": opts.method, "device": fits.device, "precision": fits.precision,
+        "model": opts.model, "method": opts.method, "device": info.device, "precision": info.precision,
         "voxels": n, "time_points": job.problem.len(), "seconds": secs, "voxels_per_second": n as f64 / secs,
         "status": FitStatus::ALL.iter().map(|s| (s.name().to_string(), serde_json::json!(counts[*s as usize]))).collect::<serde_json::Map<_, _>>(),
         "median": opts.model.params().iter().enumerate().map(|(i, p)| {
@@ -563,8 +370,8 @@ fn run_fit(a: &FitArgs, device: &Device) -> anyhow::Result<()> {
     println!(
         "{n} voxels in {secs:.3} s ({:.0} voxels/s, {} {}): {} converged, {} at a bound, {} max iterations, {} invalid input, {} failed{}",
         n as f64 / secs,
-        fits.device,
-        fits.precision,
+        info.device,
+        info.precision,
         counts[0],
         counts[2],
         counts[1],
@@ -592,7 +399,7 @@ fn median(values: impl Iterator<Item = f64>) -> Option<f64> {
 fn write_fit_outputs(out: &OutDir, a: &FitArgs, job: &Job, fits: &Fits) -> anyhow::Result<()> {
     let model = fits.model;
     match &job.volume {
-        Some(Grid {
+        Some(VolumeGrid {
             index,
             shape,
             header,
@@ -768,78 +575,9 @@ fn write_inputs(out: &OutDir, t: &[f64], aif: &[f64], pv: Option<&[f64]>) -> any
     Ok(())
 }
 
-/// This modality's part of `biogpu demo`: the built-in synthetic liver fitted on `device`,
-/// checked against the CPU and against the true parameters; maps and PNGs under `out`.
+/// This modality's part of `biogpu demo` (`perfusion_core::sim::demo`): the built-in
+/// synthetic liver fitted on `device`, checked against the CPU and the true parameters.
 pub fn demo(out: &Path, device: &Device) -> anyhow::Result<bool> {
-    let liver = synthetic_liver(32, 28, 2, 64, Some(100.0), 7)?;
-    let problem = Problem::new(&liver.times, &liver.arterial, Some(&liver.portal))?;
-    let (curves, index) = pnii::masked_curves(&liver.volume, &liver.mask)?;
-    let opts = FitOptions::new(Model::DualInput).with_method(Method::LevenbergMarquardt);
-    let t0 = Instant::now();
-    let got = perfusion_core::fit_on(curves.view(), &problem, &opts, device)?;
-    let secs = t0.elapsed().as_secs_f64();
-    let want = perfusion_core::fit(curves.view(), &problem, &opts)?;
-    // Device vs CPU: where both converged, the same minimum.
-    let (mut both, mut agree) = (0, 0);
-    for v in 0..got.len() {
-        if got.status(v) == FitStatus::Converged && want.status(v) == FitStatus::Converged {
-            both += 1;
-            let same = (0..3).all(|p| {
-                let (g, c) = (got.params[[p, v]], want.params[[p, v]]);
-                (g - c).abs() <= if got.precision == "f64" { 1e-6 } else { 1e-2 } * c.abs()
-            });
-            agree += usize::from(same);
-        }
-    }
-    ensure!(
-        both * 10 >= got.len() * 9,
-        "perfusion: only {both}/{} voxels converged on both paths",
-        got.len()
-    );
-    ensure!(
-        agree * 100 >= both * 98,
-        "perfusion: {} disagrees with the CPU on {} of {both} voxels",
-        got.device,
-        both - agree
-    );
-    // Against the truth: median relative error of the flows.
-    let mut errs = [Vec::new(), Vec::new(), Vec::new()];
-    for (v, &[x, y, z]) in index.iter().enumerate() {
-        for (p, e) in errs.iter_mut().enumerate() {
-            e.push((got.params[[p, v]] / liver.truth[[x, y, z, p]] - 1.0).abs());
-        }
-    }
-    let med: Vec<f64> = errs
-        .iter()
-        .map(|e| median(e.iter().copied()).unwrap_or(f64::NAN))
-        .collect();
-    ensure!(
-        med.iter().all(|&m| m < 0.1),
-        "perfusion: median errors against the truth {med:?}"
-    );
-    let dir = out.join("perfusion");
-    let od = OutDir::create(&dir, true, &[])?;
-    let shape = liver.mask.dim();
-    let mean = liver.volume.mean_axis(Axis(3)).expect("frames");
-    for (i, p) in Model::DualInput.params().iter().enumerate().take(3) {
-        let map = pnii::scatter(got.params.row(i), &index, shape);
-        ppng::write_overlay(
-            &od.file(&format!("{}.png", p.name))?,
-            mean.index_axis(Axis(2), 0),
-            map.index_axis(Axis(2), 0),
-            None,
-        )?;
-    }
-    println!(
-        "perfusion: synthetic liver ({} voxels, 64 frames, CNR 100), dual-input LM on {} ({}) in {:.3} s: agrees with the CPU on {agree}/{both}; median error vs truth ka {:.1}%, kp {:.1}%, kl {:.1}%; maps in {}",
-        got.len(),
-        got.device,
-        got.precision,
-        secs,
-        100.0 * med[0],
-        100.0 * med[1],
-        100.0 * med[2],
-        dir.display()
-    );
+    println!("{}", perfusion_core::sim::demo(out, device)?);
     Ok(true)
 }

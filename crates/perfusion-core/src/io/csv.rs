@@ -2,7 +2,7 @@
 //! optional), a header row of names; and the per-curve results of a fit.
 
 use crate::error::{Error, Result};
-use crate::fit::Fits;
+use crate::model::Fits;
 use std::path::Path;
 
 /// Named numeric columns read from a CSV file.

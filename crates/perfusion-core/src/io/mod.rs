@@ -1,5 +1,7 @@
-//! File formats: NIfTI-1 series and maps, CSV curves and results, PNG overlays and plots.
+//! File formats, one file each: NIfTI-1 series and maps, CSV curves and results, PNG overlays
+//! and plots; and a job's input assembled from them ([`input`]).
 
 pub mod csv;
+pub mod input;
 pub mod nifti;
 pub mod png;

@@ -4,35 +4,11 @@
 //! delay steps limited to one sampling interval.
 //! `gpu_kernels::perfusion` implements the same sequence.
 
-use super::Bounds;
-use crate::conv::Normal;
-use crate::model::MAX_PARAMS;
-
-/// Stopping rule and damping schedule.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct LmSettings {
-    pub max_iterations: u32,
-    /// Relative step and relative cost decrease that count as converged.
-    pub tol: f64,
-    /// Largest cosine between residuals and a free Jacobian column at a minimum.
-    pub tol_grad: f64,
-    /// Cosine accepted as stationary when no step reduces the cost any more.
-    pub stall: f64,
-    /// Costs at or below this are fits to rounding (exact data).
-    pub floor: f64,
-    /// Which parameters are delays, and the longest delay step (s) one iteration may take:
-    /// the delay Jacobian is piecewise constant between samples, so longer Gauss-Newton
-    /// steps in a delay are not trusted (the whole step is shortened, keeping its direction).
-    pub delay: [bool; MAX_PARAMS],
-    pub max_delay_step: f64,
-}
-
-/// Damping schedule: start, factor 10 up and down, limits (powers of two, exact in f32 and f64).
-pub(crate) const LAMBDA_START: f64 = 1.0 / 1024.0;
-pub(crate) const LAMBDA_MIN: f64 = 1.0 / 1_099_511_627_776.0; // 2^-40
-pub(crate) const LAMBDA_MAX: f64 = 9_007_199_254_740_992.0; // 2^53
-/// Smallest diagonal scale of the damping (2^-60).
-pub(crate) const DAMP_FLOOR: f64 = 1.0 / 1_152_921_504_606_846_976.0;
+use super::conv::Normal;
+use crate::model::{
+    Bounds, DAMP_FLOOR, LAMBDA_MAX, LAMBDA_MIN, LAMBDA_START, LmSettings, MAX_PARAMS,
+};
+use gpu_kernels::linalg::solve_spd;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum LmEnd {
@@ -68,51 +44,6 @@ fn gradient_cosine(b: &Bounds, x: &[f64; MAX_PARAMS], nr: &Normal) -> f64 {
         }
     }
     worst
-}
-
-/// Solve `m x = rhs` (symmetric positive definite, upper triangle of `m` used) by Cholesky;
-/// false when `m` is not positive definite.
-pub(crate) fn cholesky_solve(
-    m: &[[f64; MAX_PARAMS]; MAX_PARAMS],
-    rhs: &[f64; MAX_PARAMS],
-    x: &mut [f64; MAX_PARAMS],
-    np: usize,
-) -> bool {
-    let mut l = [[0.0; MAX_PARAMS]; MAX_PARAMS];
-    let mut ok = true;
-    for i in 0..np {
-        for j in 0..=i {
-            let mut s = m[j][i];
-            for q in 0..j {
-                s -= l[i][q] * l[j][q];
-            }
-            if i == j {
-                if !(s > 0.0) {
-                    ok = false;
-                    s = 1.0;
-                }
-                l[i][i] = s.sqrt();
-            } else {
-                l[i][j] = s / l[j][j];
-            }
-        }
-    }
-    let mut y = [0.0; MAX_PARAMS];
-    for i in 0..np {
-        let mut s = rhs[i];
-        for q in 0..i {
-            s -= l[i][q] * y[q];
-        }
-        y[i] = s / l[i][i];
-    }
-    for i in (0..np).rev() {
-        let mut s = y[i];
-        for q in i + 1..np {
-            s -= l[q][i] * x[q];
-        }
-        x[i] = s / l[i][i];
-    }
-    ok
 }
 
 /// Minimise from `x0` (projected into the bounds); `normal` gives cost and normal equations,
@@ -160,7 +91,7 @@ pub(crate) fn levenberg_marquardt(
             }
         }
         let mut delta = [0.0; MAX_PARAMS];
-        if !cholesky_solve(&m, &rhs, &mut delta, np) {
+        if !solve_spd(&m, &rhs, &mut delta, np) {
             lambda *= 10.0;
             if lambda > LAMBDA_MAX {
                 end = LmEnd::Failed;
@@ -233,20 +164,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn cholesky_solves_spd_systems_and_rejects_indefinite_ones() {
+    fn the_shared_cholesky_solves_spd_systems_and_rejects_indefinite_ones() {
         let mut m = [[0.0; MAX_PARAMS]; MAX_PARAMS];
         m[0] = [4.0, 1.0, 0.5, 0.0, 0.0];
         m[1] = [0.0, 3.0, 0.2, 0.0, 0.0];
         m[2] = [0.0, 0.0, 2.0, 0.0, 0.0];
         let rhs = [1.0, 2.0, 3.0, 0.0, 0.0];
         let mut x = [0.0; MAX_PARAMS];
-        assert!(cholesky_solve(&m, &rhs, &mut x, 3));
+        assert!(solve_spd(&m, &rhs, &mut x, 3));
         let full = |i: usize, j: usize| if i <= j { m[i][j] } else { m[j][i] };
         for i in 0..3 {
             let r: f64 = (0..3).map(|j| full(i, j) * x[j]).sum();
             assert!((r - rhs[i]).abs() < 1e-12);
         }
         m[2][2] = -1.0;
-        assert!(!cholesky_solve(&m, &rhs, &mut x, 3));
+        assert!(!solve_spd(&m, &rhs, &mut x, 3));
     }
 }

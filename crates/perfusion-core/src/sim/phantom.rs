@@ -3,10 +3,9 @@
 //! chosen contrast-to-noise ratio (peak / baseline SD, as Wang & Cao 2012), and a synthetic
 //! liver volume for the demo. Reproducible from a seed.
 
-use crate::conv::predict;
+use crate::api::predict;
 use crate::error::{Error, Result};
-use crate::model::Model;
-use crate::problem::Problem;
+use crate::model::{Model, Problem};
 use ndarray::{Array2, Array3, Array4};
 use rayon::prelude::*;
 
@@ -32,7 +31,7 @@ pub fn portal_venous(times: &[f64]) -> Vec<f64> {
     let end = times.iter().copied().fold(0.0, f64::max);
     let n = (end / DT).ceil() as usize + 2;
     let k = 1.0 / TRANSIT;
-    let w = crate::conv::weights(k, DT);
+    let w = crate::model::weights::weights(k, DT);
     let mut fine = vec![0.0; n];
     let mut prev = parker_aif(-DELAY);
     for i in 1..n {

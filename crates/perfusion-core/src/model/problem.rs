@@ -1,6 +1,7 @@
 //! A fitting problem shared by all voxels: the time grid and the input functions, checked
 //! once and prepared the way the evaluators (CPU and GPU) read them.
 
+use super::kinetics::Model;
 use crate::error::{Error, Result};
 
 /// Relative spread of sampling intervals below which a grid counts as uniform; its intervals
@@ -143,7 +144,7 @@ impl Problem {
     }
 
     /// Check that `model` can be fitted with these inputs.
-    pub(crate) fn check_model(&self, model: crate::Model) -> Result<()> {
+    pub(crate) fn check_model(&self, model: Model) -> Result<()> {
         if model.dual_input() && !self.dual {
             return Err(Error::InvalidInputFunction {
                 which: "portal-venous",
@@ -216,10 +217,7 @@ mod tests {
             .to_string();
         assert!(e.contains("at least 4"), "{e}");
         let p = Problem::new(&t(6), &aif, None).unwrap();
-        let e = p
-            .check_model(crate::Model::DualInput)
-            .unwrap_err()
-            .to_string();
+        let e = p.check_model(Model::DualInput).unwrap_err().to_string();
         assert!(e.contains("portal-venous") && e.contains("missing"), "{e}");
     }
 

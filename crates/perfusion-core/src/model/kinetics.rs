@@ -12,6 +12,7 @@
 //! only). Rates `k`, `g`, `h` are per second inside; the user-facing units are converted by
 //! the model's `rate_scale`. Delays are in seconds. See docs/perfusion.md for the formulas.
 
+use crate::error::{Error, Result};
 use serde::Serialize;
 
 /// Largest number of parameters of any model.
@@ -291,9 +292,9 @@ impl std::fmt::Display for Model {
 }
 
 impl std::str::FromStr for Model {
-    type Err = crate::Error;
+    type Err = Error;
 
-    fn from_str(s: &str) -> crate::Result<Self> {
+    fn from_str(s: &str) -> Result<Self> {
         let t = s.trim().to_ascii_lowercase().replace('_', "-");
         Ok(match t.as_str() {
             "dual-input" | "dualinput" | "liver" => Model::DualInput,
@@ -487,6 +488,35 @@ fn exchange_derivative(
     let dw = dalpha - df / vp + x.f * dvp / (vp * vp);
     let db = (df * w + x.f * dw) / x.r - x.b * dr / x.r;
     (dalpha, da, dbeta, db)
+}
+
+/// The model's parameter names, comma-separated (for messages).
+pub(crate) fn names(model: Model) -> String {
+    model
+        .params()
+        .iter()
+        .map(|p| p.name)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A parameter vector padded to [`MAX_PARAMS`], checked against the model's length.
+pub(crate) fn full_vector(model: Model, v: &[f64], what: &str) -> Result<[f64; MAX_PARAMS]> {
+    if v.len() != model.n_params() {
+        return Err(Error::InvalidParameter {
+            model: model.name(),
+            name: what.into(),
+            why: format!(
+                "{} values given, the model has {} parameters ({})",
+                v.len(),
+                model.n_params(),
+                names(model)
+            ),
+        });
+    }
+    let mut out = [0.0; MAX_PARAMS];
+    out[..v.len()].copy_from_slice(v);
+    Ok(out)
 }
 
 #[cfg(test)]

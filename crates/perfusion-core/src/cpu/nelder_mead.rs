@@ -9,18 +9,7 @@
 //! simplex stays non-degenerate and follows fminsearch exactly while inside), fixed
 //! parameters held. `gpu_kernels::perfusion` implements the same sequence.
 
-use super::Bounds;
-use crate::model::MAX_PARAMS;
-
-/// Stopping rule.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct NmSettings {
-    pub max_iterations: u32,
-    pub tol_fun: f64,
-    pub tol_x: f64,
-    /// 10 machine epsilons of the arithmetic (f64 here).
-    pub ten_eps: f64,
-}
+use crate::model::{Bounds, MAX_PARAMS, NmSettings};
 
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct NmOutcome {

@@ -12,79 +12,9 @@
 //! same recursions with the same operations in the same order, so f64 GPU and CPU results
 //! differ only by fused multiply-adds and the device's `exp`.
 
-use crate::model::{CANON, Canonical, MAX_PARAMS};
-use crate::problem::Problem;
-use gpu_kernels::perfusion::WEIGHT_SERIES;
-
-/// Below this `x = k dt` the weights come from their Taylor series (exactly representable
-/// threshold, so CPU and GPU take the same branch).
-pub(crate) const SERIES_BELOW: f64 = 0.5;
-/// `sum c[j] y^j` over series `which` of the kernels' `WEIGHT_SERIES` (17 terms, the next
-/// below 1e-19 at x = 1/2), by Horner's rule in the kernels' order.
-#[inline]
-fn series(y: f64, which: usize) -> f64 {
-    let c = &WEIGHT_SERIES[which];
-    let mut acc = c[c.len() - 1];
-    for &cj in c.iter().rev().skip(1) {
-        acc = acc * y + cj;
-    }
-    acc
-}
-
-/// Weights of one interval for one decay rate, with their derivatives in k.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct Weights {
-    pub e: f64,
-    pub wa: f64,
-    pub wb: f64,
-    pub de: f64,
-    pub dwa: f64,
-    pub dwb: f64,
-}
-
-/// `(E, dt a, dt b)` for decay `k` (1/s) over `dt` (s).
-#[inline]
-pub(crate) fn weights(k: f64, dt: f64) -> Weights {
-    let x = k * dt;
-    let e = (-x).exp();
-    let (a, b) = if x < SERIES_BELOW {
-        // a = sum_{m>=2} (m-1) (-x)^(m-2) / m!,  b = sum_{m>=2} (-x)^(m-2) / m!
-        (series(-x, 0), series(-x, 1))
-    } else {
-        let xx = x * x;
-        let em = 1.0 - e;
-        ((em - x * e) / xx, (x - em) / xx)
-    };
-    Weights {
-        e,
-        wa: dt * a,
-        wb: dt * b,
-        ..Weights::default()
-    }
-}
-
-/// [`weights`] plus d/dk of `E`, `dt a`, `dt b` (for the analytic Jacobian).
-#[inline]
-pub(crate) fn weights_d(k: f64, dt: f64) -> Weights {
-    let mut w = weights(k, dt);
-    let x = k * dt;
-    let (da, db) = if x < SERIES_BELOW {
-        // a' = -sum_{m>=3} (m-1)(m-2) (-x)^(m-3) / m!,  b' = -sum_{m>=3} (m-2) (-x)^(m-3) / m!
-        (series(-x, 2), series(-x, 3))
-    } else {
-        let e = w.e;
-        let em = 1.0 - e;
-        let xxx = x * x * x;
-        (
-            (x * x * e - 2.0 * (em - x * e)) / xxx,
-            (x * em - 2.0 * (x - em)) / xxx,
-        )
-    };
-    w.de = -dt * w.e;
-    w.dwa = dt * dt * da;
-    w.dwb = dt * dt * db;
-    w
-}
+use crate::error::Result;
+use crate::model::weights::{Weights, weights, weights_d};
+use crate::model::{CANON, Canonical, MAX_PARAMS, Model, Problem, canonical, full_vector};
 
 /// Linear interpolation of an input at increasing abscissae on a non-uniform grid: a pointer
 /// moves forward (O(Nt) per curve). Before the first sample the first value holds, after the
@@ -511,20 +441,10 @@ macro_rules! by_flags {
 pub(crate) use by_flags;
 
 /// The model curve of `theta` (user units) on the problem's grid.
-///
-/// ```
-/// use perfusion_core::{Model, Problem, predict};
-/// let t: Vec<f64> = (0..60).map(|i| i as f64).collect();
-/// let aif: Vec<f64> = t.iter().map(|&s| if s >= 5.0 { 5.0 * (-(s - 5.0) / 20.0).exp() } else { 0.0 }).collect();
-/// let p = Problem::new(&t, &aif, None).unwrap();
-/// let c = predict(&p, Model::Tofts, &[0.3, 0.4, 0.0]).unwrap();
-/// assert_eq!(c.len(), 60);
-/// assert!(c[0] == 0.0 && c[30] > 0.0);
-/// ```
-pub fn predict(problem: &Problem, model: crate::Model, theta: &[f64]) -> crate::Result<Vec<f64>> {
+pub(crate) fn predict(problem: &Problem, model: Model, theta: &[f64]) -> Result<Vec<f64>> {
     problem.check_model(model)?;
-    let th = crate::fit::full_vector(model, theta, "theta")?;
-    let c = crate::model::canonical(model, &th);
+    let th = full_vector(model, theta, "theta")?;
+    let c = canonical(model, &th);
     let mut out = vec![0.0; problem.len()];
     let sink = |i: usize, y: f64| out[i] = y;
     match model.flags() {
@@ -539,7 +459,8 @@ pub fn predict(problem: &Problem, model: crate::Model, theta: &[f64]) -> crate::
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Model, canonical, chain};
+    use crate::model::chain;
+    use crate::model::weights::SERIES_BELOW;
 
     #[test]
     fn series_and_closed_forms_agree_at_the_switch() {

@@ -1,0 +1,291 @@
+//! A job's input assembled from files: tissue curves from a 4-D NIfTI series (with a mask)
+//! or a CSV of curves; times from a file, an interval, the series' header or the CSV's time
+//! column; input functions from CSV files or ROI masks over the series; signal converted to
+//! concentration. Messages name the `biogpu perfusion fit` options the fields stand for.
+
+use super::{csv as pcsv, nifti as pnii};
+use crate::error::{Error, Result};
+use crate::model::convert::{Conversion, T10};
+use crate::model::{Model, Problem};
+use ndarray::{Array2, Array3, Axis};
+use std::path::{Path, PathBuf};
+
+/// Where a job's curves, times and inputs come from (the options of `biogpu perfusion fit`).
+#[derive(Debug, Clone)]
+pub struct InputSpec {
+    /// The model to fit (whether a portal-venous input is needed).
+    pub model: Model,
+    /// 4-D DCE series (x, y, z, time) (`--dce`); else `curves`.
+    pub dce: Option<PathBuf>,
+    /// Voxels of the series to fit (non-zero) (`--mask`); default every voxel.
+    pub mask: Option<PathBuf>,
+    /// CSV of curves, one column per curve, optional `time` column (`--curves`).
+    pub curves: Option<PathBuf>,
+    /// Arterial input: CSV `FILE` or `FILE:COLUMN` (`--aif`), or an ROI over the series
+    /// (`--aif-mask`).
+    pub aif: Option<String>,
+    pub aif_mask: Option<PathBuf>,
+    /// Portal-venous input, as the arterial (`--pv`, `--pv-mask`).
+    pub pv: Option<String>,
+    pub pv_mask: Option<PathBuf>,
+    /// Times (s): a CSV with a `time` column or one column of times (`--times`).
+    pub times: Option<PathBuf>,
+    /// Frame interval (s) (`--dt`).
+    pub dt: Option<f64>,
+    /// Inputs divided by 1 - hematocrit (`--hematocrit`).
+    pub hematocrit: Option<f64>,
+    /// Signal to concentration of tissue curves and ROI inputs (`--convert`).
+    pub conversion: Conversion,
+    /// Pre-contrast T1 (s) (`--t10`) or T1 map on the series' grid (`--t1-map`).
+    pub t10: Option<f64>,
+    pub t1_map: Option<PathBuf>,
+}
+
+/// Where NIfTI voxels came from: indices, grid shape, header, mean image (for overlays).
+#[derive(Debug, Clone)]
+pub struct VolumeGrid {
+    pub index: Vec<[usize; 3]>,
+    pub shape: (usize, usize, usize),
+    pub header: pnii::NiftiHeader,
+    pub mean: Array3<f32>,
+}
+
+/// Everything a fit needs, read and converted.
+#[derive(Debug, Clone)]
+pub struct Job {
+    /// Concentration curves, one per row.
+    pub curves: Array2<f32>,
+    /// A name per curve: "x,y,z" (NIfTI) or the CSV column.
+    pub names: Vec<String>,
+    pub problem: Problem,
+    /// For NIfTI input: voxel indices, grid shape, header, mean image for overlays.
+    pub volume: Option<VolumeGrid>,
+    /// Every file read.
+    pub inputs: Vec<PathBuf>,
+}
+
+fn input(why: impl Into<String>) -> Error {
+    Error::Input(why.into())
+}
+
+/// `FILE` or `FILE:COLUMN` of a CSV input function, with the file's times if it has them.
+fn read_input_csv(spec: &str) -> Result<(PathBuf, Vec<f64>, Option<Vec<f64>>)> {
+    let (path, column) = match spec.rsplit_once(':') {
+        Some((p, c)) if !c.contains('/') && !c.contains('\\') && Path::new(p).exists() => {
+            (p, Some(c))
+        }
+        _ => (spec, None),
+    };
+    let path = PathBuf::from(path);
+    let table = pcsv::read_table(&path)?;
+    let times = table.time_index().map(|i| table.columns[i].clone());
+    let values = match column {
+        Some(c) => table
+            .column(c)
+            .ok_or_else(|| Error::File {
+                path: path.clone(),
+                why: format!("no column `{c}` (columns: {})", table.names.join(", ")),
+            })?
+            .to_vec(),
+        None => table
+            .curves()
+            .first()
+            .map(|(_, v)| v.to_vec())
+            .ok_or_else(|| Error::File {
+                path: path.clone(),
+                why: "no value column besides time".into(),
+            })?,
+    };
+    Ok((path, values, times))
+}
+
+/// Read and convert the job `a` describes.
+pub fn load(a: &InputSpec) -> Result<Job> {
+    let conv = &a.conversion;
+    if matches!(conv, Conversion::Spgr(_)) && a.t10.is_none() && a.t1_map.is_none() {
+        return Err(input("--convert spgr needs --t10 SECONDS or --t1-map FILE"));
+    }
+    let mut inputs = Vec::new();
+    let (curves, names, file_times, volume, series) = if let Some(path) = &a.dce {
+        inputs.push(path.clone());
+        let s = pnii::read_series(path)?;
+        let (nx, ny, nz, _) = s.data.dim();
+        let mask = match &a.mask {
+            Some(m) => {
+                inputs.push(m.clone());
+                let (mv, _) = pnii::read_volume(m)?;
+                mv.mapv(|v| v != 0.0)
+            }
+            None => Array3::from_elem((nx, ny, nz), true),
+        };
+        let (curves, index) = pnii::masked_curves(&s.data, &mask).map_err(|e| {
+            input(format!(
+                "mask {}: {e}",
+                a.mask.as_deref().unwrap_or(Path::new("")).display()
+            ))
+        })?;
+        if index.is_empty() {
+            return Err(input("the mask selects no voxel"));
+        }
+        let names = index
+            .iter()
+            .map(|[x, y, z]| format!("{x},{y},{z}"))
+            .collect();
+        let t = pnii::frame_interval_s(&s.header).map(|dt| {
+            (0..s.data.dim().3)
+                .map(|i| i as f64 * dt)
+                .collect::<Vec<_>>()
+        });
+        let mean = s.data.mean_axis(Axis(3)).expect("frames");
+        let grid = VolumeGrid {
+            index,
+            shape: (nx, ny, nz),
+            header: s.header.clone(),
+            mean,
+        };
+        (curves, names, t, Some(grid), Some(s))
+    } else {
+        let path = a
+            .curves
+            .as_ref()
+            .ok_or_else(|| input("no tissue curves: give --dce SERIES or --curves FILE"))?;
+        inputs.push(path.clone());
+        let table = pcsv::read_table(path)?;
+        let t = table.time_index().map(|i| table.columns[i].clone());
+        let cols = table.curves();
+        if cols.is_empty() {
+            return Err(Error::File {
+                path: path.clone(),
+                why: "no curve columns".into(),
+            });
+        }
+        let nt = cols[0].1.len();
+        let curves = Array2::from_shape_fn((cols.len(), nt), |(v, i)| cols[v].1[i] as f32);
+        let names = cols.iter().map(|(n, _)| (*n).to_string()).collect();
+        (curves, names, t, None, None)
+    };
+    let nt = curves.ncols();
+    // Times: --times, --dt, the file's, in that order.
+    let times: Vec<f64> = if let Some(p) = &a.times {
+        inputs.push(p.clone());
+        let t = pcsv::read_table(p)?;
+        t.time_index()
+            .map(|i| t.columns[i].clone())
+            .or_else(|| t.columns.first().cloned())
+            .ok_or_else(|| input("--times: no column"))?
+    } else if let Some(dt) = a.dt {
+        if !(dt.is_finite() && dt > 0.0) {
+            return Err(input(format!(
+                "--dt {dt}: a frame interval in seconds, > 0"
+            )));
+        }
+        (0..nt).map(|i| i as f64 * dt).collect()
+    } else {
+        file_times.ok_or_else(|| input("no time vector: give --dt SECONDS or --times FILE (the NIfTI header has no frame interval, or the CSV no `time` column)"))?
+    };
+    // Tissue curves to concentration.
+    let t1_map = match &a.t1_map {
+        Some(p) => {
+            inputs.push(p.clone());
+            let (m, _) = pnii::read_volume(p)?;
+            let g = volume
+                .as_ref()
+                .ok_or_else(|| input("--t1-map needs --dce"))?;
+            if m.dim() != g.shape {
+                return Err(input(format!(
+                    "--t1-map {}: shape {:?}, the series is {:?}",
+                    p.display(),
+                    m.shape(),
+                    g.shape
+                )));
+            }
+            Some(
+                g.index
+                    .iter()
+                    .map(|&[x, y, z]| f64::from(m[[x, y, z]]))
+                    .collect::<Vec<_>>(),
+            )
+        }
+        None => None,
+    };
+    let t10 = match (&t1_map, a.t10) {
+        (Some(m), _) => T10::Map(m),
+        (None, Some(t)) => T10::Fixed(t),
+        (None, None) => T10::Fixed(1.0),
+    };
+    let curves = conv.apply(curves.view(), t10)?;
+    // Inputs: CSV (concentration) or ROI over the series (converted like the tissue).
+    let roi_input = |mask: &Path, what: &'static str| -> Result<Vec<f64>> {
+        let s = series
+            .as_ref()
+            .ok_or_else(|| input("an ROI input needs --dce"))?;
+        let (m, _) = pnii::read_volume(mask)?;
+        let mask = m.mapv(|v| v != 0.0);
+        let mean = pnii::roi_mean(&s.data, &mask, what)?;
+        let row = Array2::from_shape_fn((1, mean.len()), |(_, i)| mean[i] as f32);
+        let t10 = a.t10.unwrap_or(1.0);
+        Ok(conv
+            .apply(row.view(), T10::Fixed(t10))?
+            .row(0)
+            .iter()
+            .map(|&v| f64::from(v))
+            .collect())
+    };
+    let hct = match a.hematocrit {
+        Some(h) if (0.0..1.0).contains(&h) => 1.0 - h,
+        Some(h) => {
+            return Err(input(format!(
+                "--hematocrit {h}: a fraction between 0 and 1 (e.g. 0.45)"
+            )));
+        }
+        None => 1.0,
+    };
+    let mut get_input = |csv: &Option<String>,
+                         roi: &Option<PathBuf>,
+                         what: &'static str|
+     -> Result<Option<Vec<f64>>> {
+        let v = match (csv, roi) {
+            (Some(spec), _) => {
+                let (path, v, t) = read_input_csv(spec)?;
+                if let Some(t) = t {
+                    let same = t.len() == times.len()
+                        && t.iter()
+                            .zip(&times)
+                            .all(|(a, b)| (a - b).abs() <= 1e-6 * b.abs().max(1.0));
+                    if !same {
+                        return Err(Error::File {
+                            path,
+                            why: "its time column differs from the tissue times; resample the input to the tissue times".into(),
+                        });
+                    }
+                }
+                inputs.push(path);
+                v
+            }
+            (None, Some(mask)) => {
+                inputs.push(mask.clone());
+                roi_input(mask, what)?
+            }
+            (None, None) => return Ok(None),
+        };
+        Ok(Some(v.into_iter().map(|x| x / hct).collect()))
+    };
+    let arterial = get_input(&a.aif, &a.aif_mask, "arterial")?.ok_or_else(|| {
+        input("missing arterial input function: give --aif FILE.csv or --aif-mask ROI.nii.gz")
+    })?;
+    let portal = get_input(&a.pv, &a.pv_mask, "portal-venous")?;
+    if a.model.dual_input() && portal.is_none() {
+        return Err(input(
+            "the dual-input model needs a portal-venous input: give --pv FILE.csv or --pv-mask ROI.nii.gz",
+        ));
+    }
+    let portal = if a.model.dual_input() { portal } else { None };
+    let problem = Problem::new(&times, &arterial, portal.as_deref())?;
+    Ok(Job {
+        curves,
+        names,
+        problem,
+        volume,
+        inputs,
+    })
+}
