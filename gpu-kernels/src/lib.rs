@@ -7,6 +7,7 @@
 
 pub mod base;
 pub mod catalog;
+mod configured;
 pub mod flim;
 pub mod linalg;
 pub mod montecarlo;

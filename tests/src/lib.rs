@@ -1,9 +1,10 @@
 //! Harness for GPU-vs-CPU tests: which device to test on, and named tolerances.
 //!
-//! The device comes from `BIOGPU_DEVICE` (default `auto`); software adapters such as
-//! lavapipe are allowed here, unlike in the CLI. When no GPU is available a test prints
-//! `SKIPPED (no GPU): ...` and passes, unless `BIOGPU_REQUIRE_GPU=1` (CI and the GPU
-//! bundle set it), in which case the missing device is a failure.
+//! Each GPU test is written once with [`gpu_test!`] and instantiated per backend (`cuda`,
+//! `wgpu`); software adapters such as lavapipe are allowed here, unlike in the CLI. An
+//! instance whose backend is absent prints `SKIPPED (no <backend> device): ...` and passes,
+//! unless `BIOGPU_REQUIRE_GPU` names that backend (`cuda`, `wgpu`, or `1` for the backend
+//! of `BIOGPU_DEVICE`; CI and the GPU bundle set it), in which case it fails.
 
 use gpu_runtime::{Backend, Device, DeviceRequest};
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -143,36 +144,6 @@ macro_rules! gpu_test {
             }
         }
     };
-}
-
-/// The GPU device under test, or `None` (after saying why) when there is none.
-///
-/// Transitional: tests are moving to [`gpu_test!`], which runs on every backend present.
-///
-/// # Panics
-/// When no GPU is available and `BIOGPU_REQUIRE_GPU=1`.
-pub fn gpu_under_test(test: &str) -> Option<GpuLease> {
-    let turn = GPU_TURN.lock().unwrap_or_else(PoisonError::into_inner);
-    let required = std::env::var(REQUIRE_GPU_ENV).is_ok_and(|v| v == "1");
-    let request = DeviceRequest::from_env().unwrap_or_else(|e| panic!("{test}: {e}"));
-    let why = match Device::select(request, true) {
-        Ok(sel) if sel.device.is_gpu() => {
-            return Some(GpuLease {
-                device: sel.device,
-                _turn: turn,
-            });
-        }
-        Ok(sel) => sel.notes.join("; "),
-        Err(e) => e.to_string(),
-    };
-    assert!(
-        !required,
-        "{test}: a GPU is required ({REQUIRE_GPU_ENV}=1) but none is usable: {why}"
-    );
-    eprintln!(
-        "SKIPPED (no GPU): {test}: {why}; set BIOGPU_DEVICE=wgpu:software with lavapipe installed, or run on a GPU"
-    );
-    None
 }
 
 /// A named tolerance: |got - want| <= abs + rel * |want|.

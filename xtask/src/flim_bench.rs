@@ -14,8 +14,8 @@
 //! 32-pixel segments (the paper's GA-32) and the whole image on every device, and GA-32 on
 //! the paper's 512x512x256 workload on a GPU (not with `--quick`).
 
+use crate::group::{Options, measurement};
 use crate::report::Measurement;
-use crate::suite::{Options, measurement};
 use anyhow::Result;
 use flim_core::sim::{DecaySim, bi_exponential, mono_exponential};
 use flim_core::{

@@ -2,6 +2,7 @@
 //! and the `biogpu-bench` binary that travels to GPU machines) and its report.
 
 mod flim_bench;
+mod group;
 mod montecarlo_bench;
 mod perfusion_bench;
 pub mod report;

@@ -20,8 +20,8 @@
 //!
 //! CPU: cube60 photons/ms per core.
 
+use crate::group::{Options, measurement};
 use crate::report::Measurement;
-use crate::suite::{Options, measurement};
 use anyhow::{Context, Result};
 use gpu_runtime::{Device, Timing};
 use montecarlo_core::io::timos;

@@ -8,8 +8,8 @@
 //! (targets: NM >= 1,500 and LM >= 10,000 voxels/s per core). Three groups, so that
 //! `--filter` can pick one: `perfusion-end-to-end`, `perfusion-kernels`, `perfusion-cpu`.
 
+use crate::group::{Options, measurement};
 use crate::report::Measurement;
-use crate::suite::{Options, measurement};
 use anyhow::Result;
 use gpu_runtime::{Backend, Device, Timing, bench};
 use perfusion_core::sim::Simulation;

@@ -2,8 +2,8 @@
 //! the GPU against the host-link and memory-bandwidth bounds; the same workloads on the CPU;
 //! temporal K over 25 frames; MESI (6 exposures) and tau_c maps per megapixel.
 
+use crate::group::{Options, measurement};
 use crate::report::Measurement;
-use crate::suite::{Options, measurement};
 use anyhow::Result;
 use gpu_kernels::speckle::{self as kernels, PixelBits, SpatialParams};
 use gpu_runtime::{Device, Gpu, KnownRuntime, Timing, bench, with_gpu};

@@ -1,19 +1,12 @@
 //! The benchmark suite. Each group measures one thing honestly: warm-up first, device
 //! work synchronised inside the timed region, median of repetitions, fresh non-zero data.
 
+pub use crate::group::Options;
+use crate::group::measurement;
 use crate::report::{DeviceSummary, Measurement, Run};
 use anyhow::Result;
 use gpu_kernels::base;
-use gpu_runtime::{Device, Gpu, KnownRuntime, Timing, bench, with_gpu};
-
-/// Options shared by every group.
-#[derive(Debug, Clone)]
-pub struct Options {
-    /// Run only groups whose name contains one of these comma-separated words.
-    pub filter: Option<String>,
-    /// Fewer repetitions and smaller sizes (CI smoke run).
-    pub quick: bool,
-}
+use gpu_runtime::{Device, Gpu, KnownRuntime, bench, with_gpu};
 
 /// Run every group that applies to `device`.
 pub fn run(device: &Device, command: &str, opts: &Options) -> Result<Run> {
@@ -60,29 +53,6 @@ pub fn run(device: &Device, command: &str, opts: &Options) -> Result<Run> {
         measurements,
         notes: Vec::new(),
     })
-}
-
-pub(crate) fn measurement(
-    suite: &str,
-    name: &str,
-    value: f64,
-    unit: &str,
-    t: Timing,
-    note: String,
-) -> Measurement {
-    // Printed as soon as measured, so a run cut short still reports what it finished.
-    eprintln!("  {suite} | {name} | {value:.6} {unit} | {note}");
-    Measurement {
-        suite: suite.into(),
-        name: name.into(),
-        value,
-        unit: unit.into(),
-        median_ms: t.median_ms,
-        min_ms: t.min_ms,
-        max_ms: t.max_ms,
-        samples: t.samples,
-        note,
-    }
 }
 
 /// Host link, device memory bandwidth and launch latency: the bounds every modality's

@@ -7,7 +7,7 @@ use crate::buffer::GpuArray;
 use crate::device::{DeviceHandle, DeviceInfo};
 use crate::error::{Error, Result, first_lines};
 use crate::memory::MemoryBudget;
-use crate::staging::RawTransfers;
+use crate::raw_transfers::RawTransfers;
 use cubecl::cuda::CudaRuntime;
 use cubecl::prelude::*;
 use cubecl::server::{LaunchError, ServerError};
@@ -273,7 +273,7 @@ pub trait GpuJob {
 }
 
 /// The CubeCL runtimes biogpu opens, and how a [`Device`](crate::Device) maps to each.
-pub trait KnownRuntime: Runtime + crate::staging::RawTransfers {
+pub trait KnownRuntime: Runtime + crate::raw_transfers::RawTransfers {
     #[doc(hidden)]
     fn runtime_device(handle: &DeviceHandle) -> Option<Self::Device>;
 }

@@ -17,6 +17,7 @@ mod gpu;
 mod host_pin;
 mod kernel_cache;
 mod memory;
+mod raw_transfers;
 mod staging;
 mod timing;
 
@@ -29,7 +30,8 @@ pub use gpu::{Gpu, GpuJob, KnownRuntime};
 pub use host_pin::HostPin;
 pub use kernel_cache::KERNEL_CACHE_ENV;
 pub use memory::{ChunkPlan, MEMORY_LIMIT_ENV, MemoryBudget, parse_bytes};
-pub use staging::{HostStaging, RawTransfers, par_copy};
+pub use raw_transfers::RawTransfers;
+pub use staging::{HostStaging, par_copy};
 pub use timing::{Timing, bench};
 
 /// CubeCL, re-exported so every crate uses the pinned version.

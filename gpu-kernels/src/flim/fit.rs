@@ -10,7 +10,7 @@
 use super::lifetimes::{b_fn, cmm_rate};
 use super::{KIND_F32, KIND_U16, count, holds_decays};
 use crate::CUBE_1D;
-use crate::catalog::{CatalogEntry, array, entry, settings_1d};
+use crate::configured::{CatalogEntry, array, entry, settings_1d};
 use crate::linalg::cholesky_solve;
 use cubecl::prelude::*;
 use gpu_runtime::{Error, Gpu, GpuArray, Result};

@@ -50,7 +50,7 @@ use super::fit::{
     IRF_NONE, STATIONARY, STUCK, evaluate, params, project,
 };
 use super::{KIND_F32, KIND_U16, count, holds_decays};
-use crate::catalog::{CatalogEntry, array, entry, settings_1d};
+use crate::configured::{CatalogEntry, array, entry, settings_1d};
 use crate::linalg::cholesky_solve;
 use cubecl::prelude::*;
 use gpu_runtime::{Error, Gpu, GpuArray, Result};

@@ -11,7 +11,7 @@ use super::{
     store_tile, tile_count, u16_pairs,
 };
 use crate::CUBE_1D;
-use crate::catalog::{CatalogEntry, array, entry, settings_1d};
+use crate::configured::{CatalogEntry, array, entry, settings_1d};
 use cubecl::prelude::*;
 use gpu_runtime::{Error, Gpu, GpuArray, Result};
 

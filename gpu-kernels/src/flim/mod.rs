@@ -19,7 +19,7 @@ pub mod lifetimes;
 
 pub use lifetimes::{LifetimeParams, lifetimes};
 
-use crate::catalog::CatalogEntry;
+use crate::configured::CatalogEntry;
 use cubecl::prelude::*;
 use gpu_runtime::GpuArray;
 

@@ -29,7 +29,7 @@ pub mod transport;
 pub use rng::seed_keys;
 pub use transport::{McBatch, McScene, McTallies, mc_transport_kernel, transport};
 
-use crate::catalog::{CatalogEntry, entry};
+use crate::configured::{CatalogEntry, entry};
 use cubecl::prelude::*;
 use std::fmt;
 

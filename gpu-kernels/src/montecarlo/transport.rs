@@ -31,7 +31,7 @@ use super::{
     FACE_FLOATS, MAT_FLOATS, MAX_TET, McVariant, NEIGH_INTS, SRC_FLOATS, T_EXPIRED, T_GAINED,
     T_KILLED, T_LOST, TOTALS,
 };
-use crate::catalog::{array, settings_1d};
+use crate::configured::{array, settings_1d};
 use cubecl::prelude::*;
 use gpu_runtime::{Error, Gpu, GpuArray, Result};
 

@@ -11,7 +11,7 @@ use super::{
     COUNTER_WORDS, FitBuffers, KernelFloat, KernelParams, LM_STASH, STATUS_CONVERGED,
     STATUS_FAILED, STATUS_MAX_ITERATIONS, cube_word, shared_inputs_len,
 };
-use crate::catalog::{array, settings_1d};
+use crate::configured::{array, settings_1d};
 use crate::linalg::cholesky_solve;
 use cubecl::prelude::*;
 use gpu_runtime::{Gpu, Result};

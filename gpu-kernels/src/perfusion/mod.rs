@@ -37,7 +37,7 @@ pub use levenberg_marquardt::{levenberg_marquardt, levenberg_marquardt_kernel};
 pub use model::WEIGHT_SERIES;
 pub use nelder_mead::{nelder_mead, nelder_mead_kernel};
 
-use crate::catalog::{CatalogEntry, entry};
+use crate::configured::{CatalogEntry, entry};
 use cubecl::prelude::*;
 use gpu_runtime::{Error, GpuArray, Result};
 use model::{CUBE_SHIFT, UNIFORM_GRID, n_params};

@@ -10,7 +10,7 @@ use super::{
     COUNTER_WORDS, FitBuffers, KernelFloat, KernelParams, STATUS_CONVERGED, STATUS_MAX_ITERATIONS,
     cube_word, shared_inputs_len,
 };
-use crate::catalog::{array, settings_1d};
+use crate::configured::{array, settings_1d};
 use cubecl::prelude::*;
 use gpu_runtime::{Gpu, Result};
 use model::SHARED_CURVE;

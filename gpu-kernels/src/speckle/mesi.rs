@@ -20,7 +20,7 @@ use super::{
     STATUS_MAX_ITERATIONS,
 };
 use crate::CUBE_1D;
-use crate::catalog::{CatalogEntry, array, entry, settings_1d};
+use crate::configured::{CatalogEntry, array, entry, settings_1d};
 use crate::linalg::cholesky_solve;
 use cubecl::prelude::*;
 use gpu_runtime::{Error, Gpu, GpuArray, Result};

@@ -10,7 +10,7 @@ pub mod sums;
 pub mod tau_c;
 pub mod temporal;
 
-use crate::catalog::CatalogEntry;
+use crate::configured::CatalogEntry;
 use cubecl::prelude::*;
 
 pub use mesi::{MesiFitParams, mesi_fit, mesi_fit_kernel};

@@ -10,7 +10,7 @@ use super::sums::{
     flags_of, native_u64, pixel, remove, zero_sums,
 };
 use super::{BORDER_REFLECT, BORDER_VALID, BORDER_ZERO, TILE_X, TILE_Y, UNITS_Y};
-use crate::catalog::{CatalogEntry, array, entry, settings_2d};
+use crate::configured::{CatalogEntry, array, entry, settings_2d};
 use cubecl::prelude::*;
 use gpu_runtime::{Error, Gpu, GpuArray, Result};
 

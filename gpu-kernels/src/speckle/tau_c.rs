@@ -15,7 +15,7 @@
 use super::model::x_from_k2;
 use super::{FLAG_NO_CONTRAST, FLAG_NO_MOTION, FLAG_UNDEFINED};
 use crate::CUBE_1D;
-use crate::catalog::{CatalogEntry, array, entry, settings_1d};
+use crate::configured::{CatalogEntry, array, entry, settings_1d};
 use cubecl::prelude::*;
 use gpu_runtime::{Error, Gpu, GpuArray, Result};
 

@@ -12,7 +12,7 @@ use super::sums::{
 };
 use super::{BORDER_REFLECT, BORDER_VALID};
 use crate::CUBE_1D;
-use crate::catalog::{CatalogEntry, array, entry, settings_1d};
+use crate::configured::{CatalogEntry, array, entry, settings_1d};
 use cubecl::prelude::*;
 use gpu_runtime::{Error, Gpu, GpuArray, Result};
 
