@@ -54,6 +54,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    end_quietly_on_closed_stdout();
     quiet_vulkan_loader();
     let cli = Cli::parse();
     init_logging(cli.verbose);
@@ -103,6 +104,17 @@ fn init_logging(verbose: u8) {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .try_init();
+}
+
+/// A closed stdout (`biogpu perfusion models | head -1`) ends the process quietly, as it
+/// does other Unix tools, instead of a panic in `println!` (Rust ignores SIGPIPE by default).
+fn end_quietly_on_closed_stdout() {
+    #[cfg(unix)]
+    // SAFETY: called first thing in main, before any other thread exists; it restores the
+    // default action of one signal.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
 }
 
 /// Mesa's Vulkan drivers print "XDG_RUNTIME_DIR is invalid" on headless machines while
