@@ -56,18 +56,38 @@ enum Command {
 fn main() -> ExitCode {
     end_quietly_on_closed_stdout();
     quiet_vulkan_loader();
-    let cli = Cli::parse();
+    let cli = parse_cli();
     init_logging(cli.verbose);
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e}");
+            // A wrapper often quotes its cause already (`x.tif: No such file ...`): print each
+            // cause only where the line above does not already say it.
+            let mut above = e.to_string();
+            eprintln!("error: {above}");
             for cause in e.chain().skip(1) {
-                eprintln!("  caused by: {cause}");
+                let text = cause.to_string();
+                if !above.contains(&text) {
+                    eprintln!("  caused by: {text}");
+                }
+                above = text;
             }
             ExitCode::FAILURE
         }
     }
+}
+
+/// The command line, with negative numbers taken as values everywhere (`--exposure -1`
+/// reaches the check that explains why it is wrong, instead of clap's "unexpected argument").
+fn parse_cli() -> Cli {
+    use clap::{CommandFactory, FromArgMatches};
+    fn negatives(command: clap::Command) -> clap::Command {
+        command
+            .allow_negative_numbers(true)
+            .mut_subcommands(negatives)
+    }
+    let matches = negatives(Cli::command()).get_matches();
+    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
