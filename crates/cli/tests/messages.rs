@@ -45,3 +45,45 @@ fn a_negative_number_reaches_the_check_that_explains_it() {
     assert!(!err.contains("unexpected argument"), "{err}");
     assert!(err.contains("cnr") && err.contains("> 0"), "{err}");
 }
+
+#[test]
+fn a_strip_of_tiled_frames_suggests_frame_height() {
+    let dir = std::env::temp_dir().join(format!("biogpu-strip-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // Eight 16x16 frames of 16-bit grey, stacked vertically in one PNG.
+    let strip = dir.join("strip.png");
+    let file = std::io::BufWriter::new(std::fs::File::create(&strip).unwrap());
+    let mut png = png::Encoder::new(file, 16, 8 * 16);
+    png.set_color(png::ColorType::Grayscale);
+    png.set_depth(png::BitDepth::Sixteen);
+    let pixels: Vec<u8> = (0..8 * 16 * 16)
+        .flat_map(|i: u16| (100 + (i * 37) % 50).to_be_bytes())
+        .collect();
+    let mut writer = png.write_header().unwrap();
+    writer.write_image_data(&pixels).unwrap();
+    writer.finish().unwrap();
+    let out = dir.join("out");
+    let args = |extra: &[&'static str]| {
+        let mut a = vec![
+            "speckle".to_string(),
+            "contrast".into(),
+            strip.to_str().unwrap().into(),
+            "--mode".into(),
+            "temporal".into(),
+            "--frames".into(),
+            "4".into(),
+            "--out".into(),
+            out.to_str().unwrap().into(),
+        ];
+        a.extend(extra.iter().map(ToString::to_string));
+        a
+    };
+    let plain = args(&[]);
+    let (ok, err) = biogpu(&plain.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(!ok, "one tall image has no temporal contrast");
+    assert!(err.contains("--frame-height 16"), "{err}");
+    let tiled = args(&["--frame-height", "16"]);
+    let (ok, err) = biogpu(&tiled.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(ok, "the strip read as 8 frames of 16x16: {err}");
+    std::fs::remove_dir_all(&dir).ok();
+}

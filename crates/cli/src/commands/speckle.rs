@@ -235,9 +235,33 @@ fn contrast_with_progress(
     Ok((maps, info))
 }
 
+/// A single tall PNG asked for a temporal window is most likely frames tiled in a strip
+/// (as `temporal.png` in the shared data): say how to read it as a stack.
+fn check_tiled_strip(stack: &RawStack, p: &ContrastParams, input: &Input) -> anyhow::Result<()> {
+    let (frames, h, w) = stack.dim();
+    let png = input
+        .path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("png"));
+    if !png || p.mode == Mode::Spatial || frames != 1 || input.frame_height.is_some() {
+        return Ok(());
+    }
+    if w > 0 && h >= 2 * w && h % w == 0 {
+        anyhow::bail!(
+            "{} is one {w}x{h} image, but {} contrast needs a stack of frames; if it holds {} \
+             square frames stacked vertically, pass --frame-height {w}",
+            input.path.display(),
+            format!("{:?}", p.mode).to_lowercase(),
+            h / w
+        );
+    }
+    Ok(())
+}
+
 fn run_contrast(a: &ContrastArgs, device: &Device) -> anyhow::Result<()> {
     let (stack, camera) = load(&a.input)?;
     let p = params(&a.contrast, camera)?;
+    check_tiled_strip(&stack, &p, &a.input)?;
     let out = OutDir::create(&a.output.out, a.output.force, &[&a.input.path])?;
     let t0 = Instant::now();
     let (r, info) = contrast_with_progress(&stack, &p, device)?;
