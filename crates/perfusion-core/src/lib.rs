@@ -44,5 +44,5 @@ pub use error::{Error, Result};
 pub use model::convert;
 pub use model::{
     CUBE_ENV, Control, DelayGrid, FitInfo, FitParams, FitStatus, Fits, GpuTuning, MAX_PARAMS,
-    Method, Model, PERSISTENT_ENV, ParamInfo, Precision, Problem, UNITS_ENV,
+    Method, Model, PERSISTENT_ENV, ParamInfo, Precision, Problem, UNITS_ENV, finite_median,
 };

@@ -12,7 +12,7 @@ use perfusion_core::io::{csv as pcsv, nifti as pnii, png as ppng};
 use perfusion_core::sim::{Simulation, synthetic_liver};
 use perfusion_core::{
     Control, DelayGrid, FitInput, FitParams, FitStatus, Fits, GpuTuning, Method, Model, Precision,
-    fit_with, predict,
+    finite_median, fit_with, predict,
 };
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -357,7 +357,7 @@ fn run_fit(a: &FitArgs, device: &Device) -> anyhow::Result<()> {
         "voxels": n, "time_points": job.problem.len(), "seconds": secs, "voxels_per_second": n as f64 / secs,
         "status": FitStatus::ALL.iter().map(|s| (s.name().to_string(), serde_json::json!(counts[*s as usize]))).collect::<serde_json::Map<_, _>>(),
         "median": opts.model.params().iter().enumerate().map(|(i, p)| {
-            (p.name.to_string(), serde_json::json!(median(fits.params.row(i).iter().copied())))
+            (p.name.to_string(), serde_json::json!(finite_median(fits.params.row(i).iter().copied())))
         }).collect::<serde_json::Map<_, _>>(),
         "units": opts.model.params().iter().map(|p| (p.name.to_string(), serde_json::json!(p.unit))).collect::<serde_json::Map<_, _>>(),
         "options": {
@@ -385,15 +385,6 @@ fn run_fit(a: &FitArgs, device: &Device) -> anyhow::Result<()> {
     );
     println!("outputs in {}", out.path().display());
     Ok(())
-}
-
-fn median(values: impl Iterator<Item = f64>) -> Option<f64> {
-    let mut v: Vec<f64> = values.filter(|x| x.is_finite()).collect();
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    Some(v[v.len() / 2])
 }
 
 fn write_fit_outputs(out: &OutDir, a: &FitArgs, job: &Job, fits: &Fits) -> anyhow::Result<()> {

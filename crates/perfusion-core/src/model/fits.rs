@@ -173,3 +173,20 @@ impl Fits {
         Fits::empty(setup.model, setup.method, n)
     }
 }
+
+/// The median of the finite values (the upper one of an even count), or `None` when there
+/// are none: how summaries and the demo report a parameter map without its failed voxels.
+///
+/// ```
+/// use perfusion_core::finite_median;
+/// assert_eq!(finite_median([3.0, f64::NAN, 1.0, 2.0].into_iter()), Some(2.0));
+/// assert_eq!(finite_median([f64::NAN].into_iter()), None);
+/// ```
+pub fn finite_median(values: impl Iterator<Item = f64>) -> Option<f64> {
+    let mut v: Vec<f64> = values.filter(|x| x.is_finite()).collect();
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    Some(v[v.len() / 2])
+}

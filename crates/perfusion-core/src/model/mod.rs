@@ -11,7 +11,7 @@ mod problem;
 mod tuning;
 pub(crate) mod weights;
 
-pub use fits::{Control, FitInfo, FitStatus, Fits};
+pub use fits::{Control, FitInfo, FitStatus, Fits, finite_median};
 pub use kinetics::{MAX_PARAMS, Model, ParamInfo};
 pub use params::{DelayGrid, FitParams, Method, Precision};
 pub use problem::Problem;

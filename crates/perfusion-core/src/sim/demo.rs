@@ -5,7 +5,7 @@ use super::phantom::synthetic_liver;
 use crate::api::{FitInput, fit};
 use crate::error::{Error, Result};
 use crate::io::{nifti as pnii, png as ppng};
-use crate::model::{FitParams, FitStatus, Method, Model, Problem};
+use crate::model::{FitParams, FitStatus, Method, Model, Problem, finite_median};
 use gpu_runtime::Device;
 use ndarray::Axis;
 use std::fmt;
@@ -49,15 +49,6 @@ impl fmt::Display for DemoReport {
             self.out_dir.display()
         )
     }
-}
-
-fn median(values: impl Iterator<Item = f64>) -> Option<f64> {
-    let mut v: Vec<f64> = values.filter(|x| x.is_finite()).collect();
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    Some(v[v.len() / 2])
 }
 
 fn failed(why: String) -> Error {
@@ -112,7 +103,7 @@ pub fn demo(out_dir: &Path, device: &Device) -> Result<DemoReport> {
     }
     let med: Vec<f64> = errs
         .iter()
-        .map(|e| median(e.iter().copied()).unwrap_or(f64::NAN))
+        .map(|e| finite_median(e.iter().copied()).unwrap_or(f64::NAN))
         .collect();
     if !med.iter().all(|&m| m < 0.1) {
         return Err(failed(format!(
