@@ -10,6 +10,7 @@
 //! ```
 
 mod buffer;
+mod contain;
 mod device;
 mod error;
 mod faults;
@@ -22,6 +23,7 @@ mod staging;
 mod timing;
 
 pub use buffer::GpuArray;
+pub use contain::contain_panic;
 pub use device::{
     Backend, DEVICE_ENV, Device, DeviceHandle, DeviceInfo, DeviceRequest, Inventory, Selection,
 };
