@@ -65,7 +65,15 @@ impl Irf {
                             "time column steps by {step} ns, the data's bins are {b} ns: resample the IRF first"
                         )));
                     }
-                    step
+                    crate::io::recording::check_bin_ns(
+                        path,
+                        &format!(
+                            "time column (first {} ns, last {} ns)",
+                            times[0],
+                            times[times.len() - 1]
+                        ),
+                        step,
+                    )?
                 } else {
                     bin_ns.ok_or_else(|| {
                         err(
@@ -77,6 +85,14 @@ impl Irf {
                 Irf::new(counts, bin).map_err(|e| err(e.to_string()))
             }
             "npy" => {
+                // The header against the bytes present, before anything is reserved.
+                let header = crate::io::npy::check_header(path)?;
+                if header.shape.contains(&0) {
+                    return Err(err(format!(
+                        "array of shape {:?}: every axis must be nonzero",
+                        header.shape
+                    )));
+                }
                 if let Ok(v) = ndarray_npy::read_npy::<_, ndarray::Array1<f64>>(path) {
                     let b =
                         bin_ns.ok_or_else(|| err("a 1-D .npy IRF needs the bin width".into()))?;

@@ -26,7 +26,8 @@
 
 use crate::error::Result;
 use crate::io::recording::{
-    Format, Image, ReadOptions, Recording, format_error, io_error, narrow_counts,
+    Format, Image, ReadOptions, Recording, check_bin_ns, check_period_ns, format_error, in_file,
+    io_error, narrow_counts,
 };
 use ndarray::Array3;
 use std::fs::File;
@@ -37,6 +38,12 @@ const MAGIC: &[u8; 8] = b"PQTTTR\0\0";
 const TAG_LEN: u64 = 48;
 /// Records decoded per read from the buffered file.
 const CHUNK_RECORDS: usize = 1 << 16;
+/// Most histogram cells (pixels x bins, summed over every (frame, channel) image of one
+/// read) the PTU reader fills: 2^28 counts, 1 GiB as u32. A PTU file's images are not
+/// bounded by its length (photons are sparse), so the header's image size is checked against
+/// this cap before anything is reserved; larger recordings need `--binning`, `--bins`,
+/// `--frames`, `--channel` or `--sum-frames`. (A 512 x 512 scan of 256 bins is 2^26 cells.)
+pub const MAX_PTU_HISTOGRAM_CELLS: usize = 1 << 28;
 
 /// A tag's value, by PicoQuant tag type.
 #[derive(Debug, Clone, PartialEq)]
@@ -210,7 +217,7 @@ fn read_header(path: &Path, r: &mut Counted<BufReader<File>>, len: u64) -> Resul
         let mut payload = |what: &str| -> Result<Vec<u8>> {
             let n = u64::try_from(int)
                 .ok()
-                .filter(|&n| r.pos + n <= len)
+                .filter(|&n| r.pos.checked_add(n).is_some_and(|end| end <= len))
                 .ok_or_else(|| {
                     err(format!(
                         "tag {name:?} at byte {offset}: {what} of {int} bytes runs past the end of the file ({len} bytes)"
@@ -455,29 +462,45 @@ struct Histograms {
 }
 
 impl Histograms {
-    fn slot(&mut self, key: (usize, usize)) -> usize {
+    /// Cells of `slots` images of `cap` bins, if within [`MAX_PTU_HISTOGRAM_CELLS`].
+    fn cells(&self, slots: usize, cap: usize) -> std::result::Result<usize, String> {
+        slots
+            .checked_mul(self.pixels)
+            .and_then(|c| c.checked_mul(cap))
+            .filter(|&c| c <= MAX_PTU_HISTOGRAM_CELLS)
+            .ok_or_else(|| {
+                format!(
+                    "{slots} (frame, channel) images of {} pixels x {cap} bins exceed the reader's cap of {MAX_PTU_HISTOGRAM_CELLS} histogram cells (select or sum frames: --frames, --sum-frames, --channel; or fewer bins: --binning, --bins)",
+                    self.pixels
+                )
+            })
+    }
+
+    fn slot(&mut self, key: (usize, usize)) -> std::result::Result<usize, String> {
         if let Some(i) = self.slots.iter().position(|(k, _)| *k == key) {
-            return i;
+            return Ok(i);
         }
+        self.cells(self.slots.len() + 1, self.cap)?;
         self.slots.push((key, vec![0; self.pixels * self.cap]));
-        self.slots.len() - 1
+        Ok(self.slots.len() - 1)
     }
 
     /// Add a photon; false if it lies past the last bin.
-    fn add(&mut self, slot: usize, pixel: usize, bin: usize) -> bool {
+    fn add(&mut self, slot: usize, pixel: usize, bin: usize) -> std::result::Result<bool, String> {
         if bin >= self.cap {
             if self.fixed || bin >= self.limit {
-                return false;
+                return Ok(false);
             }
-            self.grow((bin + 1).max(2 * self.cap).min(self.limit));
+            self.grow((bin + 1).max(2 * self.cap).min(self.limit))?;
         }
         self.max_bin = self.max_bin.max(bin);
         let h = &mut self.slots[slot].1[pixel * self.cap + bin];
         *h = h.saturating_add(1);
-        true
+        Ok(true)
     }
 
-    fn grow(&mut self, cap: usize) {
+    fn grow(&mut self, cap: usize) -> std::result::Result<(), String> {
+        self.cells(self.slots.len(), cap)?;
         let old = self.cap;
         for (_, data) in &mut self.slots {
             let mut wider = vec![0u32; self.pixels * cap];
@@ -487,6 +510,7 @@ impl Histograms {
             *data = wider;
         }
         self.cap = cap;
+        Ok(())
     }
 }
 
@@ -526,36 +550,91 @@ pub fn read_ptu(path: &Path, opts: &ReadOptions) -> Result<Recording> {
         .int("TTResultFormat_TTTRRecType")
         .ok_or_else(|| err("header lacks TTResultFormat_TTTRRecType".into()))?;
     let (kind, kind_name) = RecordKind::of(code).map_err(|e| err(format!("header: {e}")))?;
+    let tag_at = |name: &str| {
+        h.tags
+            .iter()
+            .find(|t| t.name == name)
+            .map_or(String::new(), |t| format!(" (tag at byte {})", t.offset))
+    };
     let resolution = h
         .float("MeasDesc_Resolution")
-        .filter(|v| v.is_finite() && *v > 0.0)
-        .ok_or_else(|| err("header lacks a positive MeasDesc_Resolution".into()))?;
-    let period_ns = h
-        .float("MeasDesc_GlobalResolution")
-        .filter(|v| v.is_finite() && *v > 0.0)
-        .map(|s| s * 1e9)
-        .or_else(|| {
-            h.float("TTResult_SyncRate")
-                .filter(|v| *v > 0.0)
-                .map(|r| 1e9 / r)
-        })
-        .ok_or_else(|| {
-            err("header lacks MeasDesc_GlobalResolution and TTResult_SyncRate".into())
-        })?;
+        .ok_or_else(|| err("header lacks MeasDesc_Resolution (the TCSPC bin width)".into()))?;
+    check_bin_ns(
+        path,
+        &format!(
+            "header: MeasDesc_Resolution = {resolution} s{}",
+            tag_at("MeasDesc_Resolution")
+        ),
+        resolution * 1e9,
+    )?;
+    let period_ns = if let Some(g) = h.float("MeasDesc_GlobalResolution") {
+        check_period_ns(
+            path,
+            &format!(
+                "header: MeasDesc_GlobalResolution = {g} s{}",
+                tag_at("MeasDesc_GlobalResolution")
+            ),
+            g * 1e9,
+        )?
+    } else if let Some(rate) = h.float("TTResult_SyncRate") {
+        check_period_ns(
+            path,
+            &format!(
+                "header: TTResult_SyncRate = {rate} Hz{}",
+                tag_at("TTResult_SyncRate")
+            ),
+            1e9 / rate,
+        )?
+    } else {
+        return Err(err(
+            "header lacks MeasDesc_GlobalResolution and TTResult_SyncRate (the laser period)"
+                .into(),
+        ));
+    };
     let scan = scan_of(&h, path)?;
-    let expected = h
-        .int("TTResult_NumberOfRecords")
-        .and_then(|n| u64::try_from(n).ok())
-        .filter(|&n| n > 0);
+    let records_bytes = len.saturating_sub(h.records_offset);
+    let expected = match h.int("TTResult_NumberOfRecords") {
+        None | Some(0) => None,
+        Some(n) => {
+            let n = u64::try_from(n).map_err(|_| {
+                err(format!(
+                    "header: TTResult_NumberOfRecords = {n}{}: expected a record count >= 0",
+                    tag_at("TTResult_NumberOfRecords")
+                ))
+            })?;
+            // More records in the file than the header announces: the rest would be ignored.
+            if n.checked_mul(4).is_some_and(|b| b < records_bytes) {
+                return Err(err(format!(
+                    "header: TTResult_NumberOfRecords = {n}{} ({} bytes from byte {}), but {records_bytes} bytes of records follow the header: the header and the data disagree",
+                    tag_at("TTResult_NumberOfRecords"),
+                    4 * n,
+                    h.records_offset
+                )));
+            }
+            Some(n)
+        }
+    };
     let binning = opts.binning();
     let limit = kind.dtime_channels().div_ceil(binning);
-    let pixels = scan.map_or(1, |s| s.pix_x * s.pix_y);
+    let pixels = scan.map_or(Some(1), |s| s.pix_x.checked_mul(s.pix_y));
+    let cap = opts
+        .bins()
+        .unwrap_or_else(|| ((period_ns * 1e-9 / resolution).ceil() as usize).div_ceil(binning))
+        .clamp(4, limit.max(4));
+    // One image of the header's size must fit the cap before anything is reserved.
+    let Some(pixels) = pixels.filter(|p| {
+        p.checked_mul(cap)
+            .is_some_and(|c| c <= MAX_PTU_HISTOGRAM_CELLS)
+    }) else {
+        let dims = scan.map_or_else(|| "1 x 1".into(), |s| format!("{} x {}", s.pix_x, s.pix_y));
+        return Err(err(format!(
+            "image header: ImgHdr_PixX x ImgHdr_PixY = {dims} pixels{} of {cap} bins exceed the reader's cap of {MAX_PTU_HISTOGRAM_CELLS} histogram cells (give --binning or --bins for fewer bins)",
+            tag_at("ImgHdr_PixX")
+        )));
+    };
     let mut hist = Histograms {
         pixels,
-        cap: opts
-            .bins()
-            .unwrap_or_else(|| ((period_ns * 1e-9 / resolution).ceil() as usize).div_ceil(binning))
-            .clamp(4, limit.max(4)),
+        cap,
         fixed: opts.bins().is_some(),
         limit,
         max_bin: 0,
@@ -617,8 +696,14 @@ pub fn read_ptu(path: &Path, opts: &ReadOptions) -> Result<Recording> {
                     let bin = dtime as usize / binning;
                     match st.scan {
                         None => {
-                            let slot = hist.slot((0, channel));
-                            if hist.add(slot, 0, bin) {
+                            let at = at + 4 * k as u64;
+                            let placed = hist
+                                .slot((0, channel))
+                                .and_then(|slot| hist.add(slot, 0, bin))
+                                .map_err(|e| {
+                                    err(format!("record {rec_index} at byte {at}: {e}"))
+                                })?;
+                            if placed {
                                 tally.placed += 1;
                             } else {
                                 tally.late += 1;
@@ -631,7 +716,13 @@ pub fn read_ptu(path: &Path, opts: &ReadOptions) -> Result<Recording> {
                 Event::Marker { sync, bits } => {
                     let Some(scan) = st.scan else { continue };
                     if bits & scan.stop != 0 && st.in_line {
-                        finish_line(&mut st, &scan, sync, &mut hist, &mut tally, &frame_slot);
+                        finish_line(&mut st, &scan, sync, &mut hist, &mut tally, &frame_slot)
+                            .map_err(|e| {
+                                err(format!(
+                                    "record {rec_index} at byte {} (line end): {e}",
+                                    at + 4 * k as u64
+                                ))
+                            })?;
                     }
                     if bits & scan.frame != 0 {
                         if st.line > 0 {
@@ -700,21 +791,31 @@ pub fn read_ptu(path: &Path, opts: &ReadOptions) -> Result<Recording> {
     let mut slots = std::mem::take(&mut hist.slots);
     slots.sort_by_key(|(k, _)| *k);
     let mut images = Vec::with_capacity(slots.len());
-    for ((frame, channel), data) in slots {
-        let mut counts = Array3::<u32>::zeros((rows, cols, bins));
-        for (dst, src) in counts
-            .as_slice_mut()
-            .expect("standard layout")
-            .chunks_exact_mut(bins)
-            .zip(data.chunks_exact(cap))
-        {
-            dst.copy_from_slice(&src[..bins.min(cap)]);
+    for ((frame, channel), mut data) in slots {
+        // Drop the unused bins of each pixel in place (bins <= cap): no second copy.
+        if bins < cap {
+            for p in 0..rows * cols {
+                data.copy_within(p * cap..p * cap + bins, p * bins);
+            }
+            data.truncate(rows * cols * bins);
+            data.shrink_to_fit();
         }
+        let counts = Array3::from_shape_vec((rows, cols, bins), data).map_err(|e| {
+            err(format!(
+                "histogram of frame {frame}, channel {channel}: {e}"
+            ))
+        })?;
         images.push(Image {
             block: 0,
             frame,
             channel,
-            cube: narrow_counts(counts, bin_ns, period_ns)?,
+            cube: narrow_counts(counts, bin_ns, period_ns).map_err(|e| {
+                in_file(
+                    path,
+                    &format!("image of frame {frame}, channel {channel}"),
+                    e,
+                )
+            })?,
         });
     }
     let mut metadata = vec![
@@ -798,7 +899,7 @@ fn finish_line(
     hist: &mut Histograms,
     tally: &mut Tally,
     frame_slot: &dyn Fn(usize) -> usize,
-) {
+) -> std::result::Result<(), String> {
     st.in_line = false;
     tally.lines += 1;
     let photons = std::mem::take(&mut st.buffer);
@@ -818,12 +919,12 @@ fn finish_line(
             let slot = match last {
                 Some((c, s)) if c == channel => s,
                 _ => {
-                    let s = hist.slot(key);
+                    let s = hist.slot(key)?;
                     last = Some((channel, s));
                     s
                 }
             };
-            if hist.add(slot, st.line * scan.pix_x + x, bin) {
+            if hist.add(slot, st.line * scan.pix_x + x, bin)? {
                 tally.placed += 1;
             } else {
                 tally.late += 1;
@@ -840,6 +941,7 @@ fn finish_line(
         st.frame += 1;
         st.line = 0;
     }
+    Ok(())
 }
 
 /// Fill `buf` as far as the file allows; the number of bytes read.

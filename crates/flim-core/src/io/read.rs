@@ -3,7 +3,7 @@
 use crate::error::{Error, Result};
 use crate::io::npy::read_npy;
 use crate::io::ptu::read_ptu;
-use crate::io::recording::{Format, Image, ReadOptions, Recording};
+use crate::io::recording::{Format, Image, ReadOptions, Recording, in_file};
 use crate::io::sdt::read_sdt;
 use crate::io::tiff::read_tiff;
 use crate::model::cube::AnyCube;
@@ -47,14 +47,23 @@ pub fn read(path: &Path, opts: &ReadOptions) -> Result<Recording> {
         });
     }
     if opts.sum_frames && format != Format::Ptu {
-        rec.images = sum_frames(std::mem::take(&mut rec.images))?;
+        rec.images = sum_frames(std::mem::take(&mut rec.images))
+            .map_err(|e| in_file(path, "summing frames", e))?;
     }
     for image in &mut rec.images {
         if let Some(b) = opts.bin_ns {
-            image.cube = image.cube.clone().with_bin_ns(b)?;
+            image.cube = image
+                .cube
+                .clone()
+                .with_bin_ns(b)
+                .map_err(|e| in_file(path, "--bin-ns", e))?;
         }
         if let Some(p) = opts.period_ns {
-            image.cube = image.cube.clone().with_period_ns(p)?;
+            image.cube = image
+                .cube
+                .clone()
+                .with_period_ns(p)
+                .map_err(|e| in_file(path, "--period-ns", e))?;
         }
     }
     Ok(rec)

@@ -250,6 +250,61 @@ pub(crate) fn narrow_counts(counts: Array3<u32>, bin_ns: f64, period_ns: f64) ->
     cube.with_period_ns(period_ns)
 }
 
+/// Shortest laser period a reader accepts, in ns (a sync rate of 100 GHz). No pulsed laser
+/// used for TCSPC repeats faster (mode-locked sources run at 1-250 MHz); a shorter period in
+/// a header is corrupt.
+pub const MIN_PERIOD_NS: f64 = 0.01;
+/// Longest laser period a reader accepts, in ns (1 ms: a sync rate of 1 kHz). Slower
+/// excitation is outside TCSPC FLIM (phosphorescence set-ups gate instead).
+pub const MAX_PERIOD_NS: f64 = 1e6;
+/// Narrowest TCSPC bin a reader accepts, in ns (1 fs): far below any timing electronics
+/// (the finest, about 1 ps).
+pub const MIN_BIN_NS: f64 = 1e-6;
+/// Widest TCSPC bin a reader accepts, in ns (1 us): as long as the longest laser period
+/// would need for a handful of bins.
+pub const MAX_BIN_NS: f64 = 1e3;
+/// Most time bins per decay a reader accepts (2^16): the largest ADC resolution or TDC range
+/// of any TCSPC module (B&H 4096, PicoQuant 32768) with room to spare.
+pub const MAX_BINS: usize = 65_536;
+
+/// `value` (ns) as a laser period of `path`, or an error naming `what` and the range
+/// [`MIN_PERIOD_NS`]..=[`MAX_PERIOD_NS`].
+pub(crate) fn check_period_ns(path: &Path, what: &str, value: f64) -> Result<f64> {
+    if value.is_finite() && (MIN_PERIOD_NS..=MAX_PERIOD_NS).contains(&value) {
+        Ok(value)
+    } else {
+        Err(format_error(
+            path,
+            format!(
+                "{what} gives a laser period of {value} ns: expected {MIN_PERIOD_NS} ns .. {MAX_PERIOD_NS} ns (a sync rate of 1 kHz .. 100 GHz)"
+            ),
+        ))
+    }
+}
+
+/// `value` (ns) as a TCSPC bin width of `path`, or an error naming `what` and the range
+/// [`MIN_BIN_NS`]..=[`MAX_BIN_NS`].
+pub(crate) fn check_bin_ns(path: &Path, what: &str, value: f64) -> Result<f64> {
+    if value.is_finite() && (MIN_BIN_NS..=MAX_BIN_NS).contains(&value) {
+        Ok(value)
+    } else {
+        Err(format_error(
+            path,
+            format!(
+                "{what} gives a bin width of {value} ns: expected {MIN_BIN_NS} ns (1 fs) .. {MAX_BIN_NS} ns (1 us)"
+            ),
+        ))
+    }
+}
+
+/// `e`, from a check below the readers (e.g. a cube's), as an error naming `path` and `what`.
+pub(crate) fn in_file(path: &Path, what: &str, e: Error) -> Error {
+    match e {
+        Error::Format { .. } | Error::Io { .. } => e,
+        other => format_error(path, format!("{what}: {other}")),
+    }
+}
+
 /// Error helper: `{path}: {what}`.
 pub(crate) fn format_error(path: &Path, what: impl Into<String>) -> Error {
     Error::Format {

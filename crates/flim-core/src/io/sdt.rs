@@ -16,10 +16,23 @@
 //! FIDA, MCS, moments...) are skipped and listed in the metadata. The bin width is
 //! `TAC_R / (TAC_G x ADC_RE)`; the laser period is `1 / sync rate` when the file measured it.
 //!
+//! Checks before anything is reserved: the block count against the file's length (one
+//! 22-byte header each); every block header and data range inside the file and not
+//! overlapping another block's (a next-block offset that loops back is a cycle, refused);
+//! ADC resolution 1..=[`MAX_BINS`], a nonzero TAC gain, the bin width and the measured sync
+//! rate in physical ranges ([`check_bin_ns`], [`check_period_ns`]; a sync rate of 0 means
+//! "not measured"); the block's size equal to the header's scan or image size (a header
+//! declaring no image, at most 1 x 1, reads a block as a row of decays), with checked
+//! products; a zipped block's unzipped size at most [`MAX_ZIP_RATIO`] times its stored size,
+//! and never unzipped past the size its header gives.
+//!
 //! No maintained Rust crate reads `.sdt`, hence this parser.
 
 use crate::error::{Error, Result};
-use crate::io::recording::{Format, Image, Recording, format_error, io_error};
+use crate::io::recording::{
+    Format, Image, MAX_BINS, Recording, check_bin_ns, check_period_ns, format_error, in_file,
+    io_error,
+};
 use crate::model::cube::AnyCube;
 use crate::model::cube::Cube;
 use ndarray::Array3;
@@ -34,6 +47,10 @@ const CHECKSUM_BASE: u16 = 0x55AA;
 const ZIPPED: u16 = 0x1000;
 /// Size of the measurement description block written by [`write_sdt`] (as SPCM writes it).
 const MEAS_DESC_LEN: usize = 2048;
+/// Largest ratio of a zipped data block's unzipped size to its stored size that the reader
+/// believes (1032: deflate's own maximum). A block header claiming more is corrupt; the
+/// unzipping itself never produces more than the header's size either.
+pub const MAX_ZIP_RATIO: u64 = 1032;
 
 /// Offsets of the measurement description (`MeasureInfo`) fields used here.
 mod mi {
@@ -97,7 +114,19 @@ struct Geometry {
 }
 
 impl Geometry {
-    fn from_meas_desc(b: &[u8]) -> Option<Self> {
+    /// The geometry of a measurement description block `b` (`what`, at byte `at`), its
+    /// values checked: ADC resolution 1..=[`MAX_BINS`], a nonzero TAC gain, a bin width and
+    /// (when the sync rate was measured, i.e. is nonzero) a laser period in the physical
+    /// ranges of [`check_bin_ns`] and [`check_period_ns`].
+    fn from_meas_desc(path: &Path, what: &str, b: &[u8]) -> Result<Self> {
+        let err = |msg: String| format_error(path, format!("{what}: {msg}"));
+        if b.len() < mi::ADC_RE + 2 {
+            return Err(err(format!(
+                "only {} bytes, too short for the TAC settings (needs {})",
+                b.len(),
+                mi::ADC_RE + 2
+            )));
+        }
         let i32_at = |at: usize| -> usize {
             if at + 4 <= b.len() {
                 usize::try_from(u32_at(b, at) as i32).unwrap_or(0)
@@ -105,37 +134,87 @@ impl Geometry {
                 0
             }
         };
-        if b.len() < mi::ADC_RE + 2 {
-            return None;
-        }
         let tac_r = f64::from(f32::from_bits(u32_at(b, mi::TAC_R)));
         let tac_g = f64::from(u16_at(b, mi::TAC_G) as i16);
-        let mut bins = usize::from(u16_at(b, mi::ADC_RE));
-        if bins == 0 {
-            bins = 65536;
+        let adc_re = u16_at(b, mi::ADC_RE) as i16;
+        let bins = usize::try_from(adc_re)
+            .ok()
+            .filter(|n| (1..=MAX_BINS).contains(n))
+            .ok_or_else(|| {
+                err(format!(
+                    "ADC resolution (adc_re, byte {} of the block) is {adc_re}: expected 1..={MAX_BINS} time bins",
+                    mi::ADC_RE
+                ))
+            })?;
+        if tac_g == 0.0 {
+            return Err(err(format!(
+                "TAC gain (tac_g, byte {} of the block) is 0: expected a nonzero gain",
+                mi::TAC_G
+            )));
         }
+        let bin_ns = check_bin_ns(
+            path,
+            &format!(
+                "{what}: TAC range {tac_r} s (byte {}) / TAC gain {tac_g} / ADC resolution {bins}",
+                mi::TAC_R
+            ),
+            tac_r / (tac_g * bins as f64) * 1e9,
+        )?;
         let q = |at: usize| (i32_at(at), i32_at(at + 4), i32_at(at + 8), i32_at(at + 12));
         let sync = if b.len() >= mi::MAX_SYNC_RATE + 4 {
             f64::from(f32::from_bits(u32_at(b, mi::MAX_SYNC_RATE)))
         } else {
             0.0
         };
-        Some(Self {
+        // 0: the sync rate was not measured (no period); anything else must be physical.
+        let period_ns = if sync == 0.0 {
+            None
+        } else {
+            Some(check_period_ns(
+                path,
+                &format!(
+                    "{what}: sync rate {sync} Hz (max_sync_rate, byte {} of the block)",
+                    mi::MAX_SYNC_RATE
+                ),
+                1e9 / sync,
+            )?)
+        };
+        Ok(Self {
             bins,
             scan: q(mi::SCAN_X),
             image: q(mi::IMAGE_X),
-            bin_ns: tac_r / (tac_g * bins as f64) * 1e9,
-            period_ns: (sync.is_finite() && sync > 1e3).then(|| 1e9 / sync),
+            bin_ns,
+            period_ns,
         })
     }
 
-    /// Geometry from the setup text, for files without measurement description blocks.
-    fn from_setup(setup: &str) -> Option<Self> {
+    /// Geometry from the setup text, for files without measurement description blocks;
+    /// `None` when an entry is missing, an error when one is out of range.
+    fn from_setup(path: &Path, setup: &str) -> Result<Option<Self>> {
         let int = |k: &str| setup_value(setup, k).and_then(|v| v.parse::<usize>().ok());
         let float = |k: &str| setup_value(setup, k).and_then(|v| v.parse::<f64>().ok());
-        let bins = int("SP_ADC_RE")?;
         let one = |k: &str| int(k).unwrap_or(1).max(1);
-        Some(Self {
+        let (Some(bins), Some(ix), Some(iy), Some(tac_r), Some(tac_g)) = (
+            int("SP_ADC_RE"),
+            int("SP_IMG_X"),
+            int("SP_IMG_Y"),
+            float("SP_TAC_R"),
+            float("SP_TAC_G"),
+        ) else {
+            return Ok(None);
+        };
+        if !(1..=MAX_BINS).contains(&bins) {
+            return Err(format_error(
+                path,
+                format!("setup section: SP_ADC_RE is {bins}: expected 1..={MAX_BINS} time bins"),
+            ));
+        }
+        let bin_ns = check_bin_ns(
+            path,
+            &format!("setup section: SP_TAC_R {tac_r} s / SP_TAC_G {tac_g} / SP_ADC_RE {bins}"),
+            tac_r / (tac_g * bins as f64) * 1e9,
+        )?;
+        Ok(Some(Self {
             bins,
             scan: (
                 int("SP_SCAN_X").unwrap_or(0),
@@ -143,31 +222,46 @@ impl Geometry {
                 one("SP_SCAN_RX"),
                 one("SP_SCAN_RY"),
             ),
-            image: (
-                int("SP_IMG_X")?,
-                int("SP_IMG_Y")?,
-                one("SP_IMG_RX"),
-                one("SP_IMG_RY"),
-            ),
-            bin_ns: float("SP_TAC_R")? / (float("SP_TAC_G")? * bins as f64) * 1e9,
+            image: (ix, iy, one("SP_IMG_RX"), one("SP_IMG_RY")),
+            bin_ns,
             period_ns: None,
-        })
+        }))
     }
 
-    /// (channels, rows, columns) of a block of `values` counts, as `sdtfile` shapes them.
+    /// (channels, rows, columns) of a block of `values` counts, as `sdtfile` shapes them:
+    /// the scan or the image size of the header (with or without routing channels) when one
+    /// matches. A block of a header that declares no image (every size at most 1 x 1) is a
+    /// row of decays (1, 1, values / bins). Otherwise the header and the data disagree: an
+    /// error (`None`), never a reinterpretation. Products that overflow match nothing.
     fn layout(&self, values: usize) -> Option<(usize, usize, usize)> {
         let m = self.bins;
         let (sx, sy, srx, sry) = self.scan;
         let (ix, iy, irx, iry) = self.image;
-        [
-            (1, sy, sx),
-            (1, iy, ix),
-            (srx * sry, sy, sx),
-            (irx * iry, iy, ix),
-        ]
-        .into_iter()
-        .find(|&(c, h, w)| c * h * w > 0 && c * h * w * m == values)
-        .or_else(|| (values.is_multiple_of(m) && values > 0).then_some((1, 1, values / m)))
+        let candidates = [
+            (Some(1), sy, sx),
+            (Some(1), iy, ix),
+            (srx.checked_mul(sry), sy, sx),
+            (irx.checked_mul(iry), iy, ix),
+        ];
+        let total = |c: usize, h: usize, w: usize| {
+            c.checked_mul(h)
+                .and_then(|v| v.checked_mul(w))
+                .filter(|&v| v > 0)
+                .and_then(|v| v.checked_mul(m))
+        };
+        if let Some((c, h, w)) = candidates
+            .iter()
+            .filter_map(|&(c, h, w)| Some((c?, h, w)))
+            .find(|&(c, h, w)| total(c, h, w) == Some(values))
+        {
+            return Some((c, h, w));
+        }
+        let declares_image = candidates.iter().any(|&(_, h, w)| h.saturating_mul(w) > 1);
+        (!declares_image && m > 0 && values.is_multiple_of(m) && values > 0).then_some((
+            1,
+            1,
+            values / m,
+        ))
     }
 }
 
@@ -246,10 +340,17 @@ pub fn read_sdt(path: &Path) -> Result<Recording> {
     if blocks == 0x7fff {
         blocks = u32_at(&h, 34) as usize; // large files keep the count in reserved1
     }
+    // Every block needs its own 22-byte header inside the file.
+    let max_blocks = usize::try_from(len / BLOCK_HEADER as u64).unwrap_or(usize::MAX);
+    if blocks > max_blocks {
+        return Err(f.err(format!(
+            "file header (byte 18): announces {blocks} data blocks, but its {len} bytes hold at most {max_blocks} block headers of {BLOCK_HEADER} bytes"
+        )));
+    }
     let meas_offset = u64::from(u32_at(&h, 24));
     let meas_count = usize::from(u16_at(&h, 28));
     let meas_len = u64::from(u16_at(&h, 30));
-    let mut geometries = Vec::with_capacity(meas_count);
+    let mut geometries = Vec::new();
     let mut metadata = vec![
         ("format".to_string(), "Becker & Hickl SPC .sdt".to_string()),
         ("revision".into(), format!("{revision:#x}")),
@@ -263,20 +364,10 @@ pub fn read_sdt(path: &Path) -> Result<Recording> {
         }
     }
     for i in 0..meas_count {
-        let what = format!("measurement description block {i}");
-        let b = f.bytes(meas_offset + i as u64 * meas_len, meas_len, &what)?;
-        let g = Geometry::from_meas_desc(&b).ok_or_else(|| {
-            f.err(format!(
-                "{what}: only {meas_len} bytes, too short for the TAC settings"
-            ))
-        })?;
-        if !(g.bin_ns.is_finite() && g.bin_ns > 0.0) {
-            return Err(f.err(format!(
-                "{what} (byte {}): TAC range/gain/ADC resolution give a bin width of {} ns",
-                meas_offset + i as u64 * meas_len,
-                g.bin_ns
-            )));
-        }
+        let at = meas_offset.saturating_add(i as u64 * meas_len);
+        let what = format!("measurement description block {i} (byte {at})");
+        let b = f.bytes(at, meas_len, &what)?;
+        let g = Geometry::from_meas_desc(path, &what, &b)?;
         if i == 0 && b.len() >= mi::MOD_TYPE + 16 {
             metadata.push(("module".into(), text(&b[mi::MOD_TYPE..mi::MOD_TYPE + 16])));
             metadata.push((
@@ -294,12 +385,22 @@ pub fn read_sdt(path: &Path) -> Result<Recording> {
         }
         geometries.push(g);
     }
-    let setup_geometry = Geometry::from_setup(&setup_text);
+    let setup_geometry = if geometries.is_empty() {
+        Geometry::from_setup(path, &setup_text)?
+    } else {
+        None
+    };
 
+    // Byte ranges of the block headers and data read so far: a block that points back into
+    // one of them is a loop in the chain (or data counted twice), never followed.
+    let mut claimed = Claimed::default();
     let mut images = Vec::new();
     for block in 0..blocks {
         let what = format!("data block {block} (header at byte {block_offset})");
         let bh = f.bytes(block_offset, BLOCK_HEADER as u64, &what)?;
+        claimed
+            .claim(block, block_offset, BLOCK_HEADER as u64, "header")
+            .map_err(|e| f.err(format!("{what}: {e}")))?;
         // Revision 15+ headers carry bits 32..39 of the offsets in bytes 0 and 1.
         let ext = |b: u8| {
             if revision & 0xf >= 15 {
@@ -348,13 +449,14 @@ pub fn read_sdt(path: &Path) -> Result<Recording> {
         };
         if length % size != 0 {
             return Err(f.err(format!(
-                "{what}: block length {length} is not a whole number of {kind} values"
+                "{what}: block length {length} (byte {}) is not a whole number of {kind} values",
+                block_offset + 18
             )));
         }
-        let values = (length / size) as usize;
+        let values = usize::try_from(length / size).unwrap_or(usize::MAX);
         let (channels, hgt, w) = g.layout(values).ok_or_else(|| {
             f.err(format!(
-                "{what}: {values} {kind} values fit neither the scan ({:?}) nor the image ({:?}) size with {} bins",
+                "{what}: {values} {kind} values (block length {length}) fit neither the scan ({:?}) nor the image ({:?}) size of the header with {} bins: the header and the data disagree",
                 g.scan, g.image, g.bins
             ))
         })?;
@@ -365,14 +467,27 @@ pub fn read_sdt(path: &Path) -> Result<Recording> {
             } else {
                 len.saturating_sub(data_offset)
             };
+            if length > stored_len.saturating_mul(MAX_ZIP_RATIO) {
+                return Err(f.err(format!(
+                    "{what}: block length {length} (byte {}) says the {stored_len} compressed bytes at byte {data_offset} unzip to more than {MAX_ZIP_RATIO} times their size (deflate's limit)",
+                    block_offset + 18
+                )));
+            }
             let stored = f.bytes(data_offset, stored_len, &what)?;
+            claimed
+                .claim(block, data_offset, stored_len, "data")
+                .map_err(|e| f.err(format!("{what}: {e}")))?;
             unzip(&stored, length).map_err(|e| {
                 f.err(format!(
                     "{what}: compressed data at byte {data_offset}: {e}"
                 ))
             })?
         } else {
-            f.bytes(data_offset, length, &what)?
+            let raw = f.bytes(data_offset, length, &what)?;
+            claimed
+                .claim(block, data_offset, length, "data")
+                .map_err(|e| f.err(format!("{what}: {e}")))?;
+            raw
         };
         let per_channel = hgt * w * g.bins * size as usize;
         for channel in 0..channels {
@@ -387,7 +502,8 @@ pub fn read_sdt(path: &Path) -> Result<Recording> {
                             .map(|b| u16::from_le_bytes([b[0], b[1]])),
                     ),
                     g.bin_ns,
-                )?
+                )
+                .map_err(|e| in_file(path, &what, e))?
                 .into(),
                 "u32" => Cube::new(
                     collect(
@@ -397,7 +513,8 @@ pub fn read_sdt(path: &Path) -> Result<Recording> {
                             .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])),
                     ),
                     g.bin_ns,
-                )?
+                )
+                .map_err(|e| in_file(path, &what, e))?
                 .into(),
                 _ => Cube::new(
                     collect(
@@ -407,11 +524,14 @@ pub fn read_sdt(path: &Path) -> Result<Recording> {
                             .map(|b| f64::from_le_bytes(b.try_into().expect("8 bytes")) as f32),
                     ),
                     g.bin_ns,
-                )?
+                )
+                .map_err(|e| in_file(path, &what, e))?
                 .into(),
             };
             let cube = match g.period_ns {
-                Some(p) => cube.with_period_ns(p)?,
+                Some(p) => cube
+                    .with_period_ns(p)
+                    .map_err(|e| in_file(path, &what, e))?,
                 None => cube,
             };
             images.push(Image {
@@ -441,6 +561,47 @@ pub fn read_sdt(path: &Path) -> Result<Recording> {
         images,
         metadata,
     })
+}
+
+/// The byte ranges of the file that data blocks have used (headers and data), so that no
+/// byte is read as two blocks: a chain whose next-block offset loops back, or blocks sharing
+/// data, are refused instead of followed forever or counted twice.
+#[derive(Debug, Default)]
+struct Claimed {
+    /// start -> (end, block, part)
+    ranges: std::collections::BTreeMap<u64, (u64, usize, &'static str)>,
+}
+
+impl Claimed {
+    fn claim(
+        &mut self,
+        block: usize,
+        start: u64,
+        len: u64,
+        part: &'static str,
+    ) -> std::result::Result<(), String> {
+        let end = start.saturating_add(len);
+        if len == 0 {
+            return Ok(());
+        }
+        let before = self.ranges.range(..=start).next_back();
+        let after = self.ranges.range(start..end).next();
+        for (&s, &(e, b, p)) in before.into_iter().chain(after) {
+            if s < end && start < e {
+                return Err(if part == "header" && p == "header" && s == start {
+                    format!(
+                        "the block chain loops back to data block {b}'s header at byte {s} (a cycle in the next-block offsets)"
+                    )
+                } else {
+                    format!(
+                        "its {part} (bytes {start}..{end}) overlaps data block {b}'s {p} (bytes {s}..{e}): the block chain loops back or blocks share bytes (a cycle or corrupt offsets)"
+                    )
+                });
+            }
+        }
+        self.ranges.insert(start, (end, block, part));
+        Ok(())
+    }
 }
 
 fn collect<T>(dim: (usize, usize, usize), values: impl Iterator<Item = T>) -> Array3<T> {

@@ -4,7 +4,7 @@
 //! width, so the caller gives it.
 
 use crate::error::Result;
-use crate::io::recording::{Format, Image, Recording, format_error, io_error};
+use crate::io::recording::{Format, Image, MAX_BINS, Recording, format_error, in_file, io_error};
 use crate::model::cube::Cube;
 use crate::model::cube::{AnyCube, with_cube};
 use ::tiff::decoder::{Decoder, DecodingResult, Limits};
@@ -13,6 +13,15 @@ use ndarray::{Array3, Axis};
 use std::fs::File;
 use std::io::BufReader;
 use std::path::Path;
+
+/// Most bytes the TIFF reader holds for the decoded pages of one file (2 GiB: e.g. 1024 x
+/// 1024 pixels x 1024 bins of u16). Checked from each page's header before it is decoded.
+pub const MAX_TIFF_DECODED_BYTES: u64 = 2 << 30;
+/// Most decoded bytes the TIFF reader believes per byte of the file (4096: above the largest
+/// expansion of TIFF's lossless codecs, LZW about 2730x and deflate 1032x). Page headers
+/// announcing more than this times the file's length are corrupt; uncompressed pages must be
+/// present in full anyway (the decoder fails at the end of the file).
+pub const MAX_TIFF_EXPANSION: u64 = 4096;
 
 /// Pages of one sample type.
 enum Pages {
@@ -36,21 +45,43 @@ pub fn read_tiff(path: &Path, bin_ns: f64) -> Result<Recording> {
     }
     let err = |what: String| format_error(path, what);
     let file = File::open(path).map_err(|e| io_error(path, e))?;
+    let len = file.metadata().map_err(|e| io_error(path, e))?.len();
+    // What the pages may decode to: the documented cap, and never more than the file's
+    // bytes can expand to.
+    let budget = MAX_TIFF_DECODED_BYTES.min(len.saturating_mul(MAX_TIFF_EXPANSION));
+    let mut limits = Limits::default();
+    limits.decoding_buffer_size = usize::try_from(budget).unwrap_or(usize::MAX);
     let mut dec = Decoder::new(BufReader::new(file))
         .map_err(|e| err(format!("not a readable TIFF: {e}")))?
-        .with_limits(Limits::unlimited());
+        .with_limits(limits);
     let (w, h) = dec.dimensions().map_err(|e| err(format!("page 0: {e}")))?;
+    if w == 0 || h == 0 {
+        return Err(err(format!(
+            "page 0: {w}x{h} pixels: expected a nonzero width and height"
+        )));
+    }
+    let mut used: u64 = 0;
     let mut pages: Option<Pages> = None;
     let mut page = 0usize;
     loop {
         let what = |e: &dyn std::fmt::Display| err(format!("page {page}: {e}"));
-        match dec.colortype().map_err(|e| what(&e))? {
-            ::tiff::ColorType::Gray(_) => {}
+        let bits = match dec.colortype().map_err(|e| what(&e))? {
+            ::tiff::ColorType::Gray(bits @ (8 | 16 | 32 | 64)) => u64::from(bits),
+            ::tiff::ColorType::Gray(bits) => {
+                return Err(what(&format!(
+                    "{bits}-bit samples: time-bin pages must have 8, 16, 32 or 64 bits"
+                )));
+            }
             other => {
                 return Err(what(&format!(
                     "colour type {other:?}: time-bin pages must be greyscale"
                 )));
             }
+        };
+        if page >= MAX_BINS {
+            return Err(what(&format!(
+                "more than {MAX_BINS} pages: a page is a time bin, and a decay has at most {MAX_BINS}"
+            )));
         }
         let dims = dec.dimensions().map_err(|e| what(&e))?;
         if dims != (w, h) {
@@ -59,6 +90,16 @@ pub fn read_tiff(path: &Path, bin_ns: f64) -> Result<Recording> {
                 dims.0, dims.1
             )));
         }
+        // Decoded (bits / 8) and kept (u16 for 8 and 16 bits, 4 bytes otherwise) per pixel.
+        let kept = if bits <= 16 { 2 } else { 4 };
+        let pixels = u64::from(w) * u64::from(h);
+        let need = pixels * (bits / 8).max(kept);
+        if used.saturating_add(need) > budget {
+            return Err(what(&format!(
+                "{w}x{h} pixels of {bits}-bit samples ({need} bytes decoded) take the pages past {budget} bytes: the reader's cap is {MAX_TIFF_DECODED_BYTES} bytes, and at most {MAX_TIFF_EXPANSION} times the file's {len} bytes (corrupt page header?)"
+            )));
+        }
+        used += pixels * kept;
         let data = dec.read_image().map_err(|e| what(&e))?;
         let kind_error = |got: &str| {
             what(&format!(
@@ -109,10 +150,12 @@ pub fn read_tiff(path: &Path, bin_ns: f64) -> Result<Recording> {
             .map_err(|e| err(format!("page {page}: {e}")))?;
     }
     let (h, w) = (h as usize, w as usize);
-    let cube: AnyCube = match pages.expect("at least page 0") {
-        Pages::U16(p) => Cube::new(stack(&p, h, w), bin_ns)?.into(),
-        Pages::U32(p) => Cube::new(stack(&p, h, w), bin_ns)?.into(),
-        Pages::F32(p) => Cube::new(stack(&p, h, w), bin_ns)?.into(),
+    let named = |e| in_file(path, &format!("{page} pages (time bins)"), e);
+    let cube: AnyCube = match pages {
+        Some(Pages::U16(p)) => Cube::new(stack(&p, h, w), bin_ns).map_err(named)?.into(),
+        Some(Pages::U32(p)) => Cube::new(stack(&p, h, w), bin_ns).map_err(named)?.into(),
+        Some(Pages::F32(p)) => Cube::new(stack(&p, h, w), bin_ns).map_err(named)?.into(),
+        None => return Err(err("no page".into())),
     };
     Ok(Recording {
         path: path.to_path_buf(),

@@ -47,6 +47,61 @@ impl Method {
     pub fn reconvolves(self) -> bool {
         matches!(self, Method::Lsq | Method::Mle | Method::Global)
     }
+
+    /// The names of the maps [`crate::run_method`] returns for this method, in order, known
+    /// before any work (so a caller can check its output files first). `shift_fitted`: the
+    /// IRF shift is fitted per pixel (a per-pixel shift map was prepared).
+    pub fn map_names(self, opts: &MethodOptions, shift_fitted: bool) -> Vec<String> {
+        let fixed: &[&str] = match self {
+            Method::Iem => &["tau_iem_ns", "intensity"],
+            Method::Cmm => &["tau_cmm_ns", "intensity"],
+            Method::Rld => &["tau_rld_ns", "intensity"],
+            Method::Phasor => &["tau_phase_ns", "intensity", "g", "s", "tau_mod_ns"],
+            Method::Bcmm if opts.donor_tau.is_some() => &[
+                "tau_avg_bcmm_ns",
+                "intensity",
+                "tau_f_bcmm_ns",
+                "tau_d_bcmm_ns",
+                "f_d_bcmm",
+                "tau_avg_pm_ns",
+                "tau_f_pm_ns",
+                "f_d_pm",
+            ],
+            Method::Bcmm => &[
+                "tau_avg_bcmm_ns",
+                "intensity",
+                "tau_f_bcmm_ns",
+                "tau_d_bcmm_ns",
+                "f_d_bcmm",
+            ],
+            Method::Lsq | Method::Mle | Method::Global => &[],
+        };
+        if !fixed.is_empty() {
+            return fixed.iter().map(ToString::to_string).collect();
+        }
+        let k = opts.model.components();
+        let mut names = vec![format!("tau_{}_ns", self.name()), "intensity".into()];
+        for i in 1..=k {
+            if k > 1 {
+                names.push(format!("tau{i}_ns"));
+            }
+            names.push(format!("a{i}"));
+            if k > 1 {
+                names.push(format!("f{i}"));
+            }
+        }
+        if k > 1 {
+            names.extend(["tau_amp_mean_ns".into(), "tau_int_mean_ns".into()]);
+        }
+        if opts.fit_offset {
+            names.push("offset".into());
+        }
+        if shift_fitted {
+            names.push("irf_shift_fit_bins".into());
+        }
+        names.extend(["chi2_red".into(), "iterations".into(), "status".into()]);
+        names
+    }
 }
 
 /// Least-squares weights of [`Method::Lsq`].
