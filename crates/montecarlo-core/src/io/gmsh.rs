@@ -6,7 +6,13 @@
 //! reported in [`Imported::notes`]. The region of a tetrahedron is its physical tag (v2: the
 //! first tag; v4: the first physical tag of its volume entity from `$Entities`), else its
 //! elementary (entity) tag. Node tags may be sparse; unknown sections are skipped.
+//!
+//! Untrusted input: every count is checked against the bytes left in the file before anything
+//! is reserved for it, the `$Nodes`/`$Elements` headers must agree with their blocks, size
+//! arithmetic is checked, coordinates must be finite and tetrahedra must have volume; errors
+//! name the file and the line (ASCII) or byte offset (binary data).
 
+use super::build_mesh;
 use crate::error::{Error, Result};
 use crate::model::mesh::{Imported, Mesh};
 use std::collections::{BTreeMap, HashMap};
@@ -115,12 +121,22 @@ pub fn read_gmsh(path: &Path) -> Result<Imported> {
     let mut tets = Vec::with_capacity(el.tets.len());
     let mut regions = Vec::with_capacity(el.tets.len());
     let mut untagged = 0usize;
+    let element_err = |tag: u64, why: String| Error::Format {
+        path: path.to_path_buf(),
+        at: format!("element {tag}"),
+        why,
+    };
     for (k, (tag, t, region)) in el.tets.iter().enumerate() {
         let mut ids = [0u32; 4];
         for (i, v) in t.iter().enumerate() {
-            ids[i] = *index.get(v).ok_or_else(|| Error::BadTet {
-                tet: k + 1,
-                why: format!("(Gmsh element {tag}) refers to node tag {v}, which is not in $Nodes"),
+            ids[i] = *index.get(v).ok_or_else(|| {
+                element_err(
+                    *tag,
+                    format!(
+                        "tetrahedron {} (1-based) refers to node tag {v}, which is not in $Nodes",
+                        k + 1
+                    ),
+                )
             })?;
         }
         let r = match (*region).cmp(&0) {
@@ -130,10 +146,13 @@ pub fn read_gmsh(path: &Path) -> Result<Imported> {
                 1
             }
             std::cmp::Ordering::Less => {
-                return Err(Error::BadTet {
-                    tet: k + 1,
-                    why: format!("(Gmsh element {tag}) has negative region tag {region}"),
-                });
+                return Err(element_err(
+                    *tag,
+                    format!(
+                        "tetrahedron {} (1-based) has negative region tag {region}",
+                        k + 1
+                    ),
+                ));
             }
         };
         tets.push(ids);
@@ -159,8 +178,13 @@ pub fn read_gmsh(path: &Path) -> Result<Imported> {
             "{untagged} tetrahedra had no physical or elementary tag: region 1"
         ));
     }
+    let mesh = build_mesh(path, nodes, tets, regions, |k| {
+        el.tets
+            .get(k.max(1) - 1)
+            .map_or_else(|| "mesh".into(), |t| format!("element {}", t.0))
+    })?;
     Ok(Imported {
-        mesh: Mesh::new(nodes, tets, regions)?,
+        mesh,
         ignored,
         notes,
     })
@@ -256,6 +280,15 @@ impl<'a> Cursor<'a> {
             path: self.path.to_path_buf(),
             at: format!("byte {}", self.pos),
             why: why.to_string(),
+        }
+    }
+
+    /// An error at the current line (ASCII) or byte (binary data).
+    fn fail(&self, why: &str) -> Error {
+        if self.binary {
+            self.bin_err(why)
+        } else {
+            self.err(why)
         }
     }
 
@@ -367,7 +400,7 @@ impl<'a> Cursor<'a> {
     }
 
     fn bytes(&mut self, n: usize, what: &str) -> Result<&'a [u8]> {
-        if self.pos + n > self.b.len() {
+        if n > self.b.len() - self.pos {
             return Err(Error::Truncated {
                 path: self.path.to_path_buf(),
                 why: format!("binary data end at byte {} inside {what}", self.b.len()),
@@ -400,11 +433,10 @@ impl<'a> Cursor<'a> {
     fn count(&self, n: u64, bytes_each: usize, what: &str) -> Result<usize> {
         let left = (self.b.len() - self.pos) as u64;
         if n.saturating_mul(bytes_each.max(1) as u64) > left {
-            return Err(if self.binary {
-                self.bin_err(&format!("{what} {n} is larger than the rest of the file"))
-            } else {
-                self.err(&format!("{what} {n} is larger than the rest of the file"))
-            });
+            return Err(self.fail(&format!(
+                "{what} {n} is larger than the rest of the file ({left} bytes, at least \
+                 {bytes_each} per record): truncated file or wrong count"
+            )));
         }
         Ok(n as usize)
     }
@@ -437,10 +469,10 @@ impl<'a> Cursor<'a> {
     fn finite(&self, x: [f64; 3], node: u64) -> Result<[f64; 3]> {
         if x.iter().all(|v| v.is_finite()) {
             Ok(x)
-        } else if self.binary {
-            Err(self.bin_err(&format!("node {node} has non-finite coordinates {x:?}")))
         } else {
-            Err(self.err(&format!("node {node} has non-finite coordinates {x:?}")))
+            Err(self.fail(&format!(
+                "node {node} has non-finite coordinates {x:?} (finite numbers expected)"
+            )))
         }
     }
 
@@ -462,7 +494,7 @@ impl<'a> Cursor<'a> {
             let x = [self.float(&what)?, self.float(&what)?, self.float(&what)?];
             nodes.push(self.finite(x, tag)?);
             if index.insert(tag, i as u32).is_some() {
-                return Err(self.err(&format!("node tag {tag} appears twice")));
+                return Err(self.fail(&format!("node tag {tag} appears twice")));
             }
         }
         Ok((nodes, index))
@@ -470,7 +502,7 @@ impl<'a> Cursor<'a> {
 
     fn elements_v2(&mut self) -> Result<Elements> {
         let n: u64 = self.parse("the element count")?;
-        let n = self.count(n, if self.binary { 12 } else { 6 }, "element count")?;
+        let n = self.count(n, if self.binary { 8 } else { 6 }, "element count")?;
         let mut el = Elements {
             tets: Vec::with_capacity(n),
             ignored: BTreeMap::new(),
@@ -534,7 +566,7 @@ impl<'a> Cursor<'a> {
                 };
                 let (tag, kind, ntags) = (num(0)?, num(1)? as i32, num(2)?.max(0) as usize);
                 if kind == 4 {
-                    if tok.len() != 3 + ntags + 4 {
+                    if ntags.checked_add(7) != Some(tok.len()) {
                         return Err(Error::Parse {
                             path: self.path.to_path_buf(),
                             line,
@@ -614,6 +646,11 @@ impl<'a> Cursor<'a> {
             let parametric = self.int(&what)?;
             let n = self.size(&what)?;
             let n = self.count(n, 8, "nodes in a block")?;
+            if n > total - nodes.len() {
+                return Err(self.fail(&format!(
+                    "{what} holds {n} nodes, more than the {total} the $Nodes header announces"
+                )));
+            }
             let mut tags = Vec::with_capacity(n);
             for _ in 0..n {
                 tags.push(self.size(&what)?);
@@ -630,13 +667,13 @@ impl<'a> Cursor<'a> {
                     self.float(&what)?;
                 }
                 if index.insert(tag, nodes.len() as u32).is_some() {
-                    return Err(self.err(&format!("node tag {tag} appears twice")));
+                    return Err(self.fail(&format!("node tag {tag} appears twice")));
                 }
                 nodes.push(self.finite(x, tag)?);
             }
         }
         if nodes.len() != total {
-            return Err(self.err(&format!(
+            return Err(self.fail(&format!(
                 "$Nodes header says {total} nodes, the blocks hold {}",
                 nodes.len()
             )));
@@ -662,6 +699,11 @@ impl<'a> Cursor<'a> {
             let kind = self.int(&what)?;
             let n = self.size(&what)?;
             let n = self.count(n, 8, "elements in a block")?;
+            if n > total - seen {
+                return Err(self.fail(&format!(
+                    "{what} holds {n} elements, more than the {total} the $Elements header announces"
+                )));
+            }
             seen += n;
             let region = if dim == 3 {
                 entity_region.get(&entity).copied().unwrap_or(entity)
@@ -674,7 +716,10 @@ impl<'a> Cursor<'a> {
                     let nn = nodes_per_element(kind).ok_or_else(|| {
                         self.bin_err(&format!("unknown element type {kind}: cannot read past it"))
                     })?;
-                    self.bytes(8 * n * (1 + nn), &what)?;
+                    let size = n.checked_mul(8 * (1 + nn)).ok_or_else(|| {
+                        self.bin_err(&format!("{what}: {n} elements of type {kind} overflow"))
+                    })?;
+                    self.bytes(size, &what)?;
                 } else {
                     for _ in 0..n {
                         self.line_tokens(&what)?;
@@ -713,7 +758,7 @@ impl<'a> Cursor<'a> {
             }
         }
         if seen != total {
-            return Err(self.err(&format!(
+            return Err(self.fail(&format!(
                 "$Elements header says {total} elements, the blocks hold {seen}"
             )));
         }

@@ -1,7 +1,14 @@
 //! MMC's mesh text files (as iso2mesh's `savemmcmesh` writes them): `node_<key>.dat` is a
 //! line `1 N` then N lines `index x y z`; `elem_<key>.dat` is a line `1 M` then M lines
 //! `index n1 n2 n3 n4 region` (1-based nodes). The index columns must count 1, 2, ...
+//!
+//! The header's count must match the rows exactly (fewer rows: `Truncated`; more: an error
+//! naming the first extra line) and is capped ([`super::MAX_NODES`], [`super::MAX_TETS`]); no
+//! more is reserved than the file's size can hold. Coordinates must be finite,
+//! node indices within 1..=N, regions whole numbers in 1..=2^32-1; errors name the file and
+//! the line.
 
+use super::{MAX_NODES, MAX_TETS, build_mesh, check_count};
 use crate::error::{Error, Result};
 use crate::model::mesh::Mesh;
 use std::path::Path;
@@ -9,8 +16,17 @@ use std::path::Path;
 /// Numbered rows of a file: (1-based line, numbers).
 type Rows = Vec<(usize, Vec<f64>)>;
 
-fn rows(path: &Path) -> Result<(usize, Rows)> {
+/// The rows of `path` after its header `1 count`; each row is at least `min_bytes` long and
+/// the count at most `cap`.
+fn rows(path: &Path, record: &str, cap: usize, min_bytes: usize) -> Result<Rows> {
+    // A count the file cannot hold ends in a `Truncated` error below (rows are counted as
+    // read); only the capacity reserved is bounded by the bytes.
     let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+    let parse_err = |line: usize, why: String| Error::Parse {
+        path: path.to_path_buf(),
+        line,
+        why,
+    };
     let mut lines = text
         .lines()
         .enumerate()
@@ -20,57 +36,84 @@ fn rows(path: &Path) -> Result<(usize, Rows)> {
             .split_whitespace()
             .map(str::parse::<f64>)
             .collect::<std::result::Result<Vec<_>, _>>()
-            .map_err(|_| Error::Parse {
-                path: path.to_path_buf(),
-                line: i + 1,
-                why: format!("expected numbers, found `{}`", l.trim()),
-            })?;
+            .map_err(|_| parse_err(i + 1, format!("expected numbers, found `{}`", l.trim())))?;
         Ok((i + 1, v))
     };
     let header = lines.next().ok_or_else(|| Error::Truncated {
         path: path.to_path_buf(),
         why: "empty file (expected a header `1 count`)".into(),
     })?;
-    let (_, h) = parse(header)?;
-    if h.len() != 2 || h[1] < 0.0 || h[1].fract() != 0.0 {
-        return Err(Error::Parse {
-            path: path.to_path_buf(),
-            line: 1,
-            why: "expected the header `1 count`".into(),
-        });
+    let header_end = header.1.as_ptr() as usize - text.as_ptr() as usize + header.1.len();
+    let (hline, h) = parse(header)?;
+    if h.len() != 2 || !(h[1] >= 0.0 && h[1].fract() == 0.0 && h[1] < 2f64.powi(64)) {
+        return Err(parse_err(
+            hline,
+            format!("expected the header `1 count` with a whole {record} count >= 0"),
+        ));
     }
-    let count = h[1] as usize;
-    let body = lines.take(count).map(parse).collect::<Result<Vec<_>>>()?;
+    let (count, room) = check_count(
+        &format!("the {record} count"),
+        h[1] as u64,
+        cap,
+        min_bytes,
+        text.len() - header_end,
+    )
+    .map_err(|why| parse_err(hline, why))?;
+    let mut body = Vec::with_capacity(room);
+    for row in lines.by_ref().take(count) {
+        body.push(parse(row)?);
+    }
     if body.len() < count {
         return Err(Error::Truncated {
             path: path.to_path_buf(),
-            why: format!("header says {count} rows, file has {}", body.len()),
+            why: format!(
+                "the header (line {hline}) says {count} rows, the file has {}",
+                body.len()
+            ),
         });
     }
-    Ok((count, body))
+    if let Some((i, _)) = lines.next() {
+        return Err(parse_err(
+            i + 1,
+            format!(
+                "the header (line {hline}) says {count} rows, but the file holds more: header \
+                 and data must agree"
+            ),
+        ));
+    }
+    Ok(body)
 }
 
 /// Read an MMC mesh from its node and element files.
 pub fn read_mmc_mesh(node: &Path, elem: &Path) -> Result<Mesh> {
-    let (_, nrows) = rows(node)?;
+    // `i x y z` and `i n1 n2 n3 n4 r`: at least 8 and 12 bytes a row.
+    let nrows = rows(node, "node", MAX_NODES, 8)?;
     let mut nodes = Vec::with_capacity(nrows.len());
     for (k, (line, v)) in nrows.iter().enumerate() {
-        if v.len() < 4 || v[0] as usize != k + 1 {
+        if v.len() < 4 || v[0] != (k + 1) as f64 {
             return Err(Error::Parse {
                 path: node.to_path_buf(),
                 line: *line,
                 why: format!("expected `{} x y z`", k + 1),
             });
         }
+        if let Some(x) = v[1..4].iter().find(|x| !x.is_finite()) {
+            return Err(Error::Parse {
+                path: node.to_path_buf(),
+                line: *line,
+                why: format!("node {}: coordinate {x} is not a finite number", k + 1),
+            });
+        }
         nodes.push([v[1], v[2], v[3]]);
     }
-    let (_, erows) = rows(elem)?;
+    let erows = rows(elem, "element", MAX_TETS, 12)?;
     let mut tets = Vec::with_capacity(erows.len());
     let mut regions = Vec::with_capacity(erows.len());
+    let nn = nodes.len() as f64;
     for (k, (line, v)) in erows.iter().enumerate() {
         let bad = v.len() < 6
-            || v[0] as usize != k + 1
-            || v[1..6].iter().any(|x| *x < 1.0 || x.fract() != 0.0);
+            || v[0] != (k + 1) as f64
+            || v[1..6].iter().any(|x| !(*x >= 1.0 && x.fract() == 0.0));
         if bad {
             return Err(Error::Parse {
                 path: elem.to_path_buf(),
@@ -81,6 +124,25 @@ pub fn read_mmc_mesh(node: &Path, elem: &Path) -> Result<Mesh> {
                 ),
             });
         }
+        if let Some(x) = v[1..5].iter().find(|&&x| x > nn) {
+            return Err(Error::Parse {
+                path: elem.to_path_buf(),
+                line: *line,
+                why: format!(
+                    "element {} refers to node {x}, but {} has {} nodes",
+                    k + 1,
+                    node.display(),
+                    nodes.len()
+                ),
+            });
+        }
+        if v[5] > f64::from(u32::MAX) {
+            return Err(Error::Parse {
+                path: elem.to_path_buf(),
+                line: *line,
+                why: format!("region {} is above 2^32 - 1", v[5]),
+            });
+        }
         tets.push([
             v[1] as u32 - 1,
             v[2] as u32 - 1,
@@ -89,7 +151,19 @@ pub fn read_mmc_mesh(node: &Path, elem: &Path) -> Result<Mesh> {
         ]);
         regions.push(v[5] as u32);
     }
-    Mesh::new(nodes, tets, regions)
+    // Geometry errors (zero volume, non-manifold faces) depend on both files.
+    build_mesh(elem, nodes, tets, regions, |k| {
+        let line = erows.get(k.max(1) - 1).map_or(0, |r| r.0);
+        format!("line {line} (nodes from {})", node.display())
+    })
+    .map_err(|e| match e {
+        Error::Format { path, at, why } if at == "mesh" => Error::Format {
+            path,
+            at: format!("mesh (nodes from {})", node.display()),
+            why,
+        },
+        other => other,
+    })
 }
 
 #[cfg(test)]

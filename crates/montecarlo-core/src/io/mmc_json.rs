@@ -5,6 +5,10 @@
 //! `Optode.Source` with `Pos`, `Dir` and `Type` pencil (default), isotropic or disk (`Param1`
 //! = radius). Anything else MMC offers (detectors, other source types, time gates, `InitElem`:
 //! the start tetrahedron is located from `Pos`) is not read; other source types are errors.
+//!
+//! Checked here, naming the file and the field: every medium's optical properties (entry 0
+//! only its `n`), `Session.Photons` a whole number in 1..=2^64-1, `Forward.T1` finite and
+//! > 0, `Pos`, `Dir` and `Param1` finite.
 
 use crate::error::{Error, Result};
 use crate::model::optics::{Material, Optics};
@@ -100,6 +104,55 @@ pub(crate) fn resolve(path: &Path, value: serde_json::Value) -> Result<Resolved>
             path.display()
         )));
     }
+    let bad = |field: String, why: String| {
+        Err(Error::Format {
+            path: path.to_path_buf(),
+            at: field,
+            why,
+        })
+    };
+    if !(media[0].n >= 1.0 && media[0].n.is_finite()) {
+        return bad(
+            "Domain.Media[0].n".into(),
+            format!(
+                "the background's index {} must be finite and >= 1",
+                media[0].n
+            ),
+        );
+    }
+    for (i, x) in media.iter().enumerate().skip(1) {
+        let m = Material {
+            mua: x.mua,
+            mus: x.mus,
+            g: x.g,
+            n: x.n,
+        };
+        if let Err(e) = m.validate(i) {
+            return bad(format!("Domain.Media[{i}]"), e.to_string());
+        }
+    }
+    let s = &m.optode.source;
+    let finite = |v: &[f64]| v.iter().all(|x| x.is_finite());
+    if !finite(&s.pos) || !s.dir.as_ref().is_none_or(|d| finite(d)) {
+        return bad(
+            "Optode.Source".into(),
+            format!("Pos {:?} and Dir {:?} must be finite numbers", s.pos, s.dir),
+        );
+    }
+    if !s.param1.as_ref().is_none_or(|p| finite(p)) {
+        return bad(
+            "Optode.Source.Param1".into(),
+            format!("{:?} must be finite numbers", s.param1),
+        );
+    }
+    if let Some(f) = &m.forward
+        && !(f.t1 > 0.0 && f.t1.is_finite())
+    {
+        return bad(
+            "Forward.T1".into(),
+            format!("{} s must be finite and > 0", f.t1),
+        );
+    }
     let optics = Optics {
         materials: media[1..]
             .iter()
@@ -112,7 +165,6 @@ pub(crate) fn resolve(path: &Path, value: serde_json::Value) -> Result<Resolved>
             .collect(),
         n_outside: media[0].n,
     };
-    let s = &m.optode.source;
     let dir = s.dir.unwrap_or([0.0, 0.0, 1.0]);
     let kind = s.kind.as_deref().unwrap_or("pencil").to_ascii_lowercase();
     let source = match kind.as_str() {
@@ -138,11 +190,18 @@ pub(crate) fn resolve(path: &Path, value: serde_json::Value) -> Result<Resolved>
             )));
         }
     };
-    if !(m.session.photons >= 1.0 && m.session.photons.fract() == 0.0) {
-        return Err(Error::Invalid(format!(
-            "{}: Session.Photons must be a positive integer",
-            path.display()
-        )));
+    // 2^64 is the first whole f64 above u64::MAX.
+    if !(m.session.photons >= 1.0
+        && m.session.photons.fract() == 0.0
+        && m.session.photons < 2f64.powi(64))
+    {
+        return bad(
+            "Session.Photons".into(),
+            format!(
+                "{} must be a whole number from 1 to 2^64 - 1",
+                m.session.photons
+            ),
+        );
     }
     let params = Params {
         seed: m.session.rng_seed.map_or(1, |s| s as u64),

@@ -6,6 +6,13 @@
 //! [`Imported::ignored`]. The region of each tetrahedron comes from a cell data array: the
 //! one named by the caller, else the first of [`REGION_ARRAYS`] present, else region 1 for all
 //! (noted). Region values must be whole numbers >= 1.
+//!
+//! Untrusted input: `vtkio` can panic on corrupt files and, for compressed `.vtu` data,
+//! allocates what a block header claims. So the block headers of compressed arrays are checked
+//! first ([`MAX_DECOMPRESSED_BYTES`], and no more than zlib's 1032:1 ratio over the file's
+//! size), every `vtkio` call runs under `catch_unwind` (a panic becomes an error naming the
+//! file), and the cells are checked here: point indices within the piece, finite coordinates,
+//! regions, and tetrahedra with volume.
 
 use crate::error::{Error, Result};
 use crate::model::mesh::{Imported, Mesh};
@@ -26,6 +33,9 @@ pub const REGION_ARRAYS: [&str; 6] = [
     "MaterialIds",
     "CellEntityIds",
 ];
+
+/// The most bytes one compressed `.vtu` data array may claim to decompress to (1 GiB).
+pub const MAX_DECOMPRESSED_BYTES: usize = 1 << 30;
 
 fn fmt_err(path: &Path, at: impl Into<String>, why: impl Into<String>) -> Error {
     Error::Format {
@@ -56,14 +66,34 @@ pub fn read_vtk(path: &Path, region_array: Option<&str>) -> Result<Imported> {
             std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"),
         ));
     }
+    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    let xml = !path
+        .extension()
+        .is_some_and(|x| x.eq_ignore_ascii_case("vtk"));
+    if xml {
+        vtu_guard(path, &bytes)?;
+    }
+    // vtkio may panic on corrupt input: contain it and name the file.
+    gpu_runtime::contain_panic(|| convert(path, load(path, &bytes)?, region_array)).unwrap_or_else(
+        |msg| {
+            Err(fmt_err(
+                path,
+                "whole file",
+                format!("not a readable VTK file (corrupt? the VTK library failed: {msg})"),
+            ))
+        },
+    )
+}
+
+/// vtkio's part: parse the file and load its pieces (run under `catch_unwind`).
+fn load(path: &Path, bytes: &[u8]) -> Result<Vtk> {
     let imported = Vtk::import(path).or_else(|e| {
         // VTK 9 and meshio write legacy data types as `vtktypeint64` etc., which vtkio's
         // legacy parser only knows after OFFSETS/CONNECTIVITY: retry with the classic names.
         let is_legacy = path
             .extension()
             .is_some_and(|x| x.eq_ignore_ascii_case("vtk"));
-        let bytes = std::fs::read(path).map_err(|io| Error::io(path, io))?;
-        match classic_type_names(&bytes) {
+        match classic_type_names(bytes) {
             Some(fixed) if is_legacy => Vtk::parse_legacy_be(fixed.as_slice()).map_err(|_| e),
             _ => Err(e),
         }
@@ -78,6 +108,11 @@ pub fn read_vtk(path: &Path, region_array: Option<&str>) -> Result<Imported> {
     let mut vtk = imported?;
     vtk.load_all_pieces()
         .map_err(|e| fmt_err(path, "pieces", e.to_string()))?;
+    Ok(vtk)
+}
+
+/// The tetrahedra and regions of a loaded file, checked.
+fn convert(path: &Path, vtk: Vtk, region_array: Option<&str>) -> Result<Imported> {
     let DataSet::UnstructuredGrid { pieces, .. } = vtk.data else {
         return Err(fmt_err(
             path,
@@ -141,7 +176,7 @@ pub fn read_vtk(path: &Path, region_array: Option<&str>) -> Result<Imported> {
             }
             let mut t = [0u32; 4];
             for (k, &v) in verts.iter().enumerate() {
-                let g = base + v;
+                let g = base.saturating_add(v);
                 if g >= nodes.len() as u64 {
                     return Err(fmt_err(
                         path,
@@ -184,16 +219,256 @@ pub fn read_vtk(path: &Path, region_array: Option<&str>) -> Result<Imported> {
             "ignored {ignored} cells that are not tetrahedra (VTK type 10)"
         ));
     }
-    let mesh = Mesh::new(nodes, tets, regions).map_err(|e| match e {
-        // Tet numbers are 1-based among kept tetrahedra; say so next to the file.
-        Error::BadTet { tet, why } => fmt_err(path, format!("tetrahedron {tet} (1-based)"), why),
-        other => other,
-    })?;
+    // Tet numbers are 1-based among kept tetrahedra; say so next to the file.
+    let mesh = match Mesh::new(nodes, tets, regions) {
+        Ok(m) => m,
+        Err(Error::BadTet { tet, why }) => {
+            return Err(fmt_err(path, format!("tetrahedron {tet} (1-based)"), why));
+        }
+        Err(other) => return Err(fmt_err(path, "mesh", other.to_string())),
+    };
     Ok(Imported {
         mesh,
         ignored,
         notes,
     })
+}
+
+/// Check the block headers of every compressed binary array of a `.vtu` file (inline or
+/// appended, base64) before vtkio allocates what they claim: at least one block, no overflow
+/// in the sizes, and a decompressed size within [`MAX_DECOMPRESSED_BYTES`] and zlib's largest
+/// ratio (1032:1) over the file's size. Headers vtkio cannot decode either are left to it (it
+/// fails on them without allocating).
+fn vtu_guard(path: &Path, bytes: &[u8]) -> Result<()> {
+    let Some(file_tag) = find_tag(bytes, b"VTKFile", 0) else {
+        return Ok(());
+    };
+    let compressor = attr(file_tag.1, b"compressor").unwrap_or(b"");
+    let compressed = [
+        &b"vtkZLibDataCompressor"[..],
+        b"vtkLZ4DataCompressor",
+        b"vtkLZMADataCompressor",
+    ]
+    .contains(&compressor);
+    if !compressed {
+        return Ok(());
+    }
+    // vtkio: header numbers are u64 for UInt64, else u32, read from `size(header_type)`-byte
+    // slots (an unknown type reads as Float64, 8 bytes).
+    let header_type = attr(file_tag.1, b"header_type");
+    let slot = match header_type {
+        Some(b"Int8" | b"UInt8") => 1,
+        Some(b"Int16" | b"UInt16") => 2,
+        None | Some(b"Int32" | b"UInt32" | b"Float32") => 4,
+        Some(_) => 8,
+    };
+    let hdr = Header {
+        slot,
+        wide: header_type == Some(b"UInt64"),
+        big: attr(file_tag.1, b"byte_order") == Some(b"BigEndian"),
+        limit: MAX_DECOMPRESSED_BYTES.min(bytes.len().saturating_mul(1032).saturating_add(1 << 16)),
+    };
+    let appended = find_tag(bytes, b"AppendedData", 0).map(|(end, _)| {
+        let rest = &bytes[end..];
+        let stop = find(rest, b"</AppendedData").unwrap_or(rest.len());
+        let data = rest[..stop].trim_ascii();
+        data.strip_prefix(b"_").unwrap_or(data)
+    });
+    let mut at = 0;
+    let mut array = 0usize;
+    while let Some((end, attrs)) = find_tag(bytes, b"DataArray", at) {
+        at = end;
+        array += 1;
+        let data = match attr(attrs, b"format") {
+            Some(b"binary") => {
+                let rest = &bytes[end..];
+                let stop = rest.iter().position(|&c| c == b'<').unwrap_or(rest.len());
+                rest[..stop].trim_ascii()
+            }
+            Some(b"appended") => {
+                let offset = attr(attrs, b"offset")
+                    .and_then(|o| std::str::from_utf8(o).ok())
+                    .and_then(|o| o.trim().parse::<usize>().ok())
+                    .unwrap_or(0);
+                match appended {
+                    Some(a) if offset <= a.len() => &a[offset..],
+                    _ => continue,
+                }
+            }
+            _ => continue,
+        };
+        if data.contains(&b'&') {
+            return Err(fmt_err(
+                path,
+                format!("data array {array}"),
+                "binary data holds an XML entity (`&`): not base64",
+            ));
+        }
+        hdr.check(data)
+            .map_err(|why| fmt_err(path, format!("data array {array}"), why))?;
+    }
+    Ok(())
+}
+
+/// How vtkio reads a compressed array's header `[nb][nu][np][nc_1..nc_nb]`.
+struct Header {
+    /// Bytes per header number slot.
+    slot: usize,
+    /// Numbers are u64 (else u32).
+    wide: bool,
+    big: bool,
+    /// Most decompressed bytes accepted.
+    limit: usize,
+}
+
+impl Header {
+    /// Numbers read as vtkio reads them (sequentially, u32 or u64) from decoded bytes.
+    fn numbers(&self, decoded: &[u8], count: usize) -> Vec<Option<u64>> {
+        let w = if self.wide { 8 } else { 4 };
+        (0..count)
+            .map(|i| {
+                let b = decoded.get(i * w..(i + 1) * w)?;
+                let mut v = 0u64;
+                for k in 0..w {
+                    let byte = if self.big { b[k] } else { b[w - 1 - k] };
+                    v = v << 8 | u64::from(byte);
+                }
+                Some(v)
+            })
+            .collect()
+    }
+
+    fn check(&self, data: &[u8]) -> std::result::Result<(), String> {
+        let b64 = |n: usize| n.div_ceil(3).checked_mul(4);
+        // Headers vtkio cannot slice or decode fail there without allocating: leave them.
+        let Some(first) = b64(self.slot).and_then(|n| data.get(..n)) else {
+            return Ok(());
+        };
+        let Some(decoded) = base64_decode(first) else {
+            return Ok(());
+        };
+        let Some(Some(nb)) = self.numbers(&decoded, 1).first().copied() else {
+            return Ok(());
+        };
+        let too_big = || format!("compressed block header claims {nb} blocks: corrupt header");
+        let full = nb
+            .checked_add(3)
+            .and_then(|n| n.checked_mul(self.slot as u64))
+            .and_then(|n| usize::try_from(n).ok())
+            .ok_or_else(too_big)?;
+        let n_chars = b64(full).ok_or_else(too_big)?;
+        let Some(all) = data.get(..n_chars) else {
+            return Ok(());
+        };
+        let Some(decoded) = base64_decode(all) else {
+            return Ok(());
+        };
+        // vtkio reads nb + 3 numbers; missing block sizes count as 0.
+        let Some(count) = usize::try_from(nb).ok().and_then(|n| n.checked_add(3)) else {
+            return Err(too_big());
+        };
+        let v = self.numbers(&decoded, count);
+        let (Some(nu), Some(np)) = (v[1], v[2]) else {
+            return Ok(());
+        };
+        let mut compressed = 0u64;
+        for nc in v[3..].iter().map(|x| x.unwrap_or(0)) {
+            compressed = compressed
+                .checked_add(nc)
+                .ok_or("compressed block sizes overflow: corrupt header")?;
+        }
+        // vtkio reserves nu x (nb - 1) + np bytes, wrapping (0 blocks: np - nu).
+        let out = if nb == 0 {
+            Some(np.wrapping_sub(nu))
+        } else {
+            nu.checked_mul(nb - 1).and_then(|x| x.checked_add(np))
+        };
+        let out = out.filter(|&x| x <= self.limit as u64).ok_or_else(|| {
+            format!(
+                "compressed block header claims {nb} blocks of {nu} bytes (last {np}): more \
+                     than the {} bytes this file can decompress to (at most 1032 x its size and \
+                     {MAX_DECOMPRESSED_BYTES})",
+                self.limit
+            )
+        })?;
+        if out > 0 && compressed == 0 {
+            return Err(format!(
+                "compressed block header claims {out} bytes from 0 compressed bytes"
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Standard base64 (padding optional), as vtkio's decoder accepts it; None on any other byte.
+fn base64_decode(s: &[u8]) -> Option<Vec<u8>> {
+    let s = s
+        .strip_suffix(b"==")
+        .or_else(|| s.strip_suffix(b"="))
+        .unwrap_or(s);
+    let mut out = Vec::with_capacity(s.len() / 4 * 3 + 3);
+    let (mut acc, mut bits) = (0u32, 0u32);
+    for &c in s {
+        let v = match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        };
+        acc = acc << 6 | u32::from(v);
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+            acc &= (1 << bits) - 1;
+        }
+    }
+    Some(out)
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+/// The first `<name ...>` tag at or after `from`: the offset just past its `>` and its
+/// attribute text.
+fn find_tag<'a>(b: &'a [u8], name: &[u8], from: usize) -> Option<(usize, &'a [u8])> {
+    let mut at = from;
+    loop {
+        let start = at + find(b.get(at..)?, b"<")?;
+        let after = &b[start + 1..];
+        at = start + 1;
+        if after.starts_with(name)
+            && after
+                .get(name.len())
+                .is_some_and(|c| c.is_ascii_whitespace() || *c == b'>' || *c == b'/')
+        {
+            let close = find(after, b">")?;
+            return Some((start + 1 + close + 1, &after[name.len()..close]));
+        }
+    }
+}
+
+/// The value of attribute `name` in a tag's attribute text.
+fn attr<'a>(attrs: &'a [u8], name: &[u8]) -> Option<&'a [u8]> {
+    let mut at = 0;
+    while let Some(i) = find(&attrs[at..], name) {
+        let k = at + i;
+        at = k + 1;
+        let before_ok = k == 0 || attrs[k - 1].is_ascii_whitespace();
+        let rest = attrs[k + name.len()..].trim_ascii_start();
+        if before_ok && let Some(rest) = rest.strip_prefix(b"=") {
+            let rest = rest.trim_ascii_start();
+            let quote = *rest.first()?;
+            if quote == b'"' || quote == b'\'' {
+                let end = rest[1..].iter().position(|&c| c == quote)?;
+                return Some(&rest[1..=end]);
+            }
+        }
+    }
+    None
 }
 
 /// `bytes` with VTK 9's `vtktype*` data type names replaced by the classic legacy names

@@ -4,6 +4,35 @@
 use crate::error::{Error, Result};
 use crate::model::mesh::Mesh;
 
+/// The most tetrahedra a generator builds: 50 million (the mesh alone takes about 250 bytes a
+/// tetrahedron, 12 GB). A cell size that would give more is an error saying how many it
+/// would give.
+pub const MAX_GENERATED_TETS: usize = 50_000_000;
+
+fn check_per_cell(per_cell: u32) -> Result<()> {
+    if per_cell == 5 || per_cell == 6 {
+        Ok(())
+    } else {
+        Err(Error::Invalid(format!(
+            "tetrahedra per cell must be 5 or 6, not {per_cell}"
+        )))
+    }
+}
+
+/// Check that `cells` (per axis, as reals so that nothing overflows) x `per_cell` tetrahedra
+/// stay within [`MAX_GENERATED_TETS`]; `what` says where the cell counts came from.
+fn check_size(what: &str, cells: [f64; 3], per_cell: u32) -> Result<()> {
+    let tets = cells.iter().product::<f64>() * f64::from(per_cell);
+    if tets.is_finite() && tets <= MAX_GENERATED_TETS as f64 {
+        return Ok(());
+    }
+    Err(Error::Invalid(format!(
+        "{what} gives {} x {} x {} cells x {per_cell} = {tets:.3e} tetrahedra, above the cap of \
+         {MAX_GENERATED_TETS} (MAX_GENERATED_TETS): use a coarser grid",
+        cells[0], cells[1], cells[2]
+    )))
+}
+
 /// Corner offsets of a grid cell, indexed `i + 2j + 4k`.
 const CORNER: [[usize; 3]; 8] = [
     [0, 0, 0],
@@ -58,12 +87,13 @@ pub fn grid_mesh(
             )));
         }
     }
-    if per_cell != 5 && per_cell != 6 {
-        return Err(Error::Invalid(format!(
-            "tetrahedra per cell must be 5 or 6, not {per_cell}"
-        )));
-    }
+    check_per_cell(per_cell)?;
     let (nx, ny, nz) = (xs.len(), ys.len(), zs.len());
+    check_size(
+        "the grid",
+        [nx - 1, ny - 1, nz - 1].map(|n| n as f64),
+        per_cell,
+    )?;
     let node = |i: usize, j: usize, k: usize| (i + nx * (j + ny * k)) as u32;
     let mut nodes = Vec::with_capacity(nx * ny * nz);
     for &z in zs {
@@ -117,10 +147,24 @@ pub fn planes(a: f64, b: f64, n: usize) -> Vec<f64> {
 /// # Ok::<(), montecarlo_core::Error>(())
 /// ```
 pub fn box_mesh(origin: [f64; 3], size: [f64; 3], cell: f64, per_cell: u32) -> Result<Mesh> {
-    if !(cell > 0.0) || size.iter().any(|&s| !(s > 0.0)) {
-        return Err(Error::Invalid("box size and cell must be positive".into()));
+    if !(cell > 0.0 && cell.is_finite()) || size.iter().any(|&s| !(s > 0.0 && s.is_finite())) {
+        return Err(Error::Invalid(format!(
+            "box size {size:?} and cell {cell} must be positive and finite"
+        )));
     }
-    let n = size.map(|s| ((s / cell).round() as usize).max(1));
+    if origin.iter().any(|o| !o.is_finite()) {
+        return Err(Error::Invalid(format!(
+            "box origin {origin:?} must be finite"
+        )));
+    }
+    check_per_cell(per_cell)?;
+    let cells = size.map(|s| (s / cell).round().max(1.0));
+    check_size(
+        &format!("box size {size:?} with cell {cell}"),
+        cells,
+        per_cell,
+    )?;
+    let n = cells.map(|c| c as usize);
     grid_mesh(
         &planes(origin[0], origin[0] + size[0], n[0]),
         &planes(origin[1], origin[1] + size[1], n[1]),
@@ -140,11 +184,24 @@ pub fn slab_mesh(
     per_layer: usize,
     per_cell: u32,
 ) -> Result<Mesh> {
-    if thickness.is_empty() || thickness.iter().any(|&t| !(t > 0.0)) || !(width > 0.0) {
+    if thickness.is_empty()
+        || thickness.iter().any(|&t| !(t > 0.0 && t.is_finite()))
+        || !(width > 0.0 && width.is_finite())
+    {
         return Err(Error::Invalid(
-            "slab width and every layer thickness must be positive".into(),
+            "slab width and every layer thickness must be positive and finite".into(),
         ));
     }
+    check_per_cell(per_cell)?;
+    let lat = lateral.max(1) as f64;
+    check_size(
+        &format!(
+            "a slab of {} layers with {lateral} lateral cells and {per_layer} cells per layer",
+            thickness.len()
+        ),
+        [lat, lat, thickness.len() as f64 * per_layer.max(1) as f64],
+        per_cell,
+    )?;
     let mut zs = vec![0.0];
     let mut tops = Vec::new();
     for &t in thickness {

@@ -2,10 +2,15 @@
 //! photons, seed, time limit and outputs ([`SimSpec`]); resolved into a validated
 //! [`Simulation`] by [`Simulation::from_spec`], or read from a file (ours or MMC's input) by
 //! [`Simulation::from_json`].
+//!
+//! Errors of a simulation file name it and the part at fault (`mesh`, `materials`,
+//! `n_outside`, `sources`, `outputs`, `simulation`), and wrap the error of a file it names
+//! (which names that file). Generated meshes are capped at
+//! [`generate::MAX_GENERATED_TETS`] tetrahedra.
 
 use crate::error::{Error, Result};
 use crate::io::{gmsh, mmc, mmc_json, timos, vtk};
-use crate::model::mesh::Imported;
+use crate::model::mesh::{Imported, Mesh};
 use crate::model::optics::{Material, Optics};
 use crate::model::params::Params;
 use crate::model::simulation::{Outputs, Simulation};
@@ -31,7 +36,7 @@ pub enum MeshSpec {
         #[serde(default)]
         region: Option<String>,
     },
-    /// A box on a regular grid.
+    /// A box on a regular grid (at most [`generate::MAX_GENERATED_TETS`] tetrahedra).
     Box {
         origin: [f64; 3],
         size: [f64; 3],
@@ -86,7 +91,9 @@ pub struct SimSpec {
     pub mesh: MeshSpec,
     /// Region i+1 uses materials[i].
     pub materials: MaterialsSpec,
-    /// Index outside the mesh (ignored when materials come from a `.opt` file, which has it).
+    /// Index outside the mesh. Default: 1.0 with inline materials, the `.opt` file's outside
+    /// index with materials from a TIM-OS `.opt` file; when given, it is used in both cases (it
+    /// overrides the `.opt` file's value, as a value written in the simulation file should).
     #[serde(default)]
     pub n_outside: Option<f64>,
     pub sources: Vec<Source>,
@@ -116,73 +123,121 @@ impl Simulation {
             })?;
         if mmc_json::is_mmc(&value) {
             let r = mmc_json::resolve(path, value)?;
-            let mesh = mmc::read_mmc_mesh(&r.node, &r.elem)?;
-            return Simulation::new(mesh, r.optics, &r.sources, r.photons, r.params);
+            let mesh = mmc::read_mmc_mesh(&r.node, &r.elem)
+                .map_err(|e| in_file(Some(path), "Domain.MeshID", e))?;
+            return Simulation::new(mesh, r.optics, &r.sources, r.photons, r.params)
+                .map_err(|e| in_file(Some(path), part(&e), e));
         }
         let spec: SimSpec = serde_json::from_value(value).map_err(|source| Error::Json {
             path: path.to_path_buf(),
             source,
         })?;
-        Simulation::from_spec(&spec, path.parent().unwrap_or(Path::new(".")))
+        resolve(&spec, path.parent().unwrap_or(Path::new(".")), Some(path))
     }
 
     /// Resolve a spec; relative file names are taken relative to `base`.
     pub fn from_spec(spec: &SimSpec, base: &Path) -> Result<Simulation> {
-        let mut notes = Vec::new();
-        let mut imported = |i: Imported| {
-            notes = i.notes;
-            i.mesh
-        };
-        let mesh = match &spec.mesh {
-            MeshSpec::Timos(p) => timos::read_mesh(&base.join(p))?,
-            MeshSpec::Mmc { node, elem } => mmc::read_mmc_mesh(&base.join(node), &base.join(elem))?,
-            MeshSpec::Gmsh(p) => imported(gmsh::read_gmsh(&base.join(p))?),
-            MeshSpec::Vtk { path, region } => {
-                imported(vtk::read_vtk(&base.join(path), region.as_deref())?)
-            }
-            MeshSpec::Box {
-                origin,
-                size,
-                cell,
-                tets_per_cell,
-            } => generate::box_mesh(*origin, *size, *cell, *tets_per_cell)?,
-            MeshSpec::Slab {
-                width,
-                layers,
-                lateral_cells,
-                cells_per_layer,
-                tets_per_cell,
-            } => generate::slab_mesh(
+        resolve(spec, base, None)
+    }
+}
+
+/// `e` as an error of the simulation file `file` (when known) at `at`.
+fn in_file(file: Option<&Path>, at: &str, e: Error) -> Error {
+    match file {
+        Some(path) => Error::Format {
+            path: path.to_path_buf(),
+            at: at.to_string(),
+            why: e.to_string(),
+        },
+        None => e,
+    }
+}
+
+/// The part of a simulation file that an error of [`Simulation::new`] is about.
+fn part(e: &Error) -> &'static str {
+    match e {
+        Error::BadMaterial { region: 0, .. } => "n_outside",
+        Error::BadMaterial { .. } | Error::UnknownRegion { .. } => "materials",
+        Error::BadSource { .. } => "sources",
+        _ => "simulation",
+    }
+}
+
+/// The mesh of `spec` and its reader's notes.
+fn mesh_of(spec: &MeshSpec, base: &Path) -> Result<(Mesh, Vec<String>)> {
+    let imported = |i: Imported| (i.mesh, i.notes);
+    Ok(match spec {
+        MeshSpec::Timos(p) => (timos::read_mesh(&base.join(p))?, Vec::new()),
+        MeshSpec::Mmc { node, elem } => (
+            mmc::read_mmc_mesh(&base.join(node), &base.join(elem))?,
+            Vec::new(),
+        ),
+        MeshSpec::Gmsh(p) => imported(gmsh::read_gmsh(&base.join(p))?),
+        MeshSpec::Vtk { path, region } => {
+            imported(vtk::read_vtk(&base.join(path), region.as_deref())?)
+        }
+        MeshSpec::Box {
+            origin,
+            size,
+            cell,
+            tets_per_cell,
+        } => (
+            generate::box_mesh(*origin, *size, *cell, *tets_per_cell)?,
+            Vec::new(),
+        ),
+        MeshSpec::Slab {
+            width,
+            layers,
+            lateral_cells,
+            cells_per_layer,
+            tets_per_cell,
+        } => (
+            generate::slab_mesh(
                 *width,
                 layers,
                 *lateral_cells,
                 *cells_per_layer,
                 *tets_per_cell,
             )?,
-        };
-        let optics = match &spec.materials {
-            MaterialsSpec::Inline(m) => Optics {
-                materials: m.clone(),
-                n_outside: spec.n_outside.unwrap_or(1.0),
-            },
-            MaterialsSpec::Timos { timos } => timos::read_opt(&base.join(timos))?,
-        };
-        Simulation::new(
-            mesh,
-            optics,
-            &spec.sources,
-            spec.photons,
-            Params {
-                wmin: spec.wmin,
-                prwin: spec.prwin,
-                time_limit_ns: spec.time_limit_ns,
-                seed: spec.seed,
-            },
-        )
-        .and_then(|mut s| {
-            s.set_outputs(spec.outputs.clone())?;
-            s.notes = notes;
-            Ok(s)
-        })
-    }
+            Vec::new(),
+        ),
+    })
+}
+
+/// [`Simulation::from_spec`], naming `file` (the simulation file, when read from one) in errors.
+fn resolve(spec: &SimSpec, base: &Path, file: Option<&Path>) -> Result<Simulation> {
+    let (mesh, notes) = mesh_of(&spec.mesh, base).map_err(|e| in_file(file, "mesh", e))?;
+    let optics = match &spec.materials {
+        MaterialsSpec::Inline(m) => Optics {
+            materials: m.clone(),
+            n_outside: spec.n_outside.unwrap_or(1.0),
+        },
+        MaterialsSpec::Timos { timos } => {
+            let mut optics =
+                timos::read_opt(&base.join(timos)).map_err(|e| in_file(file, "materials", e))?;
+            if let Some(n) = spec.n_outside {
+                optics.n_outside = n;
+            }
+            optics
+        }
+    };
+    Simulation::new(
+        mesh,
+        optics,
+        &spec.sources,
+        spec.photons,
+        Params {
+            wmin: spec.wmin,
+            prwin: spec.prwin,
+            time_limit_ns: spec.time_limit_ns,
+            seed: spec.seed,
+        },
+    )
+    .map_err(|e| in_file(file, part(&e), e))
+    .and_then(|mut s| {
+        s.set_outputs(spec.outputs.clone())
+            .map_err(|e| in_file(file, "outputs", e))?;
+        s.notes = notes;
+        Ok(s)
+    })
 }
