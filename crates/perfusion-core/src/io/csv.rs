@@ -3,13 +3,22 @@
 
 use crate::error::{Error, Result};
 use crate::model::Fits;
+use std::io::Read;
 use std::path::Path;
+
+/// Largest CSV file read: 256 MiB (checked against the file's size before reading).
+pub const MAX_CSV_BYTES: u64 = 256 << 20;
+
+/// Most columns in a CSV table: 65,536.
+pub const MAX_CSV_COLUMNS: usize = 1 << 16;
 
 /// Named numeric columns read from a CSV file.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Table {
     pub names: Vec<String>,
     pub columns: Vec<Vec<f64>>,
+    /// The file's line number of each data row, for messages.
+    pub lines: Vec<usize>,
 }
 
 impl Table {
@@ -43,7 +52,11 @@ impl Table {
 }
 
 /// Read a CSV table with a header row; every other field must be a number. Empty fields
-/// and `nan` are NaN (a voxel with them is reported as invalid input).
+/// and `nan` are NaN (a voxel with them is reported as invalid input); infinite values and
+/// numbers beyond the range of f64 are refused. A time column (`time`, `t`, `time_s`, `t_s`,
+/// `seconds`) must hold finite times that increase strictly. Column names must be present
+/// and distinct. Files over [`MAX_CSV_BYTES`] or with more than [`MAX_CSV_COLUMNS`] columns
+/// are refused before they are read.
 ///
 /// ```
 /// let dir = std::env::temp_dir().join("perfusion-csv-doc");
@@ -60,14 +73,28 @@ pub fn read_table(path: &Path) -> Result<Table> {
         line,
         why,
     };
+    let file_err = |why: String| Error::File {
+        path: path.to_path_buf(),
+        why,
+    };
+    let len = std::fs::metadata(path)
+        .map_err(|e| file_err(e.to_string()))?
+        .len();
+    if len == 0 {
+        return Err(file_err(
+            "the file is empty; expected a header row such as `time,aif` and data rows".into(),
+        ));
+    }
+    if len > MAX_CSV_BYTES {
+        return Err(file_err(format!(
+            "{len} bytes, more than the {MAX_CSV_BYTES} a CSV table may have; store large series as NIfTI"
+        )));
+    }
+    let file = std::fs::File::open(path).map_err(|e| file_err(e.to_string()))?;
     let mut reader = csv::ReaderBuilder::new()
         .trim(csv::Trim::All)
         .comment(Some(b'#'))
-        .from_path(path)
-        .map_err(|e| Error::File {
-            path: path.to_path_buf(),
-            why: e.to_string(),
-        })?;
+        .from_reader(std::io::BufReader::new(file.take(MAX_CSV_BYTES)));
     let names: Vec<String> = reader
         .headers()
         .map_err(|e| bad(1, e.to_string()))?
@@ -80,13 +107,39 @@ pub fn read_table(path: &Path) -> Result<Table> {
             "no header row: expected names such as `time,aif`".into(),
         ));
     }
-    let mut columns = vec![Vec::new(); names.len()];
+    if names.len() > MAX_CSV_COLUMNS {
+        return Err(bad(
+            1,
+            format!(
+                "{} columns, more than the {MAX_CSV_COLUMNS} a table may have",
+                names.len()
+            ),
+        ));
+    }
+    if let Some(c) = names.iter().position(String::is_empty) {
+        return Err(bad(
+            1,
+            format!("column {} has no name; every column needs one", c + 1),
+        ));
+    }
+    for (c, n) in names.iter().enumerate() {
+        if names[..c].iter().any(|m| m.eq_ignore_ascii_case(n)) {
+            return Err(bad(1, format!("the column name `{n}` appears twice")));
+        }
+    }
+    let mut table = Table {
+        columns: vec![Vec::new(); names.len()],
+        names,
+        lines: Vec::new(),
+    };
+    let time = table.time_index();
     for (i, rec) in reader.records().enumerate() {
         let rec = rec.map_err(|e| {
             let line = e.position().map_or(i + 2, |p| p.line() as usize);
             bad(line, e.to_string())
         })?;
         let line = rec.position().map_or(i + 2, |p| p.line() as usize);
+        let names = &table.names;
         if rec.len() != names.len() {
             return Err(bad(
                 line,
@@ -104,13 +157,42 @@ pub fn read_table(path: &Path) -> Result<Table> {
                     )
                 })?
             };
-            columns[c].push(v);
+            if v.is_infinite() {
+                return Err(bad(
+                    line,
+                    format!("column `{}`: `{field}` is not a finite number", names[c]),
+                ));
+            }
+            if Some(c) == time {
+                if !v.is_finite() {
+                    return Err(bad(
+                        line,
+                        format!(
+                            "time column `{}`: `{field}`; every time must be a finite number of seconds",
+                            names[c]
+                        ),
+                    ));
+                }
+                if let Some(&prev) = table.columns[c].last()
+                    && v <= prev
+                {
+                    return Err(bad(
+                        line,
+                        format!(
+                            "time column `{}`: {v} s does not follow {prev} s; times must increase strictly",
+                            names[c]
+                        ),
+                    ));
+                }
+            }
+            table.columns[c].push(v);
         }
+        table.lines.push(line);
     }
-    if columns[0].is_empty() {
+    if table.lines.is_empty() {
         return Err(bad(2, "no data rows".into()));
     }
-    Ok(Table { names, columns })
+    Ok(table)
 }
 
 /// Columns of numbers under a header row (`columns[c][row]`, equal lengths).

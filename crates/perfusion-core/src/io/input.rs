@@ -68,6 +68,58 @@ fn input(why: impl Into<String>) -> Error {
     Error::Input(why.into())
 }
 
+/// Column `c` of a table read from `path`, every value finite; NaN (an empty field) is an
+/// error naming the line, for columns where a number is required (times, input functions).
+fn finite_column(path: &Path, table: &pcsv::Table, c: usize, what: &str) -> Result<Vec<f64>> {
+    let col = &table.columns[c];
+    if let Some(r) = col.iter().position(|v| !v.is_finite()) {
+        return Err(Error::Csv {
+            path: path.to_path_buf(),
+            line: table.lines.get(r).copied().unwrap_or(r + 2),
+            why: format!(
+                "column `{}`: {} where {what} needs a number",
+                table.names[c], col[r]
+            ),
+        });
+    }
+    Ok(col.clone())
+}
+
+/// Times read from column `c` of `path`: finite and strictly increasing, with the line of
+/// the first bad one.
+fn times_column(path: &Path, table: &pcsv::Table, c: usize) -> Result<Vec<f64>> {
+    let t = finite_column(path, table, c, "a time")?;
+    if let Some(i) = (1..t.len()).find(|&i| t[i] <= t[i - 1]) {
+        return Err(Error::Csv {
+            path: path.to_path_buf(),
+            line: table.lines.get(i).copied().unwrap_or(i + 2),
+            why: format!(
+                "column `{}`: {} s does not follow {} s; times must increase strictly",
+                table.names[c],
+                t[i],
+                t[i - 1]
+            ),
+        });
+    }
+    Ok(t)
+}
+
+/// A 3-D volume used as a mask: its voxels, non-zero = inside; NaN or infinite voxels are
+/// refused (they would be silently taken as inside).
+fn read_mask(path: &Path) -> Result<Array3<bool>> {
+    let (m, _) = pnii::read_volume(path)?;
+    if let Some((idx, v)) = m.indexed_iter().find(|(_, v)| !v.is_finite()) {
+        return Err(Error::File {
+            path: path.to_path_buf(),
+            why: format!(
+                "mask voxel {},{},{} is {v}; a mask holds finite values (non-zero = inside)",
+                idx.0, idx.1, idx.2
+            ),
+        });
+    }
+    Ok(m.mapv(|v| v != 0.0))
+}
+
 /// `FILE` or `FILE:COLUMN` of a CSV input function, with the file's times if it has them.
 fn read_input_csv(spec: &str) -> Result<(PathBuf, Vec<f64>, Option<Vec<f64>>)> {
     let (path, column) = match spec.rsplit_once(':') {
@@ -78,24 +130,27 @@ fn read_input_csv(spec: &str) -> Result<(PathBuf, Vec<f64>, Option<Vec<f64>>)> {
     };
     let path = PathBuf::from(path);
     let table = pcsv::read_table(&path)?;
-    let times = table.time_index().map(|i| table.columns[i].clone());
-    let values = match column {
+    let times = table
+        .time_index()
+        .map(|i| times_column(&path, &table, i))
+        .transpose()?;
+    let index = match column {
         Some(c) => table
-            .column(c)
+            .names
+            .iter()
+            .position(|n| n.eq_ignore_ascii_case(c))
             .ok_or_else(|| Error::File {
                 path: path.clone(),
                 why: format!("no column `{c}` (columns: {})", table.names.join(", ")),
-            })?
-            .to_vec(),
-        None => table
-            .curves()
-            .first()
-            .map(|(_, v)| v.to_vec())
+            })?,
+        None => (0..table.names.len())
+            .find(|&i| Some(i) != table.time_index())
             .ok_or_else(|| Error::File {
                 path: path.clone(),
                 why: "no value column besides time".into(),
             })?,
     };
+    let values = finite_column(&path, &table, index, "an input function")?;
     Ok((path, values, times))
 }
 
@@ -105,6 +160,13 @@ pub fn load(a: &InputSpec) -> Result<Job> {
     if matches!(conv, Conversion::Spgr(_)) && a.t10.is_none() && a.t1_map.is_none() {
         return Err(input("--convert spgr needs --t10 SECONDS or --t1-map FILE"));
     }
+    if let Some(t) = a.t10
+        && !(t.is_finite() && t > 0.0)
+    {
+        return Err(input(format!(
+            "--t10 {t}: a pre-contrast T1 in seconds, > 0 (e.g. 1.4)"
+        )));
+    }
     let mut inputs = Vec::new();
     let (curves, names, file_times, volume, series) = if let Some(path) = &a.dce {
         inputs.push(path.clone());
@@ -113,8 +175,7 @@ pub fn load(a: &InputSpec) -> Result<Job> {
         let mask = match &a.mask {
             Some(m) => {
                 inputs.push(m.clone());
-                let (mv, _) = pnii::read_volume(m)?;
-                mv.mapv(|v| v != 0.0)
+                read_mask(m)?
             }
             None => Array3::from_elem((nx, ny, nz), true),
         };
@@ -131,12 +192,22 @@ pub fn load(a: &InputSpec) -> Result<Job> {
             .iter()
             .map(|[x, y, z]| format!("{x},{y},{z}"))
             .collect();
-        let t = pnii::frame_interval_s(&s.header).map(|dt| {
-            (0..s.data.dim().3)
-                .map(|i| i as f64 * dt)
-                .collect::<Vec<_>>()
-        });
-        let mean = s.data.mean_axis(Axis(3)).expect("frames");
+        let nt = s.data.dim().3;
+        if nt > 1 && s.header.pixdim[4] < 0.0 {
+            return Err(Error::File {
+                path: path.clone(),
+                why: format!(
+                    "header field `pixdim[4]` (byte 92): a frame interval of {} is negative",
+                    s.header.pixdim[4]
+                ),
+            });
+        }
+        let t = pnii::frame_interval_s(&s.header)
+            .map(|dt| (0..nt).map(|i| i as f64 * dt).collect::<Vec<_>>());
+        let mean = s.data.mean_axis(Axis(3)).ok_or_else(|| Error::File {
+            path: path.clone(),
+            why: "the series has no frame".into(),
+        })?;
         let grid = VolumeGrid {
             index,
             shape: (nx, ny, nz),
@@ -151,7 +222,10 @@ pub fn load(a: &InputSpec) -> Result<Job> {
             .ok_or_else(|| input("no tissue curves: give --dce SERIES or --curves FILE"))?;
         inputs.push(path.clone());
         let table = pcsv::read_table(path)?;
-        let t = table.time_index().map(|i| table.columns[i].clone());
+        let t = table
+            .time_index()
+            .map(|i| times_column(path, &table, i))
+            .transpose()?;
         let cols = table.curves();
         if cols.is_empty() {
             return Err(Error::File {
@@ -166,13 +240,31 @@ pub fn load(a: &InputSpec) -> Result<Job> {
     };
     let nt = curves.ncols();
     // Times: --times, --dt, the file's, in that order.
+    // Where the times came from, for messages about inputs that do not match them.
+    let tissue = a
+        .dce
+        .as_ref()
+        .or(a.curves.as_ref())
+        .map_or_else(String::new, |p| p.display().to_string());
+    let times_from = match (&a.times, a.dt) {
+        (Some(p), _) => format!("--times {}", p.display()),
+        (None, Some(dt)) => format!("--dt {dt} over the {nt} frames of {tissue}"),
+        (None, None) => format!("the times of {tissue}"),
+    };
     let times: Vec<f64> = if let Some(p) = &a.times {
         inputs.push(p.clone());
         let t = pcsv::read_table(p)?;
-        t.time_index()
-            .map(|i| t.columns[i].clone())
-            .or_else(|| t.columns.first().cloned())
-            .ok_or_else(|| input("--times: no column"))?
+        let t = times_column(p, &t, t.time_index().unwrap_or(0))?;
+        if t.len() != nt {
+            return Err(Error::File {
+                path: p.clone(),
+                why: format!(
+                    "{} times, but the tissue curves have {nt} time points; give one time per frame",
+                    t.len()
+                ),
+            });
+        }
+        t
     } else if let Some(dt) = a.dt {
         if !(dt.is_finite() && dt > 0.0) {
             return Err(input(format!(
@@ -181,7 +273,7 @@ pub fn load(a: &InputSpec) -> Result<Job> {
         }
         (0..nt).map(|i| i as f64 * dt).collect()
     } else {
-        file_times.ok_or_else(|| input("no time vector: give --dt SECONDS or --times FILE (the NIfTI header has no frame interval, or the CSV no `time` column)"))?
+        file_times.ok_or_else(|| input(format!("no time vector for {tissue}: give --dt SECONDS or --times FILE (the NIfTI header has no frame interval, or the CSV no `time` column)")))?
     };
     // Tissue curves to concentration.
     let t1_map = match &a.t1_map {
@@ -219,9 +311,11 @@ pub fn load(a: &InputSpec) -> Result<Job> {
         let s = series
             .as_ref()
             .ok_or_else(|| input("an ROI input needs --dce"))?;
-        let (m, _) = pnii::read_volume(mask)?;
-        let mask = m.mapv(|v| v != 0.0);
-        let mean = pnii::roi_mean(&s.data, &mask, what)?;
+        let mask_voxels = read_mask(mask)?;
+        let mean = pnii::roi_mean(&s.data, &mask_voxels, what).map_err(|e| Error::File {
+            path: mask.to_path_buf(),
+            why: format!("as the {what} ROI: {e}"),
+        })?;
         let row = Array2::from_shape_fn((1, mean.len()), |(_, i)| mean[i] as f32);
         let t10 = a.t10.unwrap_or(1.0);
         Ok(conv
@@ -247,6 +341,16 @@ pub fn load(a: &InputSpec) -> Result<Job> {
         let v = match (csv, roi) {
             (Some(spec), _) => {
                 let (path, v, t) = read_input_csv(spec)?;
+                if v.len() != times.len() {
+                    return Err(Error::File {
+                        path,
+                        why: format!(
+                            "{} values for the {what} input, but there are {} time points ({times_from}); give one value per time point",
+                            v.len(),
+                            times.len()
+                        ),
+                    });
+                }
                 if let Some(t) = t {
                     let same = t.len() == times.len()
                         && t.iter()
@@ -255,7 +359,9 @@ pub fn load(a: &InputSpec) -> Result<Job> {
                     if !same {
                         return Err(Error::File {
                             path,
-                            why: "its time column differs from the tissue times; resample the input to the tissue times".into(),
+                            why: format!(
+                                "its time column differs from the tissue times ({times_from}); resample the input to the tissue times"
+                            ),
                         });
                     }
                 }
@@ -280,7 +386,13 @@ pub fn load(a: &InputSpec) -> Result<Job> {
         ));
     }
     let portal = if a.model.dual_input() { portal } else { None };
-    let problem = Problem::new(&times, &arterial, portal.as_deref())?;
+    let problem = Problem::new(&times, &arterial, portal.as_deref()).map_err(|e| {
+        let read: Vec<String> = inputs.iter().map(|p| p.display().to_string()).collect();
+        input(format!(
+            "{e} (times: {times_from}; files read: {})",
+            read.join(", ")
+        ))
+    })?;
     Ok(Job {
         curves,
         names,

@@ -5,7 +5,9 @@ use crate::error::{Error, Result};
 use ndarray::{Array2, Array3, Array4, ArrayView1, ArrayView3, Axis, Ix3, Ix4, ShapeBuilder};
 pub use nifti::NiftiHeader;
 use nifti::writer::WriterOptions;
-use nifti::{IntoNdArray, NiftiObject, ReaderOptions};
+use nifti::{InMemNiftiObject, IntoNdArray, NiftiObject};
+use std::fs::File;
+use std::io::{BufReader, Cursor, Read};
 use std::path::{Path, PathBuf};
 
 /// A 4-D series `(x, y, z, t)` with its header.
@@ -23,22 +25,481 @@ fn file_err(path: &Path, why: impl std::fmt::Display) -> Error {
     }
 }
 
+/// Largest voxel data, in bytes as stored, that a NIfTI file may declare: 16 GiB. Checked
+/// (with overflow-checked arithmetic) before anything is allocated.
+pub const MAX_NIFTI_DATA_BYTES: u64 = 1 << 34;
+
+/// Most voxels (the product of the dimensions) a NIfTI file may declare: 2^31, 8 GiB once
+/// converted to f32.
+pub const MAX_NIFTI_VOXELS: u64 = 1 << 31;
+
+/// Largest `vox_offset` (header plus extensions, in bytes): 64 MiB.
+pub const MAX_VOX_OFFSET: u64 = 1 << 26;
+
+/// Most decompressed bytes per byte of a `.nii.gz` file: 1032, the limit of DEFLATE. A header
+/// that declares more data than its compressed file could hold is refused before reading.
+pub const MAX_GZIP_RATIO: u64 = 1032;
+
+/// Size of the NIfTI-1 header (`sizeof_hdr`), and of the header plus the 4-byte extender.
+const HEADER_BYTES: usize = 348;
+const HEADER_AND_EXTENDER: usize = 352;
+
+/// Byte offsets of the header fields that are checked, for messages.
+const OFF_DIM: usize = 40;
+const OFF_DATATYPE: usize = 70;
+const OFF_BITPIX: usize = 72;
+const OFF_PIXDIM: usize = 76;
+const OFF_VOX_OFFSET: usize = 108;
+const OFF_SCL_SLOPE: usize = 112;
+const OFF_MAGIC: usize = 344;
+
+/// The data types read, with their bits per voxel; any other code is refused by name.
+fn datatype_bits(code: i16) -> std::result::Result<i16, &'static str> {
+    match code {
+        2 | 256 => Ok(8),           // uint8, int8
+        4 | 512 => Ok(16),          // int16, uint16
+        8 | 16 | 768 => Ok(32),     // int32, float32, uint32
+        64 | 1024 | 1280 => Ok(64), // float64, int64, uint64
+        0 => Err("unknown (0)"),
+        1 => Err("binary (1 bit per voxel)"),
+        32 => Err("complex64"),
+        128 => Err("RGB24"),
+        1536 => Err("float128"),
+        1792 => Err("complex128"),
+        2048 => Err("complex256"),
+        2304 => Err("RGBA32"),
+        _ => Err("not a NIfTI-1 data type code"),
+    }
+}
+
+/// What the checked header says about the file's layout.
+#[derive(Debug, Clone, Copy)]
+struct Layout {
+    /// Bytes from the start of the (decompressed) stream to the first voxel.
+    vox_offset: u64,
+    /// Bytes of voxel data.
+    data_bytes: u64,
+    little_endian: bool,
+}
+
+impl Layout {
+    fn total(&self) -> u64 {
+        self.vox_offset + self.data_bytes
+    }
+}
+
+/// Whether `path` names a gzip-compressed file (`.gz`, as the `nifti` crate decides).
+fn is_gz(path: &Path) -> bool {
+    path.extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("gz"))
+}
+
+/// The file's (decompressed) byte stream, and the length of the file on disk.
+fn open_stream(path: &Path) -> Result<(Box<dyn Read>, u64)> {
+    let io = |e: std::io::Error| file_err(path, e);
+    let file = File::open(path).map_err(io)?;
+    let len = file.metadata().map_err(io)?.len();
+    if len == 0 {
+        return Err(file_err(path, "the file is empty"));
+    }
+    let reader = BufReader::new(file);
+    Ok(if is_gz(path) {
+        (Box::new(nifti::object::GzDecodedFile::new(reader)), len)
+    } else {
+        (Box::new(reader), len)
+    })
+}
+
+/// Read up to `n` more bytes of `stream` into `buf`, growing it only as bytes arrive.
+fn read_up_to(path: &Path, stream: &mut dyn Read, buf: &mut Vec<u8>, n: u64) -> Result<()> {
+    stream.take(n).read_to_end(buf).map_err(|e| {
+        if is_gz(path) {
+            file_err(
+                path,
+                format!("cannot decompress (corrupt or truncated gzip data): {e}"),
+            )
+        } else {
+            file_err(path, e)
+        }
+    })?;
+    Ok(())
+}
+
+/// Check the fields of a NIfTI-1 header (`bytes`, at least 348 long) before anything is
+/// read or allocated from them: `sizeof_hdr`, magic, `dim`, `datatype` against `bitpix`,
+/// `pixdim`, `vox_offset`, scaling; and the data size against the caps.
+fn check_header(path: &Path, bytes: &[u8]) -> Result<Layout> {
+    let bad = |offset: usize, field: &str, why: String| {
+        file_err(
+            path,
+            format!("header field `{field}` (byte {offset}): {why}"),
+        )
+    };
+    let le = i32::from_le_bytes(bytes[0..4].try_into().expect("4 bytes"));
+    let be = i32::from_be_bytes(bytes[0..4].try_into().expect("4 bytes"));
+    let little_endian = match (le, be) {
+        (348, _) => true,
+        (_, 348) => false,
+        (540, _) | (_, 540) => {
+            return Err(bad(
+                0,
+                "sizeof_hdr",
+                "540, a NIfTI-2 header; only NIfTI-1 is read (convert with e.g. nifti_tool)".into(),
+            ));
+        }
+        _ => {
+            return Err(bad(
+                0,
+                "sizeof_hdr",
+                format!("{le}, expected 348 (not a NIfTI-1 file, or a corrupt header)"),
+            ));
+        }
+    };
+    let i16_at = |o: usize| {
+        let b = [bytes[o], bytes[o + 1]];
+        if little_endian {
+            i16::from_le_bytes(b)
+        } else {
+            i16::from_be_bytes(b)
+        }
+    };
+    let f32_at = |o: usize| {
+        let b: [u8; 4] = bytes[o..o + 4].try_into().expect("4 bytes");
+        if little_endian {
+            f32::from_le_bytes(b)
+        } else {
+            f32::from_be_bytes(b)
+        }
+    };
+    let magic = &bytes[OFF_MAGIC..OFF_MAGIC + 4];
+    if magic == b"ni1\0" {
+        return Err(bad(
+            OFF_MAGIC,
+            "magic",
+            "`ni1`, a header of a .hdr/.img pair; only single-file .nii and .nii.gz are read"
+                .into(),
+        ));
+    }
+    if magic != b"n+1\0" {
+        return Err(bad(
+            OFF_MAGIC,
+            "magic",
+            format!("{magic:?}, expected \"n+1\\0\" (not a NIfTI-1 file, or a corrupt header)"),
+        ));
+    }
+    let rank = i16_at(OFF_DIM);
+    if !(1..=7).contains(&rank) {
+        return Err(bad(
+            OFF_DIM,
+            "dim[0]",
+            format!("{rank} dimensions, expected 1 to 7"),
+        ));
+    }
+    let mut voxels: u64 = 1;
+    for i in 1..=rank as usize {
+        let d = i16_at(OFF_DIM + 2 * i);
+        if d < 1 {
+            return Err(bad(
+                OFF_DIM + 2 * i,
+                &format!("dim[{i}]"),
+                format!("{d}; every dimension must be at least 1"),
+            ));
+        }
+        voxels = voxels.saturating_mul(d as u64);
+    }
+    if voxels > MAX_NIFTI_VOXELS {
+        return Err(bad(
+            OFF_DIM,
+            "dim",
+            format!("{voxels} voxels, more than the {MAX_NIFTI_VOXELS} this reader accepts"),
+        ));
+    }
+    let datatype = i16_at(OFF_DATATYPE);
+    let bits = datatype_bits(datatype).map_err(|name| {
+        bad(
+            OFF_DATATYPE,
+            "datatype",
+            format!(
+                "unsupported data type {datatype} ({name}); expected an integer or real type \
+                 (uint8, int8, int16, uint16, int32, uint32, int64, uint64, float32, float64)"
+            ),
+        )
+    })?;
+    let bitpix = i16_at(OFF_BITPIX);
+    if bitpix != bits {
+        return Err(bad(
+            OFF_BITPIX,
+            "bitpix",
+            format!(
+                "{bitpix} bits per voxel, but data type {datatype} has {bits}; the header \
+                 disagrees with itself"
+            ),
+        ));
+    }
+    for i in 1..=rank as usize {
+        let p = f32_at(OFF_PIXDIM + 4 * i);
+        if !p.is_finite() {
+            return Err(bad(
+                OFF_PIXDIM + 4 * i,
+                &format!("pixdim[{i}]"),
+                format!("{p}; voxel sizes and the frame interval must be finite"),
+            ));
+        }
+    }
+    let off = f32_at(OFF_VOX_OFFSET);
+    if !(off.is_finite() && off.fract() == 0.0 && off >= HEADER_AND_EXTENDER as f32)
+        || f64::from(off) > MAX_VOX_OFFSET as f64
+    {
+        return Err(bad(
+            OFF_VOX_OFFSET,
+            "vox_offset",
+            format!(
+                "{off}; expected a whole number of bytes from {HEADER_AND_EXTENDER} to \
+                 {MAX_VOX_OFFSET}"
+            ),
+        ));
+    }
+    let (slope, inter) = (f32_at(OFF_SCL_SLOPE), f32_at(OFF_SCL_SLOPE + 4));
+    if !slope.is_finite() || (slope != 0.0 && !inter.is_finite()) {
+        return Err(bad(
+            OFF_SCL_SLOPE,
+            "scl_slope/scl_inter",
+            format!("{slope}/{inter}; the scaling must be finite"),
+        ));
+    }
+    let data_bytes = voxels * (bits as u64 / 8);
+    if data_bytes > MAX_NIFTI_DATA_BYTES {
+        return Err(bad(
+            OFF_DIM,
+            "dim",
+            format!(
+                "{data_bytes} bytes of voxel data, more than the {MAX_NIFTI_DATA_BYTES} this \
+                 reader accepts"
+            ),
+        ));
+    }
+    Ok(Layout {
+        vox_offset: off as u64,
+        data_bytes,
+        little_endian,
+    })
+}
+
+/// Check the extension blocks between the header and `vox_offset`: each `esize` at least 8
+/// and inside the region, so the `nifti` crate never reserves from a corrupt size.
+fn check_extensions(path: &Path, bytes: &[u8], layout: Layout) -> Result<()> {
+    let end = layout.vox_offset as usize;
+    if bytes[HEADER_BYTES] == 0 {
+        return Ok(());
+    }
+    let mut at = HEADER_AND_EXTENDER;
+    while at < end {
+        if at + 8 > end {
+            return Err(file_err(
+                path,
+                format!(
+                    "extension at byte {at}: {} bytes left before vox_offset {end}, an \
+                     extension needs at least 8",
+                    end - at
+                ),
+            ));
+        }
+        let b: [u8; 4] = bytes[at..at + 4].try_into().expect("4 bytes");
+        let esize = if layout.little_endian {
+            i32::from_le_bytes(b)
+        } else {
+            i32::from_be_bytes(b)
+        };
+        if esize < 8 || esize as usize > end - at {
+            return Err(file_err(
+                path,
+                format!(
+                    "extension at byte {at}: esize {esize}, expected 8 to {} (the bytes left \
+                     before vox_offset {end})",
+                    end - at
+                ),
+            ));
+        }
+        at += esize as usize;
+    }
+    Ok(())
+}
+
+/// The header bytes (348 plus the extender, or fewer for a truncated file) and the open
+/// stream positioned after them.
+fn read_header_bytes(path: &Path) -> Result<(Vec<u8>, Box<dyn Read>, u64)> {
+    let (mut stream, file_len) = open_stream(path)?;
+    let mut bytes = Vec::with_capacity(HEADER_AND_EXTENDER);
+    read_up_to(path, &mut stream, &mut bytes, HEADER_AND_EXTENDER as u64)?;
+    if bytes.len() < HEADER_AND_EXTENDER {
+        let gz = if is_gz(path) { " (decompressed)" } else { "" };
+        let magic = if bytes.starts_with(&[0x1f, 0x8b]) && !is_gz(path) {
+            "; it is gzip-compressed, so name it .nii.gz"
+        } else {
+            ""
+        };
+        return Err(file_err(
+            path,
+            format!(
+                "truncated: {} bytes{gz}, a NIfTI-1 file needs at least {HEADER_AND_EXTENDER} \
+                 (header and extender){magic}",
+                bytes.len()
+            ),
+        ));
+    }
+    Ok((bytes, stream, file_len))
+}
+
+/// Read the whole (decompressed) file after checking its header, its size against the
+/// header and the caps, and its extensions.
+fn read_checked_bytes(path: &Path) -> Result<Vec<u8>> {
+    let (mut bytes, mut stream, file_len) = read_header_bytes(path)?;
+    if !is_gz(path) && bytes.starts_with(&[0x1f, 0x8b]) {
+        return Err(file_err(
+            path,
+            "the file is gzip-compressed; name it .nii.gz",
+        ));
+    }
+    let layout = check_header(path, &bytes)?;
+    let total = layout.total();
+    let gz = is_gz(path);
+    if gz {
+        let most = file_len.saturating_mul(MAX_GZIP_RATIO);
+        if total > most {
+            return Err(file_err(
+                path,
+                format!(
+                    "the header declares {total} bytes (vox_offset {} + {} bytes of voxel data), \
+                     more than a {file_len}-byte gzip file can hold (at most {most}); the \
+                     header is corrupt or the file truncated",
+                    layout.vox_offset, layout.data_bytes
+                ),
+            ));
+        }
+    } else if file_len != total {
+        let what = if file_len < total {
+            "truncated"
+        } else {
+            "longer than its header says"
+        };
+        return Err(file_err(
+            path,
+            format!(
+                "{what}: {file_len} bytes, the header declares {total} (vox_offset {} + {} \
+                 bytes of voxel data); check dim, datatype and vox_offset",
+                layout.vox_offset, layout.data_bytes
+            ),
+        ));
+    }
+    // Bounded by the caps and the file's size, checked above.
+    let total = usize::try_from(total).map_err(|_| {
+        file_err(
+            path,
+            format!("{total} bytes is too large for this platform"),
+        )
+    })?;
+    bytes.try_reserve_exact(total - bytes.len()).map_err(|_| {
+        file_err(
+            path,
+            format!("cannot allocate {total} bytes to read the file"),
+        )
+    })?;
+    let rest = (total - bytes.len()) as u64 + 1;
+    read_up_to(path, &mut stream, &mut bytes, rest)?;
+    if bytes.len() != total {
+        let what = if bytes.len() < total {
+            "truncated"
+        } else {
+            "longer than its header says"
+        };
+        return Err(file_err(
+            path,
+            format!(
+                "{what}: the decompressed data {} {} bytes, the header declares {total} \
+                 (vox_offset {} + {} bytes of voxel data)",
+                if bytes.len() < total {
+                    "end after"
+                } else {
+                    "run past"
+                },
+                bytes.len().min(total),
+                layout.vox_offset,
+                layout.data_bytes
+            ),
+        ));
+    }
+    check_extensions(path, &bytes, layout)?;
+    Ok(bytes)
+}
+
+/// Run a call into the `nifti` crate, turning a panic inside it into an error naming the file.
+fn guarded<T>(path: &Path, what: &str, f: impl FnOnce() -> T) -> Result<T> {
+    gpu_runtime::contain_panic(f).map_err(|msg| {
+        file_err(
+            path,
+            format!("the NIfTI decoder failed while {what} (internal panic: {msg})"),
+        )
+    })
+}
+
 fn read(path: &Path) -> Result<(ndarray::ArrayD<f32>, NiftiHeader)> {
-    let obj = ReaderOptions::new()
-        .read_file(path)
-        .map_err(|e| file_err(path, format!("cannot read as NIfTI-1: {e}")))?;
+    let bytes = read_checked_bytes(path)?;
+    let obj = guarded(path, "parsing the file", || {
+        InMemNiftiObject::from_reader(Cursor::new(&bytes[..]))
+    })?
+    .map_err(|e| file_err(path, format!("cannot read as NIfTI-1: {e}")))?;
+    drop(bytes);
     let header = obj.header().clone();
-    let data = obj
-        .into_volume()
-        .into_ndarray::<f32>()
-        .map_err(|e| file_err(path, format!("cannot convert the voxel data: {e}")))?;
+    let data = guarded(path, "converting the voxel data", || {
+        obj.into_volume().into_ndarray::<f32>()
+    })?
+    .map_err(|e| file_err(path, format!("cannot convert the voxel data: {e}")))?;
+    let want: Vec<usize> = header.dim[1..=header.dim[0] as usize]
+        .iter()
+        .map(|&d| d as usize)
+        .collect();
+    if data.shape() != want.as_slice() {
+        return Err(file_err(
+            path,
+            format!(
+                "the decoder returned shape {:?}, the header declares {want:?}",
+                data.shape()
+            ),
+        ));
+    }
     Ok((data, header))
 }
 
-/// The header of a NIfTI file.
+/// The header of a NIfTI file, checked as [`read_series`] checks it (without reading the
+/// voxel data of a `.nii.gz`).
 pub fn read_header(path: &Path) -> Result<NiftiHeader> {
-    NiftiHeader::from_file(path)
-        .map_err(|e| file_err(path, format!("cannot read a NIfTI-1 header: {e}")))
+    let (bytes, _, file_len) = read_header_bytes(path)?;
+    let layout = check_header(path, &bytes)?;
+    if is_gz(path) && layout.total() > file_len.saturating_mul(MAX_GZIP_RATIO) {
+        return Err(file_err(
+            path,
+            format!(
+                "the header declares {} bytes, more than a {file_len}-byte gzip file can hold",
+                layout.total()
+            ),
+        ));
+    }
+    if !is_gz(path) && file_len != layout.total() {
+        return Err(file_err(
+            path,
+            format!(
+                "{file_len} bytes, the header declares {} (vox_offset {} + {} bytes of voxel \
+                 data); check dim, datatype and vox_offset",
+                layout.total(),
+                layout.vox_offset,
+                layout.data_bytes
+            ),
+        ));
+    }
+    guarded(path, "parsing the header", || {
+        NiftiHeader::from_reader(Cursor::new(&bytes[..]))
+    })?
+    .map_err(|e| file_err(path, format!("cannot read a NIfTI-1 header: {e}")))
 }
 
 /// Read a 4-D series (a 3-D file is one frame).
@@ -91,10 +552,12 @@ pub fn frame_interval_s(header: &NiftiHeader) -> Option<f64> {
         return None;
     }
     // xyzt_units bits 3-5: 8 s, 16 ms, 24 us; 0 (unknown) is taken as seconds.
+    // Other codes (Hz, ppm, rad/s) are not a time unit: no interval rather than a wrong one.
     let scale = match header.xyzt_units & 0x38 {
+        0 | 8 => 1.0,
         16 => 1e-3,
         24 => 1e-6,
-        _ => 1.0,
+        _ => return None,
     };
     Some(dt * scale)
 }

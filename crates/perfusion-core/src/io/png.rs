@@ -221,6 +221,17 @@ pub fn write_overlay(
 
 /// A voxel's data (dots) and fitted curve (line) against time.
 pub fn write_curve_plot(path: &Path, times: &[f64], data: &[f64], fit: &[f64]) -> Result<()> {
+    if times.is_empty() || data.len() != times.len() || fit.len() != times.len() {
+        return Err(Error::File {
+            path: path.to_path_buf(),
+            why: format!(
+                "cannot plot {} data and {} fitted values against {} times; give one of each per time",
+                data.len(),
+                fit.len(),
+                times.len()
+            ),
+        });
+    }
     let (w, h) = (640i64, 400i64);
     let (l, r, t, b) = (70i64, 20i64, 20i64, 40i64);
     let mut c = Canvas::new(w as usize, h as usize, [255, 255, 255]);

@@ -11,8 +11,14 @@ use png::{BitDepth, ColorType, Decoder, DecodingError, Limits};
 use crate::error::{Error, Result};
 use crate::model::types::{CameraInfo, RawStack};
 
-/// Largest image the decoder may allocate.
+/// Largest image read: 4 GiB of pixels, checked (with overflow-checked arithmetic) against
+/// the header's width and height before the image buffer is allocated. Also the `png`
+/// crate's own allocation limit (`Limits::bytes`), set explicitly.
 const MAX_PNG_BYTES: usize = 1 << 32;
+
+/// Most decoded bytes per stored byte: 1032, the limit of DEFLATE, which PNG image data use.
+/// A header that declares more pixels than the file could hold is refused before decoding.
+const MAX_PNG_RATIO: u64 = 1032;
 
 /// Read a greyscale PNG as a stack.
 ///
@@ -26,6 +32,21 @@ pub fn read_png(
     bit_depth: Option<u32>,
 ) -> Result<(RawStack, CameraInfo)> {
     let path = path.as_ref();
+    gpu_runtime::contain_panic(|| read_png_unguarded(path, frame_height, bit_depth)).unwrap_or_else(
+        |msg| {
+            Err(Error::Format {
+                path: path.to_path_buf(),
+                why: format!("the PNG decoder failed (internal panic: {msg}); the file is corrupt"),
+            })
+        },
+    )
+}
+
+fn read_png_unguarded(
+    path: &Path,
+    frame_height: Option<usize>,
+    bit_depth: Option<u32>,
+) -> Result<(RawStack, CameraInfo)> {
     let fail = |why: String| Error::Format {
         path: path.to_path_buf(),
         why,
@@ -35,7 +56,8 @@ pub fn read_png(
         source,
     };
     let file = File::open(path).map_err(io_err)?;
-    if file.metadata().map_err(io_err)?.len() == 0 {
+    let file_len = file.metadata().map_err(io_err)?.len();
+    if file_len == 0 {
         return Err(Error::EmptyFile {
             path: path.to_path_buf(),
         });
@@ -81,16 +103,42 @@ pub fn read_png(
             ),
         });
     }
-    let mut buf = vec![
-        0u8;
-        reader
-            .output_buffer_size()
-            .ok_or_else(|| fail("image too large".into()))?
-    ];
+    // The image's size against the cap and the file before the buffer is allocated.
+    let need = width
+        .checked_mul(height)
+        .and_then(|n| n.checked_mul(container as usize / 8))
+        .filter(|&n| n <= MAX_PNG_BYTES)
+        .ok_or_else(|| {
+            fail(format!(
+                "{width}x{height} pixels is larger than the {} GiB an image may have",
+                MAX_PNG_BYTES >> 30
+            ))
+        })?;
+    let most = file_len.saturating_mul(MAX_PNG_RATIO);
+    if need as u64 > most {
+        return Err(fail(format!(
+            "a {width}x{height} image needs {need} bytes, more than a {file_len}-byte PNG can \
+             hold (at most {most}); the header is corrupt or the file truncated"
+        )));
+    }
+    let size = reader
+        .output_buffer_size()
+        .ok_or_else(|| fail("image too large".into()))?;
+    if size != need {
+        return Err(fail(format!(
+            "the decoder lays the {width}x{height} image out in {size} bytes, expected {need}"
+        )));
+    }
+    let mut buf = vec![0u8; size];
     let out = reader
         .next_frame(&mut buf)
         .map_err(|e| png_error(path, e))?;
-    buf.truncate(out.buffer_size());
+    if out.buffer_size() != need {
+        return Err(fail(format!(
+            "the decoder returned {} bytes for a {width}x{height} image, expected {need}",
+            out.buffer_size()
+        )));
+    }
     let shape = (height / frame_height, frame_height, width);
     let stack = if container == 8 {
         RawStack::U8(Array3::from_shape_vec(shape, buf).map_err(|e| fail(e.to_string()))?)

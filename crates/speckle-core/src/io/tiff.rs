@@ -3,8 +3,9 @@
 //! read page by page. Bit-packed depths (BitsPerSample = 12 etc.) are refused with advice,
 //! because the `tiff` crate cannot decode them.
 
+use std::collections::HashSet;
 use std::fs::File;
-use std::io::BufReader;
+use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 use ndarray::Array2;
@@ -17,9 +18,265 @@ use crate::error::{Error, Result};
 use crate::model::frame::Frame;
 use crate::model::types::{CameraInfo, RawStack};
 
-/// Largest page the decoder may allocate (the `tiff` default of 256 MiB is too small for
-/// large sCMOS frames in float).
+/// Largest page the decoder may allocate: 4 GiB (the `tiff` default of 256 MiB is too small
+/// for large sCMOS frames in float). Checked, with overflow-checked arithmetic, before the
+/// page buffer is allocated.
 const MAX_PAGE_BYTES: usize = 1 << 32;
+
+/// Most decoded bytes per stored byte of a compressed page: 4096 (LZW's worst case is about
+/// 2730, DEFLATE's 1032, PackBits' 64). An uncompressed page must fit in the file itself.
+const MAX_COMPRESSION_RATIO: u64 = 4096;
+
+/// Most values one IFD tag may hold: 2^24 (a page of 16 million strips).
+const MAX_TAG_VALUES: u64 = 1 << 24;
+
+/// Most entries in one IFD: 4096 (a page has 10 to 30).
+const MAX_IFD_ENTRIES: u64 = 4096;
+
+/// Largest tag value the decoder may read into memory (`Limits::ifd_value_size`): 64 MiB.
+const MAX_IFD_VALUE_BYTES: usize = 64 << 20;
+
+/// Most pages in one file: 2^24.
+const MAX_PAGES: usize = 1 << 24;
+
+/// Checks each IFD (page directory) against the file before the `tiff` crate reads it: the
+/// entry count, every tag's value size and offset against the file's length, and the chain
+/// of pages for loops. The crate reserves memory from these counts, so they are checked
+/// first.
+#[derive(Debug)]
+struct IfdScan {
+    file: BufReader<File>,
+    len: u64,
+    little: bool,
+    big: bool,
+    seen: HashSet<u64>,
+}
+
+/// What the scan learned of one page.
+#[derive(Debug, Clone, Copy)]
+struct IfdFacts {
+    /// Offset of the next page's IFD, 0 at the last page.
+    next: u64,
+    /// The Compression tag (1 = none).
+    compression: u32,
+}
+
+impl IfdScan {
+    /// Read the file header; returns the scanner and the offset of the first IFD.
+    fn open(path: &Path) -> Result<(Self, u64)> {
+        let io_err = |source| Error::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let file = File::open(path).map_err(io_err)?;
+        let len = file.metadata().map_err(io_err)?.len();
+        if len == 0 {
+            return Err(Error::EmptyFile {
+                path: path.to_path_buf(),
+            });
+        }
+        let mut scan = IfdScan {
+            file: BufReader::new(file),
+            len,
+            little: true,
+            big: false,
+            seen: HashSet::new(),
+        };
+        let not_tiff = || Error::Format {
+            path: path.to_path_buf(),
+            why: "not a TIFF file (no II/MM signature at the start)".into(),
+        };
+        let mut head = [0u8; 16];
+        let got = scan.read_at(0, &mut head).map_err(io_err)?;
+        if got < 8 {
+            return Err(if head.starts_with(b"II") || head.starts_with(b"MM") {
+                Error::Format {
+                    path: path.to_path_buf(),
+                    why: format!(
+                        "the file ends before the data it describes (truncated TIFF): {len} bytes, the header needs 8"
+                    ),
+                }
+            } else {
+                not_tiff()
+            });
+        }
+        scan.little = match &head[..2] {
+            b"II" => true,
+            b"MM" => false,
+            _ => return Err(not_tiff()),
+        };
+        let first = match scan.u16(&head[2..4]) {
+            42 => u64::from(scan.u32(&head[4..8])),
+            43 if got >= 16 && scan.u16(&head[4..6]) == 8 => {
+                scan.big = true;
+                scan.u64(&head[8..16])
+            }
+            v => {
+                return Err(Error::Format {
+                    path: path.to_path_buf(),
+                    why: format!(
+                        "TIFF version field (byte 2) is {v}, expected 42 (TIFF) or 43 (BigTIFF); not a TIFF file or a corrupt header"
+                    ),
+                });
+            }
+        };
+        Ok((scan, first))
+    }
+
+    fn u16(&self, b: &[u8]) -> u16 {
+        let b = [b[0], b[1]];
+        if self.little {
+            u16::from_le_bytes(b)
+        } else {
+            u16::from_be_bytes(b)
+        }
+    }
+
+    fn u32(&self, b: &[u8]) -> u32 {
+        let b = [b[0], b[1], b[2], b[3]];
+        if self.little {
+            u32::from_le_bytes(b)
+        } else {
+            u32::from_be_bytes(b)
+        }
+    }
+
+    fn u64(&self, b: &[u8]) -> u64 {
+        let b: [u8; 8] = b[..8].try_into().expect("8 bytes");
+        if self.little {
+            u64::from_le_bytes(b)
+        } else {
+            u64::from_be_bytes(b)
+        }
+    }
+
+    /// Read up to `buf.len()` bytes at `offset`; returns how many were read.
+    fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.file.seek(SeekFrom::Start(offset))?;
+        let mut n = 0;
+        while n < buf.len() {
+            match self.file.read(&mut buf[n..])? {
+                0 => break,
+                k => n += k,
+            }
+        }
+        Ok(n)
+    }
+
+    /// Check the IFD of page `page` at `offset`.
+    fn check(&mut self, path: &Path, page: usize, offset: u64) -> Result<IfdFacts> {
+        let fail = |why: String| Error::Format {
+            path: path.to_path_buf(),
+            why: format!("page {page}: IFD at byte {offset}: {why}"),
+        };
+        if page >= MAX_PAGES {
+            return Err(fail(format!("more than {MAX_PAGES} pages")));
+        }
+        if !self.seen.insert(offset) {
+            return Err(fail(
+                "an earlier page points here too: the chain of pages loops (corrupt file)".into(),
+            ));
+        }
+        let (count_bytes, entry_bytes, inline) = if self.big { (8, 20, 8) } else { (2, 12, 4) };
+        let header_end = if self.big { 16 } else { 8 };
+        if offset < header_end || offset.saturating_add(count_bytes) > self.len {
+            return Err(fail(format!(
+                "outside the file ({} bytes): the file is truncated or the offset corrupt",
+                self.len
+            )));
+        }
+        let io_err = |source| Error::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let mut b = [0u8; 8];
+        self.read_at(offset, &mut b[..count_bytes as usize])
+            .map_err(io_err)?;
+        let entries = if self.big {
+            self.u64(&b)
+        } else {
+            u64::from(self.u16(&b))
+        };
+        if entries == 0 || entries > MAX_IFD_ENTRIES {
+            return Err(fail(format!(
+                "{entries} entries, expected 1 to {MAX_IFD_ENTRIES}"
+            )));
+        }
+        let table = entries * entry_bytes;
+        let end = offset + count_bytes + table + inline;
+        if end > self.len {
+            return Err(fail(format!(
+                "{entries} entries need bytes up to {end}, but the file has {} (truncated or corrupt)",
+                self.len
+            )));
+        }
+        let mut raw = vec![0u8; (table + inline) as usize];
+        self.read_at(offset + count_bytes, &mut raw)
+            .map_err(io_err)?;
+        let mut compression = 1;
+        for e in raw[..table as usize].chunks_exact(entry_bytes as usize) {
+            let tag = self.u16(&e[0..2]);
+            let ty = self.u16(&e[2..4]);
+            let (count, value) = if self.big {
+                (self.u64(&e[4..12]), &e[12..20])
+            } else {
+                (u64::from(self.u32(&e[4..8])), &e[8..12])
+            };
+            let size = match ty {
+                1 | 2 | 6 | 7 => 1,
+                3 | 8 => 2,
+                4 | 9 | 11 | 13 => 4,
+                5 | 10 | 12 | 16 | 17 | 18 => 8,
+                _ => continue, // unknown types are skipped by the decoder too
+            };
+            if count > MAX_TAG_VALUES {
+                return Err(fail(format!(
+                    "tag {tag} holds {count} values, more than the {MAX_TAG_VALUES} allowed"
+                )));
+            }
+            let bytes = count * size;
+            if bytes > inline {
+                let at = if self.big {
+                    self.u64(value)
+                } else {
+                    u64::from(self.u32(value))
+                };
+                if at.checked_add(bytes).is_none_or(|e| e > self.len) {
+                    return Err(fail(format!(
+                        "tag {tag}: {count} values ({bytes} bytes) at byte {at} run past the end of the file ({} bytes)",
+                        self.len
+                    )));
+                }
+            }
+            if tag == 259 && count == 1 {
+                compression = match ty {
+                    3 => u32::from(self.u16(value)),
+                    4 => self.u32(value),
+                    _ => compression,
+                };
+            }
+        }
+        let tail = &raw[table as usize..];
+        let next = if self.big {
+            self.u64(tail)
+        } else {
+            u64::from(self.u32(tail))
+        };
+        Ok(IfdFacts { next, compression })
+    }
+}
+
+/// Run calls into the `tiff` crate, turning a panic inside it into an error naming the file.
+fn no_panic<T>(path: &Path, page: usize, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    gpu_runtime::contain_panic(f).unwrap_or_else(|msg| {
+        Err(Error::Format {
+            path: path.to_path_buf(),
+            why: format!(
+                "page {page}: the TIFF decoder failed (internal panic: {msg}); the file is corrupt"
+            ),
+        })
+    })
+}
 
 /// How the samples of a page are stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,6 +311,9 @@ pub struct TiffFrameReader {
     check_max: Option<u32>,
     guard: FrameGuard,
     done: bool,
+    /// The IFD checker, and what it found for the current page.
+    scan: IfdScan,
+    facts: IfdFacts,
 }
 
 impl TiffFrameReader {
@@ -65,23 +325,26 @@ impl TiffFrameReader {
     /// saturation level. It is an error for float data.
     pub fn open(path: impl AsRef<Path>, bit_depth: Option<u32>) -> Result<Self> {
         let path = path.as_ref();
-        let io_err = |source| Error::Io {
+        let (mut scan, first) = IfdScan::open(path)?;
+        let facts = scan.check(path, 0, first)?;
+        let file = File::open(path).map_err(|source| Error::Io {
             path: path.to_path_buf(),
             source,
-        };
-        let file = File::open(path).map_err(io_err)?;
-        if file.metadata().map_err(io_err)?.len() == 0 {
-            return Err(Error::EmptyFile {
-                path: path.to_path_buf(),
-            });
-        }
+        })?;
+        // Set every limit: pages up to the cap, compressed chunks no larger than the file.
         let mut limits = Limits::default();
         limits.decoding_buffer_size = MAX_PAGE_BYTES;
-        limits.intermediate_buffer_size = MAX_PAGE_BYTES;
-        let mut decoder = Decoder::new(BufReader::new(file))
-            .map_err(|e| tiff_error(path, None, e))?
-            .with_limits(limits);
-        let kind = page_kind(path, 0, &mut decoder)?;
+        limits.intermediate_buffer_size = usize::try_from(scan.len)
+            .unwrap_or(usize::MAX)
+            .min(MAX_PAGE_BYTES);
+        limits.ifd_value_size = MAX_IFD_VALUE_BYTES;
+        let (decoder, kind) = no_panic(path, 0, || {
+            let mut decoder = Decoder::new(BufReader::new(file))
+                .map_err(|e| tiff_error(path, None, e))?
+                .with_limits(limits);
+            let kind = page_kind(path, 0, &mut decoder)?;
+            Ok((decoder, kind))
+        })?;
         let container = kind.container_bits();
         let (camera, check_max) = match (bit_depth, container) {
             (None, bits) => (CameraInfo { bit_depth: bits }, None),
@@ -118,6 +381,8 @@ impl TiffFrameReader {
             check_max,
             guard: FrameGuard::default(),
             done: false,
+            scan,
+            facts,
         })
     }
 
@@ -129,12 +394,19 @@ impl TiffFrameReader {
     fn read_page(&mut self) -> Result<Frame> {
         let (path, page) = (self.path.as_path(), self.page);
         if page > 0 {
-            self.decoder
-                .next_image()
-                .map_err(|e| tiff_error(path, Some(page), e))?;
+            self.facts = self.scan.check(path, page, self.facts.next)?;
         }
-        let kind = page_kind(path, page, &mut self.decoder)?;
-        let frame = decode_page(path, page, kind, &mut self.decoder)?;
+        let (file_len, compressed) = (self.scan.len, self.facts.compression != 1);
+        let decoder = &mut self.decoder;
+        let frame = no_panic(path, page, || {
+            if page > 0 {
+                decoder
+                    .next_image()
+                    .map_err(|e| tiff_error(path, Some(page), e))?;
+            }
+            let kind = page_kind(path, page, decoder)?;
+            decode_page(path, page, kind, decoder, (file_len, compressed))
+        })?;
         self.guard
             .check(&frame, || format!("page {page} of {}", path.display()))?;
         if let (Some(max), Some(found)) = (self.check_max, frame.max_value())
@@ -157,7 +429,7 @@ impl Iterator for TiffFrameReader {
     type Item = Result<Frame>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        if self.done || (self.page > 0 && !self.decoder.more_images()) {
+        if self.done || (self.page > 0 && self.facts.next == 0) {
             return None;
         }
         let frame = self.read_page();
@@ -192,7 +464,8 @@ fn tiff_error(path: &Path, page: Option<usize>, e: TiffError) -> Error {
         }
         TiffError::LimitsExceeded => {
             format!(
-                "{at}page larger than {} GiB; split the stack",
+                "{at}the page or one of its tags exceeds the decoder's limits ({} GiB per page, \
+                 the file's size per compressed strip); the file is corrupt, or split the stack",
                 MAX_PAGE_BYTES >> 30
             )
         }
@@ -253,6 +526,7 @@ fn decode_page(
     page: usize,
     kind: PageKind,
     dec: &mut Decoder<BufReader<File>>,
+    (file_len, compressed): (u64, bool),
 ) -> Result<Frame> {
     let terr = |e| tiff_error(path, Some(page), e);
     let (w, h) = dec.dimensions().map_err(terr)?;
@@ -263,7 +537,50 @@ fn decode_page(
             why: format!("page {page} is {w}x{h}: it holds no pixel"),
         });
     }
+    // The page's size, with checked arithmetic, against the cap and the bytes the file can
+    // hold, before anything is allocated.
+    let bytes_per_pixel = match kind {
+        PageKind::U8 => 1,
+        PageKind::U16 => 2,
+        PageKind::F32 => 4,
+    };
+    let fail = |why: String| Error::Format {
+        path: path.to_path_buf(),
+        why: format!("page {page} is {w}x{h}: {why}"),
+    };
+    let need = w
+        .checked_mul(h)
+        .and_then(|n| n.checked_mul(bytes_per_pixel))
+        .filter(|&n| n <= MAX_PAGE_BYTES)
+        .ok_or_else(|| {
+            fail(format!(
+                "larger than the {} GiB a page may have (width or height corrupt, or split the stack)",
+                MAX_PAGE_BYTES >> 30
+            ))
+        })?;
+    let bound = if compressed {
+        file_len.saturating_mul(MAX_COMPRESSION_RATIO)
+    } else {
+        file_len
+    };
+    if need as u64 > bound {
+        let how = if compressed {
+            format!(" at the {MAX_COMPRESSION_RATIO}:1 most a compressed page can expand")
+        } else {
+            " uncompressed".into()
+        };
+        return Err(fail(format!(
+            "{need} bytes of pixels, more than a {file_len}-byte file can hold{how} \
+             (truncated, or a corrupt width or height)"
+        )));
+    }
     let layout = dec.image_buffer_layout().map_err(terr)?;
+    if layout.len != need {
+        return Err(fail(format!(
+            "the decoder lays the page out in {} bytes, expected {need}",
+            layout.len
+        )));
+    }
     let mut buf = vec![0u8; layout.len];
     dec.read_image_bytes(&mut buf).map_err(terr)?;
     let short = |need: usize| Error::Format {
