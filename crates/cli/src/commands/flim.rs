@@ -341,6 +341,34 @@ fn write_set(
     Ok(())
 }
 
+/// Every file a run writes, known before the work: per image (names prefixed by its label)
+/// the method's `maps` as TIFFs, the `extra` files, and the IRF files when there is an IRF;
+/// then summary.csv and summary.json.
+fn planned_files(rec: &Recording, prep: &Prep, maps: &[String], extra: &[String]) -> Vec<String> {
+    let mut files = vec!["summary.csv".to_string(), "summary.json".to_string()];
+    for image in &rec.images {
+        let label = image.label(rec);
+        files.extend(maps.iter().map(|m| format!("{}.tif", named(&label, m))));
+        files.extend(extra.iter().map(|e| named(&label, e)));
+        if prep.irf.is_some() {
+            files.push(format!("{}.csv", named(&label, "irf")));
+            if prep.irf_shift.as_deref() == Some("pixel") {
+                files.push(format!("{}.tif", named(&label, "irf_shift_ns")));
+            }
+        }
+    }
+    files
+}
+
+/// Inputs an output must never replace: the recording and any files the options name.
+fn input_files<'a>(input: &'a Input, prep: &'a Prep) -> Vec<&'a Path> {
+    let mut inputs = vec![input.path.as_path()];
+    if let Some(irf) = prep.irf.as_deref().filter(|v| *v != "auto") {
+        inputs.push(Path::new(irf));
+    }
+    inputs
+}
+
 fn write_irf(out: &OutDir, p: &Prepared) -> anyhow::Result<Option<serde_json::Value>> {
     let Some(irf) = &p.irf else { return Ok(None) };
     let mut csv = String::from("time_ns,irf\n");
@@ -365,7 +393,19 @@ fn run_fit(a: &FitArgs, tuning: GpuTuning, device: &Device) -> anyhow::Result<()
     let method = flim_core::Method::from(a.method);
     let opts = a.fit.options(a.method, a.model, tuning)?;
     let rec = a.input.read()?;
-    let out = OutDir::create(&a.output.out, a.output.force, &[&a.input.path])?;
+    let maps = method.map_names(&opts, a.prep.irf_shift.as_deref() == Some("pixel"));
+    let extra = [
+        format!("{}.png", maps[0]),
+        "intensity.png".into(),
+        "tau_histogram.csv".into(),
+        "tau_histogram.png".into(),
+    ];
+    let out = OutDir::create(
+        &a.output.out,
+        a.output.force,
+        &input_files(&a.input, &a.prep),
+        planned_files(&rec, &a.prep, &maps, &extra),
+    )?;
     let t0 = Instant::now();
     let bar = progress(rec.images.len(), "images");
     let mut rows = Vec::new();
@@ -467,16 +507,25 @@ fn run_fit(a: &FitArgs, tuning: GpuTuning, device: &Device) -> anyhow::Result<()
             "maps": rows.iter().map(|(i, m, s)| serde_json::json!({"image": i, "map": m, "stats": s})).collect::<Vec<_>>(),
         }),
     )?;
-    println!("outputs in {}", out.path().display());
+    let shown = out.path().display().to_string();
+    out.commit()?;
+    println!("outputs in {shown}");
     Ok(())
 }
 
 fn run_phasor(a: &PhasorArgs, tuning: GpuTuning, device: &Device) -> anyhow::Result<()> {
     let prep = a.prep.options(tuning)?;
     let rec = a.input.read()?;
-    let mut inputs = vec![a.input.path.as_path()];
+    let mut inputs = input_files(&a.input, &a.prep);
     inputs.extend(a.calibrate.as_deref());
-    let out = OutDir::create(&a.output.out, a.output.force, &inputs)?;
+    let maps = flim_core::Method::Phasor.map_names(&flim_core::MethodOptions::default(), false);
+    let extra = ["phasor.png".into(), "tau_phase_ns.png".into()];
+    let out = OutDir::create(
+        &a.output.out,
+        a.output.force,
+        &inputs,
+        planned_files(&rec, &a.prep, &maps, &extra),
+    )?;
     let mut rows = Vec::new();
     let mut images = Vec::new();
     let bar = progress(rec.images.len(), "images");
@@ -559,18 +608,19 @@ fn run_phasor(a: &PhasorArgs, tuning: GpuTuning, device: &Device) -> anyhow::Res
             "maps": rows.iter().map(|(i, m, s)| serde_json::json!({"image": i, "map": m, "stats": s})).collect::<Vec<_>>(),
         }),
     )?;
-    println!("outputs in {}", out.path().display());
+    let shown = out.path().display().to_string();
+    out.commit()?;
+    println!("outputs in {shown}");
     Ok(())
 }
 
 fn run_convert(a: &ConvertArgs) -> anyhow::Result<()> {
-    let rec = a.input.read()?;
-    let out = OutDir::create(&a.out, a.force, &[&a.input.path])?;
     let ext = match a.to.as_str() {
         "npy" => "npy",
         "tif" | "tiff" => "tif",
         other => bail!("--to {other}: expected npy or tiff"),
     };
+    let rec = a.input.read()?;
     let stem = a
         .input
         .path
@@ -578,6 +628,19 @@ fn run_convert(a: &ConvertArgs) -> anyhow::Result<()> {
         .and_then(|s| s.to_str())
         .unwrap_or("cube")
         .to_string();
+    let file_name = |label: &str| {
+        if label.is_empty() {
+            format!("{stem}.{ext}")
+        } else {
+            format!("{stem}_{label}.{ext}")
+        }
+    };
+    let out = OutDir::create(
+        &a.out,
+        a.force,
+        &[&a.input.path],
+        rec.images.iter().map(|i| file_name(&i.label(&rec))),
+    )?;
     for image in &rec.images {
         let mut cube = bin_spatial(&image.cube, Binning::Square(a.bin))?;
         if let Some(spec) = &a.range
@@ -585,12 +648,7 @@ fn run_convert(a: &ConvertArgs) -> anyhow::Result<()> {
         {
             cube = range.crop(&cube)?;
         }
-        let label = image.label(&rec);
-        let name = if label.is_empty() {
-            format!("{stem}.{ext}")
-        } else {
-            format!("{stem}_{label}.{ext}")
-        };
+        let name = file_name(&image.label(&rec));
         let path = out.file(&name)?;
         if ext == "npy" {
             write_npy(&path, &cube)?;
@@ -600,7 +658,7 @@ fn run_convert(a: &ConvertArgs) -> anyhow::Result<()> {
         let (h, w) = cube.shape();
         println!(
             "{}: {w}x{h} px x {} bins of {:.5} ns ({}), period {:.4} ns, {:.0} photons",
-            path.display(),
+            out.path().join(&name).display(),
             cube.bins(),
             cube.bin_ns(),
             cube.dtype(),
@@ -608,7 +666,7 @@ fn run_convert(a: &ConvertArgs) -> anyhow::Result<()> {
             cube.photons().sum()
         );
     }
-    Ok(())
+    out.commit()
 }
 
 /// This modality's part of `biogpu demo` ([`flim_core::sim::demo`]): the paper's phantoms

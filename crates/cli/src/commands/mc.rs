@@ -1,12 +1,12 @@
 //! `biogpu mc`: Monte Carlo light transport in tetrahedral meshes.
 
-use super::output::OutDir;
+use super::output::{OutDir, split_file};
 use anyhow::ensure;
 use gpu_runtime::Device;
 use indicatif::{ProgressBar, ProgressStyle};
 use montecarlo_core::io::{read_mesh, results, vtk};
 use montecarlo_core::sim::problems;
-use montecarlo_core::{Gates, GpuTuning, McResult, Plane, RunParams, SimSpec, Simulation, api};
+use montecarlo_core::{Gates, GpuTuning, Plane, RunParams, SimSpec, Simulation, api};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -194,13 +194,11 @@ fn mesh_info(a: &MeshArgs) -> anyhow::Result<()> {
         "ignored_elements": imported.ignored,
         "notes": imported.notes,
     });
-    if let Some(out) = &a.vtu {
-        ensure!(
-            a.force || !out.exists(),
-            "{} exists (use --force to overwrite)",
-            out.display()
-        );
-        vtk::write_vtu(out, m, &[])?;
+    if let Some(path) = &a.vtu {
+        let (dir, name) = split_file(path)?;
+        let out = OutDir::create(dir, a.force, &[&a.file], [name])?;
+        vtk::write_vtu(&out.file(name)?, m, &[])?;
+        out.commit()?;
     }
     println!("{}", serde_json::to_string_pretty(&info)?);
     Ok(())
@@ -219,7 +217,7 @@ fn run_sim(a: &RunArgs, device: &Device) -> anyhow::Result<()> {
     for note in &sim.notes {
         println!("mesh: {note}");
     }
-    let out = OutDir::create(&a.out, a.force, &[&a.sim])?;
+    let out = OutDir::create(&a.out, a.force, &[&a.sim], results::file_names(&sim))?;
     // A second Ctrl-C while stopping falls through to the default (the handler is set once).
     let _ = ctrlc::set_handler(|| STOP.store(true, Ordering::Relaxed));
     let bar = ProgressBar::new(sim.photons).with_style(
@@ -240,7 +238,9 @@ fn run_sim(a: &RunArgs, device: &Device) -> anyhow::Result<()> {
         .with_progress(&progress);
     let (result, _) = api::run(&sim, &params, device)?;
     bar.finish_and_clear();
-    write_outputs(&out, &sim, &result)?;
+    results::write(out.staging(), &sim, &result)?;
+    let shown = out.path().display().to_string();
+    out.commit()?;
     let s = &result.summary;
     println!(
         "{} photons in {:.3} s ({:.0} photons/ms): absorbed {:.4}, escaped {:.4}, roulette {:.2e}, time-limited {:.4}{}",
@@ -257,17 +257,7 @@ fn run_sim(a: &RunArgs, device: &Device) -> anyhow::Result<()> {
             ""
         }
     );
-    println!("outputs in {}", out.path().display());
-    Ok(())
-}
-
-/// summary.json always; result.vtu / result.vtk, tets.csv, exitance.csv, faces.csv and
-/// gates.csv as the file's `outputs` ask (each refused if it exists without --force).
-fn write_outputs(out: &OutDir, sim: &Simulation, r: &McResult) -> anyhow::Result<()> {
-    for name in results::file_names(sim) {
-        out.file(name)?;
-    }
-    results::write(out.path(), sim, r)?;
+    println!("outputs in {shown}");
     Ok(())
 }
 

@@ -1,49 +1,88 @@
-//! Output folders that never overwrite what the user gave.
+//! Output folders: every output checked before the work starts, written whole or not at all,
+//! and never over an input.
+//!
+//! A command names every file it will write when it opens its folder ([`OutDir::create`]).
+//! If any of them exists, it stops at once with one message listing them all (`--force`
+//! replaces them; an input or a folder is never replaced). Files are written into a hidden
+//! staging folder, `.biogpu-partial-<pid>` inside the output folder, and moved into place by
+//! [`OutDir::commit`] only when the run has succeeded; a run that fails drops its staging
+//! folder, so no partial or truncated file is left behind. A staging folder left by a killed
+//! run is removed by the next run in that folder.
 
 use anyhow::{Context, bail};
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
+
+const STAGING_PREFIX: &str = ".biogpu-partial-";
 
 /// A folder for one command's outputs.
 #[derive(Debug)]
 pub struct OutDir {
     dir: PathBuf,
-    force: bool,
-    inputs: Vec<PathBuf>,
+    staging: PathBuf,
+    planned: BTreeSet<String>,
+    committed: bool,
 }
 
 impl OutDir {
-    /// Create `dir` (and parents). Inputs are remembered so no output can replace them.
-    pub fn create(dir: &Path, force: bool, inputs: &[&Path]) -> anyhow::Result<Self> {
+    /// Create `dir` (and parents) and its staging folder, after checking every `planned`
+    /// output name: none may be an input or a folder, and none may exist unless `force`.
+    pub fn create<S: AsRef<str>>(
+        dir: &Path,
+        force: bool,
+        inputs: &[&Path],
+        planned: impl IntoIterator<Item = S>,
+    ) -> anyhow::Result<Self> {
+        let planned: BTreeSet<String> = planned
+            .into_iter()
+            .map(|s| s.as_ref().to_string())
+            .collect();
+        check_planned(dir, force, inputs, &planned)?;
         std::fs::create_dir_all(dir)
             .with_context(|| format!("creating output folder {}", dir.display()))?;
-        let inputs = inputs
-            .iter()
-            .filter_map(|p| p.canonicalize().ok())
-            .collect();
+        remove_stale_staging(dir);
+        let staging = dir.join(format!("{STAGING_PREFIX}{}", std::process::id()));
+        // Start clean even if a previous run of this process id left files.
+        let _ = std::fs::remove_dir_all(&staging);
+        std::fs::create_dir(&staging).with_context(|| {
+            format!(
+                "output folder {} is not writable (creating {})",
+                dir.display(),
+                staging.display()
+            )
+        })?;
         Ok(OutDir {
             dir: dir.to_path_buf(),
-            force,
-            inputs,
+            staging,
+            planned,
+            committed: false,
         })
     }
 
+    /// The output folder, as the user named it.
     pub fn path(&self) -> &Path {
         &self.dir
     }
 
-    /// Path for output `name`: refused if it is an input, or exists and --force was not given.
+    /// The staging folder, for library writers that fill a folder themselves.
+    pub fn staging(&self) -> &Path {
+        &self.staging
+    }
+
+    /// Where to write output `name` now: inside the staging folder. `name` must have been
+    /// planned, so that the check before the work covered it.
     pub fn file(&self, name: &str) -> anyhow::Result<PathBuf> {
-        let path = self.dir.join(name);
-        if let Ok(canon) = path.canonicalize() {
-            if self.inputs.contains(&canon) {
-                bail!("refusing to write {}: it is an input file", path.display());
-            }
-            if !self.force {
-                bail!(
-                    "{} exists; choose another --out folder or pass --force to overwrite outputs",
-                    path.display()
-                );
-            }
+        if !self.planned.contains(name) {
+            bail!(
+                "internal error: output {name} was not announced before the run; \
+                 nothing was written to {}",
+                self.dir.display()
+            );
+        }
+        let path = self.staging.join(name);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("creating {}", parent.display()))?;
         }
         Ok(path)
     }
@@ -51,6 +90,285 @@ impl OutDir {
     pub fn write_json(&self, name: &str, value: &serde_json::Value) -> anyhow::Result<()> {
         let path = self.file(name)?;
         std::fs::write(&path, serde_json::to_string_pretty(value)? + "\n")
-            .with_context(|| format!("writing {}", path.display()))
+            .with_context(|| format!("writing {}", self.dir.join(name).display()))
+    }
+
+    /// Move every staged file into the output folder and remove the staging folder.
+    pub fn commit(mut self) -> anyhow::Result<()> {
+        let staged = staged_files(&self.staging)?;
+        for name in &staged {
+            if !self.planned.contains(name) {
+                bail!(
+                    "internal error: {name} was written but not announced before the run; \
+                     nothing was moved into {}",
+                    self.dir.display()
+                );
+            }
+        }
+        for name in &staged {
+            let target = self.dir.join(name);
+            if let Some(parent) = target.parent() {
+                std::fs::create_dir_all(parent)
+                    .with_context(|| format!("creating {}", parent.display()))?;
+            }
+            std::fs::rename(self.staging.join(name), &target)
+                .with_context(|| format!("moving {} into place", target.display()))?;
+        }
+        self.committed = true;
+        std::fs::remove_dir_all(&self.staging)
+            .with_context(|| format!("removing {}", self.staging.display()))
+    }
+}
+
+impl Drop for OutDir {
+    /// A run that did not commit leaves nothing behind.
+    fn drop(&mut self) {
+        if !self.committed {
+            let _ = std::fs::remove_dir_all(&self.staging);
+        }
+    }
+}
+
+/// A single output file's folder and name, for commands that write one named file.
+pub fn split_file(path: &Path) -> anyhow::Result<(&Path, &str)> {
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .with_context(|| format!("{}: expected a file name (UTF-8) to write", path.display()))?;
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    Ok((dir, name))
+}
+
+/// One error listing every planned output that is an input, a folder, or (without `force`)
+/// an existing file.
+fn check_planned(
+    dir: &Path,
+    force: bool,
+    inputs: &[&Path],
+    planned: &BTreeSet<String>,
+) -> anyhow::Result<()> {
+    let inputs: Vec<PathBuf> = inputs
+        .iter()
+        .filter_map(|p| p.canonicalize().ok())
+        .collect();
+    let (mut are_inputs, mut are_folders, mut exist) = (Vec::new(), Vec::new(), Vec::new());
+    for name in planned {
+        let path = dir.join(name);
+        let Ok(meta) = std::fs::metadata(&path) else {
+            continue;
+        };
+        if path
+            .canonicalize()
+            .is_ok_and(|canon| inputs.contains(&canon))
+        {
+            are_inputs.push(name.as_str());
+        } else if meta.is_dir() {
+            are_folders.push(name.as_str());
+        } else if !force {
+            exist.push(name.as_str());
+        }
+    }
+    let mut problems = Vec::new();
+    if !are_inputs.is_empty() {
+        problems.push(format!(
+            "would replace input file(s) {}; choose another --out folder",
+            are_inputs.join(", ")
+        ));
+    }
+    if !are_folders.is_empty() {
+        problems.push(format!(
+            "{} {} folder(s) where output files go",
+            are_folders.join(", "),
+            if are_folders.len() == 1 {
+                "is a"
+            } else {
+                "are"
+            }
+        ));
+    }
+    if !exist.is_empty() {
+        problems.push(format!(
+            "{} output(s) exist: {}; choose another --out folder or pass --force to replace them",
+            exist.len(),
+            exist.join(", ")
+        ));
+    }
+    if problems.is_empty() {
+        return Ok(());
+    }
+    bail!(
+        "nothing was run: in {}, {}",
+        dir.display(),
+        problems.join("; ")
+    )
+}
+
+/// Paths of the files under `staging`, relative to it, with `/` separators.
+fn staged_files(staging: &Path) -> anyhow::Result<Vec<String>> {
+    let mut out = Vec::new();
+    let mut todo = vec![PathBuf::new()];
+    while let Some(rel) = todo.pop() {
+        let here = staging.join(&rel);
+        for entry in
+            std::fs::read_dir(&here).with_context(|| format!("listing {}", here.display()))?
+        {
+            let entry = entry?;
+            let rel = rel.join(entry.file_name());
+            if entry.file_type()?.is_dir() {
+                todo.push(rel);
+            } else {
+                out.push(rel.to_string_lossy().replace('\\', "/"));
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Remove staging folders of runs that were killed (Linux: their process is gone).
+fn remove_stale_staging(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    if !Path::new("/proc/self").exists() {
+        return;
+    }
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(STAGING_PREFIX))
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("biogpu-outdir-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        dir
+    }
+
+    fn entries(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn committed_outputs_appear_only_at_commit() {
+        let dir = scratch("commit");
+        let out = OutDir::create(&dir, false, &[], ["a.txt", "sub/b.txt"]).unwrap();
+        std::fs::write(out.file("a.txt").unwrap(), "a").unwrap();
+        std::fs::write(out.file("sub/b.txt").unwrap(), "b").unwrap();
+        assert!(!dir.join("a.txt").exists(), "nothing visible before commit");
+        out.commit().unwrap();
+        assert_eq!(entries(&dir), ["a.txt", "sub"]);
+        assert_eq!(std::fs::read_to_string(dir.join("sub/b.txt")).unwrap(), "b");
+    }
+
+    #[test]
+    fn a_failed_run_leaves_nothing() {
+        let dir = scratch("fail");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("keep.txt"), "user's").unwrap();
+        let run = || -> anyhow::Result<()> {
+            let out = OutDir::create(&dir, false, &[], ["a.tif", "b.tif"])?;
+            std::fs::write(out.file("a.tif")?, "half a run")?;
+            bail!("the second map failed");
+        };
+        assert!(run().is_err());
+        assert_eq!(entries(&dir), ["keep.txt"]);
+    }
+
+    #[test]
+    fn every_existing_output_is_listed_before_any_work() {
+        let dir = scratch("exists");
+        std::fs::create_dir_all(dir.join("c.png")).unwrap();
+        for f in ["a.tif", "b.tif"] {
+            std::fs::write(dir.join(f), "old").unwrap();
+        }
+        let msg = OutDir::create(&dir, false, &[], ["a.tif", "b.tif", "c.png", "d.json"])
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("2 output(s) exist: a.tif, b.tif"), "{msg}");
+        assert!(msg.contains("c.png is a folder"), "{msg}");
+        assert!(msg.contains("--force"), "{msg}");
+        // --force replaces files but never a folder.
+        let msg = OutDir::create(&dir, true, &[], ["a.tif", "c.png"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.contains("c.png is a folder") && !msg.contains("a.tif"),
+            "{msg}"
+        );
+        let out = OutDir::create(&dir, true, &[], ["a.tif", "b.tif"]).unwrap();
+        std::fs::write(out.file("a.tif").unwrap(), "new").unwrap();
+        out.commit().unwrap();
+        assert_eq!(std::fs::read_to_string(dir.join("a.tif")).unwrap(), "new");
+        assert_eq!(std::fs::read_to_string(dir.join("b.tif")).unwrap(), "old");
+    }
+
+    #[test]
+    fn inputs_are_never_replaced_even_with_force() {
+        let dir = scratch("input");
+        std::fs::create_dir_all(&dir).unwrap();
+        let input = dir.join("data.tif");
+        std::fs::write(&input, "raw").unwrap();
+        let msg = OutDir::create(&dir, true, &[&input], ["data.tif"])
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("input file(s) data.tif"), "{msg}");
+    }
+
+    #[test]
+    fn unplanned_outputs_and_unwritable_folders_are_errors() {
+        let dir = scratch("unplanned");
+        let out = OutDir::create(&dir, false, &[], ["a.tif"]).unwrap();
+        assert!(
+            out.file("b.tif")
+                .unwrap_err()
+                .to_string()
+                .contains("not announced")
+        );
+        std::fs::write(out.staging().join("c.tif"), "x").unwrap();
+        assert!(out.commit().is_err());
+        assert_eq!(entries(&dir), Vec::<String>::new(), "staging removed");
+        // A file where the folder should be: refused before any work.
+        let file = scratch("afile");
+        std::fs::write(&file, "x").unwrap();
+        let msg = OutDir::create(&file.join("sub"), false, &[], ["a.tif"])
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("creating output folder"), "{msg}");
+    }
+
+    #[test]
+    fn staging_of_a_killed_run_is_removed() {
+        let dir = scratch("stale");
+        // Process ids are below 2^22 on Linux; this one cannot be running.
+        let stale = dir.join(format!("{STAGING_PREFIX}4294967"));
+        std::fs::create_dir_all(&stale).unwrap();
+        std::fs::write(stale.join("half.tif"), "x").unwrap();
+        let out = OutDir::create(&dir, false, &[], ["a.tif"]).unwrap();
+        if Path::new("/proc/self").exists() {
+            assert!(!stale.exists());
+        }
+        drop(out);
     }
 }

@@ -323,7 +323,7 @@ fn run_fit(a: &FitArgs, device: &Device) -> anyhow::Result<()> {
     let opts = options(a)?;
     let job = load(&input_spec(a)?)?;
     let inputs: Vec<&Path> = job.inputs.iter().map(PathBuf::as_path).collect();
-    let out = OutDir::create(&a.out, a.force, &inputs)?;
+    let out = OutDir::create(&a.out, a.force, &inputs, fit_outputs(a, &job, opts.model)?)?;
     let n = job.curves.nrows();
     let _ = ctrlc::set_handler(|| STOP.store(true, Ordering::Relaxed));
     let bar = ProgressBar::new(n as u64).with_style(
@@ -367,6 +367,8 @@ fn run_fit(a: &FitArgs, device: &Device) -> anyhow::Result<()> {
         },
     });
     out.write_json("summary.json", &summary)?;
+    let shown = out.path().display().to_string();
+    out.commit()?;
     println!(
         "{n} voxels in {secs:.3} s ({:.0} voxels/s, {} {}): {} converged, {} at a bound, {} max iterations, {} invalid input, {} failed{}",
         n as f64 / secs,
@@ -383,8 +385,52 @@ fn run_fit(a: &FitArgs, device: &Device) -> anyhow::Result<()> {
             String::new()
         }
     );
-    println!("outputs in {}", out.path().display());
+    println!("outputs in {shown}");
     Ok(())
+}
+
+/// Every file `fit` writes, after checking the options that name them (`--slice`, `--plot`),
+/// so that neither can fail after the fit.
+fn fit_outputs(a: &FitArgs, job: &Job, model: Model) -> anyhow::Result<Vec<String>> {
+    let mut files = vec!["summary.json".to_string()];
+    match &job.volume {
+        Some(VolumeGrid { shape, .. }) => {
+            let z = a.slice.unwrap_or(shape.2 / 2);
+            ensure!(
+                z < shape.2,
+                "--slice {z}: the series has {} slices",
+                shape.2
+            );
+            let names = model.params().iter().map(|p| p.name).chain(["sse", "r2"]);
+            for name in names {
+                files.push(format!("{name}.nii.gz"));
+                files.push(format!("{name}_z{z}.png"));
+            }
+            files.extend(["iterations.nii.gz".into(), "status.nii.gz".into()]);
+        }
+        None => files.push("results.csv".into()),
+    }
+    for spec in &a.plot {
+        plot_voxel(job, spec)?;
+        let safe = plot_name(spec);
+        files.push(format!("plot_{safe}.png"));
+        files.push(format!("plot_{safe}.csv"));
+    }
+    Ok(files)
+}
+
+/// Index of the voxel or curve `--plot spec` names.
+fn plot_voxel(job: &Job, spec: &str) -> anyhow::Result<usize> {
+    job.names
+        .iter()
+        .position(|n| n == spec.trim())
+        .with_context(|| {
+            format!("--plot {spec}: no such voxel or curve (voxels are \"x,y,z\" inside the mask)")
+        })
+}
+
+fn plot_name(spec: &str) -> String {
+    spec.trim().replace([',', '/', '\\', ' '], "_")
 }
 
 fn write_fit_outputs(out: &OutDir, a: &FitArgs, job: &Job, fits: &Fits) -> anyhow::Result<()> {
@@ -397,11 +443,6 @@ fn write_fit_outputs(out: &OutDir, a: &FitArgs, job: &Job, fits: &Fits) -> anyho
             mean,
         }) => {
             let z = a.slice.unwrap_or(shape.2 / 2);
-            ensure!(
-                z < shape.2,
-                "--slice {z}: the series has {} slices",
-                shape.2
-            );
             let mut maps: Vec<(String, ndarray::Array1<f64>)> = model
                 .params()
                 .iter()
@@ -432,15 +473,7 @@ fn write_fit_outputs(out: &OutDir, a: &FitArgs, job: &Job, fits: &Fits) -> anyho
         None => pcsv::write_fits(&out.file("results.csv")?, &job.names, fits)?,
     }
     for spec in &a.plot {
-        let v = job
-            .names
-            .iter()
-            .position(|n| n == spec.trim())
-            .with_context(|| {
-                format!(
-                    "--plot {spec}: no such voxel or curve (voxels are \"x,y,z\" inside the mask)"
-                )
-            })?;
+        let v = plot_voxel(job, spec)?;
         let theta = fits.params.column(v).to_vec();
         let data: Vec<f64> = job.curves.row(v).iter().map(|&c| f64::from(c)).collect();
         let fitted = if theta.iter().all(|x| x.is_finite()) {
@@ -448,7 +481,7 @@ fn write_fit_outputs(out: &OutDir, a: &FitArgs, job: &Job, fits: &Fits) -> anyho
         } else {
             vec![f64::NAN; data.len()]
         };
-        let safe = spec.trim().replace([',', '/', '\\', ' '], "_");
+        let safe = plot_name(spec);
         ppng::write_curve_plot(
             &out.file(&format!("plot_{safe}.png"))?,
             job.problem.times(),
@@ -477,13 +510,31 @@ fn truth_vector(model: Model, items: &[String]) -> anyhow::Result<Vec<f64>> {
 }
 
 fn run_simulate(a: &SimArgs) -> anyhow::Result<()> {
-    let out = OutDir::create(&a.out, a.force, &[])?;
+    let planned: Vec<String> = if a.liver {
+        ["dce.nii.gz", "mask.nii.gz", "inputs.csv"]
+            .into_iter()
+            .map(String::from)
+            .chain(
+                Model::DualInput
+                    .params()
+                    .iter()
+                    .map(|p| format!("truth_{}.nii.gz", p.name)),
+            )
+            .collect()
+    } else {
+        ["curves.csv", "inputs.csv", "truth.json"]
+            .into_iter()
+            .map(String::from)
+            .collect()
+    };
+    let out = OutDir::create(&a.out, a.force, &[], planned)?;
+    let shown = out.path().display().to_string();
     if a.liver {
         let liver = synthetic_liver(48, 40, 4, a.nt, a.cnr, a.seed)?;
         let dt = (liver.times[1] - liver.times[0]) as f32;
         pnii::write_series(&out.file("dce.nii.gz")?, &liver.volume, [2.0, 2.0, 5.0], dt)?;
         let mask = liver.mask.mapv(u8::from);
-        let header = pnii::read_header(&out.path().join("dce.nii.gz"))?;
+        let header = pnii::read_header(&out.file("dce.nii.gz")?)?;
         pnii::write_map(&out.file("mask.nii.gz")?, mask.view(), &header)?;
         for (i, p) in Model::DualInput.params().iter().enumerate() {
             let m = liver.truth.index_axis(Axis(3), i).mapv(|v| v as f32);
@@ -494,16 +545,16 @@ fn run_simulate(a: &SimArgs) -> anyhow::Result<()> {
             )?;
         }
         write_inputs(&out, &liver.times, &liver.arterial, Some(&liver.portal))?;
+        out.commit()?;
         println!(
             "synthetic liver 48x40x4, {} frames over 120 s, {} voxels, CNR {}: dce.nii.gz, mask.nii.gz, inputs.csv, truth_*.nii.gz in {}",
             a.nt,
             liver.mask.iter().filter(|&&m| m).count(),
             a.cnr.map_or("inf".into(), |c| c.to_string()),
-            out.path().display()
+            shown
         );
         println!(
-            "fit it with: biogpu perfusion fit --dce {0}/dce.nii.gz --mask {0}/mask.nii.gz --aif {0}/inputs.csv:aif --pv {0}/inputs.csv:pv",
-            out.path().display()
+            "fit it with: biogpu perfusion fit --dce {shown}/dce.nii.gz --mask {shown}/mask.nii.gz --aif {shown}/inputs.csv:aif --pv {shown}/inputs.csv:pv",
         );
         return Ok(());
     }
@@ -537,19 +588,17 @@ fn run_simulate(a: &SimArgs) -> anyhow::Result<()> {
             "nt": a.nt, "voxels": a.voxels, "cnr": a.cnr, "cnr_arterial": a.cnr_arterial, "cnr_portal": a.cnr_portal, "seed": a.seed,
         }),
     )?;
+    out.commit()?;
     println!(
-        "{} curves of the {} model, {} points over 120 s: curves.csv, inputs.csv, truth.json in {}",
-        a.voxels,
-        a.model,
-        a.nt,
-        out.path().display()
+        "{} curves of the {} model, {} points over 120 s: curves.csv, inputs.csv, truth.json in {shown}",
+        a.voxels, a.model, a.nt,
     );
     println!(
         "fit them with: biogpu perfusion fit --model {} --curves {1}/curves.csv --aif {1}/inputs.csv:aif{2}",
         a.model,
-        out.path().display(),
+        shown,
         if a.model.dual_input() {
-            format!(" --pv {}/inputs.csv:pv", out.path().display())
+            format!(" --pv {shown}/inputs.csv:pv")
         } else {
             String::new()
         }

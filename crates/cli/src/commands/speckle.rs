@@ -262,7 +262,12 @@ fn run_contrast(a: &ContrastArgs, device: &Device) -> anyhow::Result<()> {
     let (stack, camera) = load(&a.input)?;
     let p = params(&a.contrast, camera)?;
     check_tiled_strip(&stack, &p, &a.input)?;
-    let out = OutDir::create(&a.output.out, a.output.force, &[&a.input.path])?;
+    let mut planned = map_files(&a.output, "k");
+    if p.exposure_s.is_some() {
+        planned.extend(map_files(&a.output, "sfi"));
+    }
+    planned.push("summary.json".into());
+    let out = OutDir::create(&a.output.out, a.output.force, &[&a.input.path], planned)?;
     let t0 = Instant::now();
     let (r, info) = contrast_with_progress(&stack, &p, device)?;
     let secs = t0.elapsed().as_secs_f64();
@@ -280,13 +285,15 @@ fn run_contrast(a: &ContrastArgs, device: &Device) -> anyhow::Result<()> {
         "saturated_pixels": r.flags.iter().filter(|&&x| x & 2 != 0).count(),
     });
     out.write_json("summary.json", &summary)?;
+    let shown = out.path().display().to_string();
+    out.commit()?;
     println!(
         "{} frame(s) {w}x{h} -> K{} on {} in {:.3} s; outputs in {}",
         f,
         if r.sfi.is_some() { " + SFI" } else { "" },
         info.backend,
         secs,
-        out.path().display()
+        shown
     );
     Ok(())
 }
@@ -302,7 +309,14 @@ fn run_flow(a: &FlowArgs, device: &Device) -> anyhow::Result<()> {
     };
     let (stack, camera) = load(&a.input)?;
     let p = params(&a.contrast, camera)?;
-    let out = OutDir::create(&a.output.out, a.output.force, &[&a.input.path])?;
+    let mut inputs = vec![a.input.path.as_path()];
+    inputs.extend(a.static_frame.as_deref());
+    let mut planned: Vec<String> = ["tau_c_ms", "k_mean", "inv_k2", "sfi"]
+        .iter()
+        .flat_map(|n| map_files(&a.output, n))
+        .collect();
+    planned.push("summary.json".into());
+    let out = OutDir::create(&a.output.out, a.output.force, &inputs, planned)?;
     let (r, info) = contrast_with_progress(&stack, &p, device)?;
     // Average K^2 over frames (speckle averaging), then invert the model.
     let k_avg = rms_over_frames(r.k.view());
@@ -350,11 +364,9 @@ fn run_flow(a: &FlowArgs, device: &Device) -> anyhow::Result<()> {
         "beta": beta, "model": a.model, "exposure_s": exposure, "backend": info.backend.to_string(),
         "tau_c_ms_median": median(tau_ms.iter().copied()),
     }))?;
-    println!(
-        "tau_c map ({:?} model, beta {beta:.4}) written to {}",
-        model,
-        out.path().display()
-    );
+    let shown = out.path().display().to_string();
+    out.commit()?;
+    println!("tau_c map ({model:?} model, beta {beta:.4}) written to {shown}");
     Ok(())
 }
 
@@ -370,6 +382,9 @@ fn run_mesi(a: &MesiArgs, device: &Device) -> anyhow::Result<()> {
         &a.output.out,
         a.output.force,
         &a.inputs.iter().map(PathBuf::as_path).collect::<Vec<_>>(),
+        ["tau_c_ms", "rho", "v_noise", "beta"]
+            .iter()
+            .flat_map(|n| map_files(&a.output, n)),
     )?;
     let mut ks = Vec::new();
     for (path, &t) in a.inputs.iter().zip(&a.exposures) {
@@ -416,10 +431,11 @@ fn run_mesi(a: &MesiArgs, device: &Device) -> anyhow::Result<()> {
         &fit.beta.clone().insert_axis(Axis(0)),
     )?;
     let converged = fit.status.iter().filter(|&&s| s == 0).count();
+    let shown = out.path().display().to_string();
+    out.commit()?;
     println!(
-        "MESI fit: {converged}/{} pixels converged; maps in {}",
+        "MESI fit: {converged}/{} pixels converged; maps in {shown}",
         fit.status.len(),
-        out.path().display()
     );
     Ok(())
 }
@@ -430,7 +446,12 @@ fn run_roi(a: &RoiArgs, device: &Device) -> anyhow::Result<()> {
     if a.sfi && p.exposure_s.is_none() {
         bail!("--sfi needs --exposure (seconds)");
     }
-    let out = OutDir::create(&a.output.out, a.output.force, &[&a.input.path])?;
+    let out = OutDir::create(
+        &a.output.out,
+        a.output.force,
+        &[&a.input.path],
+        ["roi.csv", "roi.png"],
+    )?;
     let (r, _) = contrast_with_progress(&stack, &p, device)?;
     let maps = if a.sfi {
         r.sfi.as_ref().expect("requested")
@@ -441,13 +462,23 @@ fn run_roi(a: &RoiArgs, device: &Device) -> anyhow::Result<()> {
     let csv = out.file("roi.csv")?;
     table.write_csv(&csv)?;
     table.write_plot_png(out.file("roi.png")?, if a.sfi { "SFI (1/s)" } else { "K" })?;
+    let shown = out.path().join("roi.csv").display().to_string();
+    out.commit()?;
     println!(
-        "ROI time courses for {} region(s) over {} frame(s): {}",
+        "ROI time courses for {} region(s) over {} frame(s): {shown}",
         a.rois.len(),
         maps.dim().0,
-        csv.display()
     );
     Ok(())
+}
+
+/// The files [`write_maps`] may write for map `name`.
+fn map_files(o: &OutputOpts, name: &str) -> Vec<String> {
+    let mut files = vec![format!("{name}.tif"), format!("{name}.png")];
+    if o.gif {
+        files.push(format!("{name}.gif"));
+    }
+    files
 }
 
 /// Float TIFF stack, a PNG of the first frame (or the only one) and an optional GIF.
