@@ -8,6 +8,7 @@ mod colormap;
 pub mod draw;
 mod error;
 mod gif_writer;
+mod stack_axes;
 #[cfg(test)]
 mod test_util;
 mod tiff_writer;
@@ -17,6 +18,7 @@ pub use self::colormap::{
 };
 pub use self::error::{Error, Result};
 pub use self::gif_writer::write_gif;
+pub use self::stack_axes::StackAxes;
 pub use self::tiff_writer::{
     GraySample, TiffStackWriter, write_gray_stack, write_map_tiff, write_stack_tiff,
 };

@@ -55,6 +55,16 @@ pub fn read_tiff(path: &Path, bin_ns: f64) -> Result<Recording> {
         .map_err(|e| err(format!("not a readable TIFF: {e}")))?
         .with_limits(limits);
     let (w, h) = dec.dimensions().map_err(|e| err(format!("page 0: {e}")))?;
+    // A hyperstack's pages hold several axes; joined, they would read as one long decay.
+    if let Ok(description) = dec.get_tag_ascii_string(::tiff::tags::Tag::ImageDescription)
+        && let Some(axes) = imaging_io::StackAxes::parse(&description)
+        && axes.extra().len() > 1
+    {
+        return Err(err(format!(
+            "{axes}: a FLIM TIFF has one axis of time bins, and joining these would read one \
+             long decay; save one frame (and channel) per file, with the bins as its only axis"
+        )));
+    }
     if w == 0 || h == 0 {
         return Err(err(format!(
             "page 0: {w}x{h} pixels: expected a nonzero width and height"

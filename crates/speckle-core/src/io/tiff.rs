@@ -266,6 +266,25 @@ impl IfdScan {
     }
 }
 
+/// Refuse a hyperstack: the pages are frames only when the ImageJ or OME metadata declares
+/// at most one axis (channels, slices or frames) longer than 1.
+fn check_axes(path: &Path, decoder: &mut Decoder<BufReader<File>>) -> Result<()> {
+    let Ok(description) = decoder.get_tag_ascii_string(tiff::tags::Tag::ImageDescription) else {
+        return Ok(());
+    };
+    match imaging_io::StackAxes::parse(&description) {
+        Some(axes) if axes.extra().len() > 1 => Err(Error::Format {
+            path: path.to_path_buf(),
+            why: format!(
+                "{axes}: speckle reads the pages as one axis of frames, which would mix them; \
+                 keep one channel and one slice first (Fiji: Image > Hyperstacks > Reduce \
+                 Dimensionality; tifffile: imwrite(out, a[:, z, c]) for TZCYX)"
+            ),
+        }),
+        _ => Ok(()),
+    }
+}
+
 /// Run calls into the `tiff` crate, turning a panic inside it into an error naming the file.
 fn no_panic<T>(path: &Path, page: usize, f: impl FnOnce() -> Result<T>) -> Result<T> {
     gpu_runtime::contain_panic(f).unwrap_or_else(|msg| {
@@ -343,6 +362,7 @@ impl TiffFrameReader {
                 .map_err(|e| tiff_error(path, None, e))?
                 .with_limits(limits);
             let kind = page_kind(path, 0, &mut decoder)?;
+            check_axes(path, &mut decoder)?;
             Ok((decoder, kind))
         })?;
         let container = kind.container_bits();
@@ -492,8 +512,21 @@ fn page_kind(path: &Path, page: usize, dec: &mut Decoder<BufReader<File>>) -> Re
             ColorType::Palette(_) => "a palette (indexed colour) image",
             _ => "a multi-channel image",
         };
+        // tifffile.imwrite(path, stack) takes a stack of 3 or 4 frames for RGB(A) planes.
+        let planar = dec
+            .find_tag_unsigned::<u16>(tiff::tags::Tag::PlanarConfiguration)
+            .ok()
+            .flatten()
+            == Some(2);
+        let hint = if planar && matches!(color, ColorType::RGB(_) | ColorType::RGBA(_)) {
+            "; if these planes are frames of one greyscale recording (tifffile writes a stack of \
+             3 or 4 frames as RGB unless told otherwise), save it again with \
+             tifffile.imwrite(path, stack, photometric='minisblack')"
+        } else {
+            ""
+        };
         return Err(fail(format!(
-            "{what} ({color:?}); only single-channel greyscale TIFF is supported, so save one channel or convert to greyscale"
+            "{what} ({color:?}); only single-channel greyscale TIFF is supported, so save one channel or convert to greyscale{hint}"
         )));
     };
     let format = dec.image_buffer_layout().map_err(terr)?.sample_format;
