@@ -87,3 +87,32 @@ fn a_strip_of_tiled_frames_suggests_frame_height() {
     assert!(ok, "the strip read as 8 frames of 16x16: {err}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn a_hyperstack_is_refused_by_its_axes_and_read_once_one_channel_and_slice_are_picked() {
+    let dir = std::env::temp_dir().join(format!("biogpu-hyper-{}", std::process::id()));
+    let stack = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../speckle-core/tests/data/hyperstack_tzcyx.tif");
+    let stack = stack.to_str().unwrap();
+    let out = dir.join("out");
+    let line = |extra: &[&str]| {
+        let mut v = vec![
+            "speckle", "contrast", stack, "--mode", "temporal", "--frames", "2", "--out",
+        ];
+        v.push(out.to_str().unwrap());
+        v.extend_from_slice(extra);
+        v.iter().map(ToString::to_string).collect::<Vec<_>>()
+    };
+    let refused = line(&[]);
+    let (ok, err) = biogpu(&refused.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(!ok, "a TZCYX hyperstack must not be read as 24 frames");
+    assert!(
+        err.contains("2 channels x 3 slices x 4 frames") && err.contains("--channel"),
+        "{err}"
+    );
+    let picked = line(&["--channel", "1", "--slice", "2", "--force"]);
+    let (ok, err) = biogpu(&picked.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(ok, "{err}");
+    let summary = std::fs::read_to_string(out.join("summary.json")).unwrap();
+    assert!(summary.contains("\"frames\": 4"), "{summary}");
+}

@@ -63,3 +63,62 @@ fn three_frames_saved_as_rgb_planes_are_refused_with_the_fix() {
         .to_string();
     assert!(err.contains("photometric='minisblack'"), "{err}");
 }
+
+#[test]
+fn one_channel_and_slice_of_a_hyperstack_reads_as_tifffile_slices_it() {
+    use speckle_core::io::StackPick;
+    // tifffile.imread(...)[:, z, c] of the (4, 3, 2, 16, 16) TZCYX stack, and [:, c] of the
+    // (5, 2, 16, 16) OME TCYX stack: (frames, sum, a[0,0,0], a[-1,-1,-1]).
+    for (name, channel, slice, want) in [
+        (
+            "hyperstack_tzcyx.tif",
+            1,
+            Some(2),
+            (4, 2_139_310u64, 3396u16, 1288u16),
+        ),
+        ("ome_tcyx.ome.tif", 0, None, (5, 2_598_778, 2579, 353)),
+    ] {
+        let opts = LoadOptions {
+            pick: StackPick {
+                channel: Some(channel),
+                slice,
+            },
+            ..LoadOptions::default()
+        };
+        let (stack, _) = load_stack(data(name), &opts).unwrap();
+        let RawStack::U16(a) = stack else {
+            panic!("expected 16-bit frames")
+        };
+        let n = a.dim().0;
+        let got = (
+            n,
+            a.iter().map(|&v| u64::from(v)).sum::<u64>(),
+            a[[0, 0, 0]],
+            a[[n - 1, 15, 15]],
+        );
+        assert_eq!(got, want, "{name}");
+    }
+    // A pick past the axis, or on a file without axes, is refused.
+    let opts = LoadOptions {
+        pick: StackPick {
+            channel: Some(2),
+            slice: Some(0),
+        },
+        ..LoadOptions::default()
+    };
+    let err = load_stack(data("hyperstack_tzcyx.tif"), &opts)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("--channel 2") && err.contains("2 channel(s)"),
+        "{err}"
+    );
+    let opts = LoadOptions {
+        pick: StackPick {
+            channel: Some(0),
+            slice: None,
+        },
+        ..LoadOptions::default()
+    };
+    assert!(load_stack(data("zstd_frames.tif"), &opts).is_err());
+}

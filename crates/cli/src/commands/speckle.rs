@@ -7,7 +7,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use ndarray::{Array3, Axis, s};
 use speckle_core::cpu::{calibrate_beta, correct, rms_over_frames};
 use speckle_core::io::output::{Colormap, Range, render_png, write_gif, write_stack_tiff};
-use speckle_core::io::{LoadOptions, RawSpec, load_frame, load_stack};
+use speckle_core::io::{LoadOptions, RawSpec, StackPick, load_frame, load_stack};
 use speckle_core::{
     BetaSource, Border, CameraInfo, ContrastInfo, ContrastMaps, ContrastParams, FlowModel,
     FlowParams, MesiInput, MesiOptions, Mode, RawStack, Roi, RoiParams, Window, contrast, flow,
@@ -49,6 +49,12 @@ struct Input {
     /// Split a vertically stacked PNG into frames of this many rows.
     #[arg(long)]
     frame_height: Option<usize>,
+    /// TIFF hyperstacks (ImageJ, OME): the channel to read as frames, from 0.
+    #[arg(long)]
+    channel: Option<usize>,
+    /// TIFF hyperstacks (ImageJ, OME): the slice (Z) to read as frames, from 0.
+    #[arg(long)]
+    slice: Option<usize>,
     /// Dark frame to subtract (file of the same size; averaged if it holds several frames).
     /// Dark-subtracted data are not integers, so they run on the CPU path.
     #[arg(long)]
@@ -193,6 +199,10 @@ fn load(input: &Input) -> anyhow::Result<(RawStack, CameraInfo)> {
         bit_depth: input.bit_depth,
         raw: input.raw,
         frame_height: input.frame_height,
+        pick: StackPick {
+            channel: input.channel,
+            slice: input.slice,
+        },
     };
     let (stack, camera) = load_stack(&input.path, &opts)?;
     let Some(dark) = &input.dark else {
@@ -328,6 +338,8 @@ fn run_flow(a: &FlowArgs, device: &Device) -> anyhow::Result<()> {
                 raw: a.input.raw,
                 bit_depth: a.input.bit_depth,
                 frame_height: a.input.frame_height,
+                channel: a.input.channel,
+                slice: a.input.slice,
                 dark: None,
             })?;
             let (rs, _) = contrast(&s, &params(&a.contrast, cam)?, device)?;

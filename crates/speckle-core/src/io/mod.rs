@@ -25,7 +25,7 @@ pub use self::raw::{ByteOrder, RawDtype, RawFrameReader, RawSpec, read_raw, writ
 pub use self::stream::{
     FrameReceiver, FrameSender, FrameSource, collect_stack, frame_channel, stack_frames,
 };
-pub use self::tiff::{TiffFrameReader, read_tiff};
+pub use self::tiff::{StackPick, TiffFrameReader, read_tiff};
 pub use crate::model::frame::Frame;
 
 use crate::error::{Error, Result};
@@ -49,6 +49,8 @@ pub struct LoadOptions {
     pub raw: Option<RawSpec>,
     /// PNG only: split a vertically stacked image into frames of this many rows.
     pub frame_height: Option<usize>,
+    /// TIFF hyperstacks only: the channel and slice to read as frames.
+    pub pick: StackPick,
 }
 
 impl LoadOptions {
@@ -125,7 +127,11 @@ fn format_of(path: &Path, opts: &LoadOptions) -> Result<Format> {
 pub fn load_stack(path: impl AsRef<Path>, opts: &LoadOptions) -> Result<(RawStack, CameraInfo)> {
     let path = path.as_ref();
     match format_of(path, opts)? {
-        Format::Tiff => read_tiff(path, opts.bit_depth),
+        Format::Tiff => {
+            let reader = TiffFrameReader::open_picked(path, opts.bit_depth, opts.pick)?;
+            let camera = reader.camera();
+            Ok((collect_stack(reader)?, camera))
+        }
         Format::Png => read_png(path, opts.frame_height, opts.bit_depth),
         Format::Raw => {
             let spec = opts.raw.as_ref().expect("checked by format_of");
@@ -144,7 +150,7 @@ pub fn open_frames(
     let path = path.as_ref();
     match format_of(path, opts)? {
         Format::Tiff => {
-            let r = TiffFrameReader::open(path, opts.bit_depth)?;
+            let r = TiffFrameReader::open_picked(path, opts.bit_depth, opts.pick)?;
             let camera = r.camera();
             Ok((Box::new(r), camera))
         }

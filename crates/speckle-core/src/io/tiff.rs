@@ -266,23 +266,86 @@ impl IfdScan {
     }
 }
 
-/// Refuse a hyperstack: the pages are frames only when the ImageJ or OME metadata declares
-/// at most one axis (channels, slices or frames) longer than 1.
-fn check_axes(path: &Path, decoder: &mut Decoder<BufReader<File>>) -> Result<()> {
-    let Ok(description) = decoder.get_tag_ascii_string(tiff::tags::Tag::ImageDescription) else {
-        return Ok(());
+/// The pages to read as frames. A stack whose ImageJ or OME metadata leaves more than one
+/// axis (channels, slices, frames) longer than 1 after `pick` is refused with its axes named:
+/// read page after page, it would mix them.
+fn page_filter(
+    path: &Path,
+    decoder: &mut Decoder<BufReader<File>>,
+    pick: StackPick,
+) -> Result<Option<PageFilter>> {
+    let fail = |why: String| Error::Format {
+        path: path.to_path_buf(),
+        why,
     };
-    match imaging_io::StackAxes::parse(&description) {
-        Some(axes) if axes.extra().len() > 1 => Err(Error::Format {
-            path: path.to_path_buf(),
-            why: format!(
-                "{axes}: speckle reads the pages as one axis of frames, which would mix them; \
-                 keep one channel and one slice first (Fiji: Image > Hyperstacks > Reduce \
-                 Dimensionality; tifffile: imwrite(out, a[:, z, c]) for TZCYX)"
-            ),
-        }),
-        _ => Ok(()),
+    let axes = decoder
+        .get_tag_ascii_string(tiff::tags::Tag::ImageDescription)
+        .ok()
+        .and_then(|d| imaging_io::StackAxes::parse(&d));
+    let Some(axes) = axes else {
+        if pick != StackPick::default() {
+            return Err(fail(
+                "--channel/--slice: the file has no ImageJ or OME axis metadata, so its pages \
+                 are all frames"
+                    .into(),
+            ));
+        }
+        return Ok(None);
+    };
+    for (name, len, chosen) in [
+        ("channel", axes.channels, pick.channel),
+        ("slice", axes.slices, pick.slice),
+    ] {
+        if let Some(i) = chosen.filter(|&i| i >= len) {
+            return Err(fail(format!(
+                "--{name} {i}: {axes} has {len} {name}(s), numbered from 0"
+            )));
+        }
     }
+    let free = [
+        (axes.channels, pick.channel),
+        (axes.slices, pick.slice),
+        (axes.frames, None),
+    ]
+    .iter()
+    .filter(|(len, chosen)| *len > 1 && chosen.is_none())
+    .count();
+    if free > 1 {
+        return Err(fail(format!(
+            "{axes}: speckle reads the pages as one axis of frames, which would mix them; \
+             pick one channel and one slice with --channel N and --slice N (from 0), or keep \
+             one channel and one slice first (Fiji: Image > Hyperstacks > Reduce \
+             Dimensionality)"
+        )));
+    }
+    if pick == StackPick::default() {
+        return Ok(None);
+    }
+    // ImageJ stores channels fastest, then slices, then frames; OME says so in
+    // DimensionOrder (after X and Y, fastest first).
+    let letters: Vec<char> = if axes.source == "ImageJ" {
+        vec!['C', 'Z', 'T']
+    } else {
+        axes.order.chars().filter(|c| "CZT".contains(*c)).collect()
+    };
+    let mut sorted = letters.clone();
+    sorted.sort_unstable();
+    if sorted != ['C', 'T', 'Z'] {
+        return Err(fail(format!(
+            "{axes}: axis order {} does not name C, Z and T once each",
+            axes.order
+        )));
+    }
+    let len = |c: char| match c {
+        'C' => axes.channels,
+        'Z' => axes.slices,
+        _ => axes.frames,
+    };
+    Ok(Some(PageFilter {
+        order: letters.into_iter().map(|c| (c, len(c).max(1))).collect(),
+        channel: pick.channel,
+        slice: pick.slice,
+    }))
 }
 
 /// Run calls into the `tiff` crate, turning a panic inside it into an error naming the file.
@@ -333,6 +396,43 @@ pub struct TiffFrameReader {
     /// The IFD checker, and what it found for the current page.
     scan: IfdScan,
     facts: IfdFacts,
+    /// The pages of one channel and slice of a hyperstack; `None`: every page.
+    filter: Option<PageFilter>,
+}
+
+/// Which channel and slice of a hyperstack (ImageJ or OME metadata) to read as frames,
+/// counted from 0. Unset axes of length 1 need no choice.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StackPick {
+    pub channel: Option<usize>,
+    pub slice: Option<usize>,
+}
+
+/// Pages of one channel and slice: a page's index decomposed by the stored axis order.
+#[derive(Debug)]
+struct PageFilter {
+    /// (axis `C`, `Z` or `T`, its length), fastest-varying first.
+    order: Vec<(char, usize)>,
+    channel: Option<usize>,
+    slice: Option<usize>,
+}
+
+impl PageFilter {
+    fn keeps(&self, page: usize) -> bool {
+        let mut rest = page;
+        let mut keep = true;
+        for &(axis, len) in &self.order {
+            let i = rest % len;
+            rest /= len;
+            let want = match axis {
+                'C' => self.channel,
+                'Z' => self.slice,
+                _ => None,
+            };
+            keep &= want.is_none_or(|w| w == i);
+        }
+        keep
+    }
 }
 
 impl TiffFrameReader {
@@ -343,6 +443,17 @@ impl TiffFrameReader {
     /// is checked against it, so a wrong statement is an error rather than a wrong
     /// saturation level. It is an error for float data.
     pub fn open(path: impl AsRef<Path>, bit_depth: Option<u32>) -> Result<Self> {
+        Self::open_picked(path, bit_depth, StackPick::default())
+    }
+
+    /// [`open`](Self::open), reading only the pages of one channel and slice of a hyperstack.
+    /// A stack with ImageJ or OME metadata must leave at most one axis longer than 1 after
+    /// the pick; that axis gives the frames.
+    pub fn open_picked(
+        path: impl AsRef<Path>,
+        bit_depth: Option<u32>,
+        pick: StackPick,
+    ) -> Result<Self> {
         let path = path.as_ref();
         let (mut scan, first) = IfdScan::open(path)?;
         let facts = scan.check(path, 0, first)?;
@@ -357,13 +468,13 @@ impl TiffFrameReader {
             .unwrap_or(usize::MAX)
             .min(MAX_PAGE_BYTES);
         limits.ifd_value_size = MAX_IFD_VALUE_BYTES;
-        let (decoder, kind) = no_panic(path, 0, || {
+        let (decoder, kind, filter) = no_panic(path, 0, || {
             let mut decoder = Decoder::new(BufReader::new(file))
                 .map_err(|e| tiff_error(path, None, e))?
                 .with_limits(limits);
             let kind = page_kind(path, 0, &mut decoder)?;
-            check_axes(path, &mut decoder)?;
-            Ok((decoder, kind))
+            let filter = page_filter(path, &mut decoder, pick)?;
+            Ok((decoder, kind, filter))
         })?;
         let container = kind.container_bits();
         let (camera, check_max) = match (bit_depth, container) {
@@ -403,7 +514,23 @@ impl TiffFrameReader {
             done: false,
             scan,
             facts,
+            filter,
         })
+    }
+
+    /// Move past the current page without decoding it (a page another channel or slice).
+    fn skip_page(&mut self) -> Result<()> {
+        let (path, page) = (self.path.as_path(), self.page);
+        if page > 0 {
+            self.facts = self.scan.check(path, page, self.facts.next)?;
+            let decoder = &mut self.decoder;
+            no_panic(path, page, || {
+                decoder
+                    .next_image()
+                    .map_err(|e| tiff_error(path, Some(page), e))
+            })?;
+        }
+        Ok(())
     }
 
     /// Camera facts: the stated bit depth, else the stored one (8 or 16), none for float.
@@ -449,13 +576,23 @@ impl Iterator for TiffFrameReader {
     type Item = Result<Frame>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        if self.done || (self.page > 0 && self.facts.next == 0) {
-            return None;
+        loop {
+            if self.done || (self.page > 0 && self.facts.next == 0) {
+                return None;
+            }
+            if self.filter.as_ref().is_some_and(|f| !f.keeps(self.page)) {
+                if let Err(e) = self.skip_page() {
+                    self.done = true;
+                    return Some(Err(e));
+                }
+                self.page += 1;
+                continue;
+            }
+            let frame = self.read_page();
+            self.page += 1;
+            self.done = frame.is_err();
+            return Some(frame);
         }
-        let frame = self.read_page();
-        self.page += 1;
-        self.done = frame.is_err();
-        Some(frame)
     }
 }
 
