@@ -30,15 +30,66 @@ enum Pages {
     F32(Vec<Vec<f32>>),
 }
 
-/// Read a multi-page TIFF, one page per time bin of `bin_ns`, into one image.
+/// How a hyperstack's pages map to images: `(axis, length)` fastest-varying first, for
+/// the axes `C` (channels: one image each), `Z` (slices: the time bins) and `T` (frames: one
+/// image each).
+type PageOrder = Vec<(char, usize)>;
+
+/// The page order of a TIFF whose ImageJ or OME metadata declares slices and frames or
+/// channels: the slices are the time bins (a time-lapse of decays). `None`: every page is
+/// a time bin of one image. A stack of channels x frames with one slice is ambiguous.
+fn page_order(path: &Path, description: Option<&str>) -> Result<Option<PageOrder>> {
+    let Some(axes) = description.and_then(imaging_io::StackAxes::parse) else {
+        return Ok(None);
+    };
+    if axes.extra().len() <= 1 {
+        return Ok(None);
+    }
+    if axes.slices <= 1 {
+        return Err(format_error(
+            path,
+            format!(
+                "{axes}: a FLIM TIFF keeps its time bins along the slices (Z), and this one has \
+                 none; save the bins as slices, with one frame (and channel) per decay"
+            ),
+        ));
+    }
+    let letters: Vec<char> = if axes.source == "ImageJ" {
+        vec!['C', 'Z', 'T']
+    } else {
+        axes.order.chars().filter(|c| "CZT".contains(*c)).collect()
+    };
+    let mut sorted = letters.clone();
+    sorted.sort_unstable();
+    if sorted != ['C', 'T', 'Z'] {
+        return Err(format_error(
+            path,
+            format!(
+                "{axes}: axis order {} does not name C, Z and T once each",
+                axes.order
+            ),
+        ));
+    }
+    let len = |c: char| match c {
+        'C' => axes.channels,
+        'Z' => axes.slices,
+        _ => axes.frames,
+    };
+    Ok(Some(
+        letters.into_iter().map(|c| (c, len(c).max(1))).collect(),
+    ))
+}
+
+/// Read a multi-page TIFF, one page per time bin of `bin_ns`: one image, or for an ImageJ or
+/// OME hyperstack one image per frame and channel, with the slices as the time bins.
 pub fn read_tiff(path: &Path, bin_ns: f64) -> Result<Recording> {
-    fn stack<T: Copy + Default>(pages: &[Vec<T>], h: usize, w: usize) -> Array3<T> {
+    fn stack<T: Copy + Default>(pages: &[&Vec<T>], h: usize, w: usize) -> Array3<T> {
         let bins = pages.len();
         let mut a = Array3::<T>::default((h, w, bins));
         for (j, p) in pages.iter().enumerate() {
             a.index_axis_mut(Axis(2), j)
                 .iter_mut()
-                .zip(p)
+                .zip(p.iter())
                 .for_each(|(d, &s)| *d = s);
         }
         a
@@ -56,15 +107,10 @@ pub fn read_tiff(path: &Path, bin_ns: f64) -> Result<Recording> {
         .with_limits(limits);
     let (w, h) = dec.dimensions().map_err(|e| err(format!("page 0: {e}")))?;
     // A hyperstack's pages hold several axes; joined, they would read as one long decay.
-    if let Ok(description) = dec.get_tag_ascii_string(::tiff::tags::Tag::ImageDescription)
-        && let Some(axes) = imaging_io::StackAxes::parse(&description)
-        && axes.extra().len() > 1
-    {
-        return Err(err(format!(
-            "{axes}: a FLIM TIFF has one axis of time bins, and joining these would read one \
-             long decay; save one frame (and channel) per file, with the bins as its only axis"
-        )));
-    }
+    let description = dec
+        .get_tag_ascii_string(::tiff::tags::Tag::ImageDescription)
+        .ok();
+    let order = page_order(path, description.as_deref())?;
     if w == 0 || h == 0 {
         return Err(err(format!(
             "page 0: {w}x{h} pixels: expected a nonzero width and height"
@@ -160,27 +206,83 @@ pub fn read_tiff(path: &Path, bin_ns: f64) -> Result<Recording> {
             .map_err(|e| err(format!("page {page}: {e}")))?;
     }
     let (h, w) = (h as usize, w as usize);
-    let named = |e| in_file(path, &format!("{page} pages (time bins)"), e);
-    let cube: AnyCube = match pages {
-        Some(Pages::U16(p)) => Cube::new(stack(&p, h, w), bin_ns).map_err(named)?.into(),
-        Some(Pages::U32(p)) => Cube::new(stack(&p, h, w), bin_ns).map_err(named)?.into(),
-        Some(Pages::F32(p)) => Cube::new(stack(&p, h, w), bin_ns).map_err(named)?.into(),
-        None => return Err(err("no page".into())),
+    let groups = match &order {
+        None => vec![((0, 0), (0..page).collect::<Vec<_>>())],
+        Some(order) => {
+            let expected: usize = order.iter().map(|&(_, n)| n).product();
+            if expected != page {
+                return Err(err(format!(
+                    "the axis metadata gives {expected} pages ({order:?}), the file has {page}: \
+                     the metadata and the data disagree"
+                )));
+            }
+            group_pages(order)
+        }
     };
+    let mut images = Vec::with_capacity(groups.len());
+    for ((frame, channel), idx) in groups {
+        let named = |e| in_file(path, &format!("{} pages (time bins)", idx.len()), e);
+        let cube: AnyCube = match &pages {
+            Some(Pages::U16(p)) => {
+                let sel: Vec<&Vec<u16>> = idx.iter().map(|&i| &p[i]).collect();
+                Cube::new(stack(&sel, h, w), bin_ns).map_err(named)?.into()
+            }
+            Some(Pages::U32(p)) => {
+                let sel: Vec<&Vec<u32>> = idx.iter().map(|&i| &p[i]).collect();
+                Cube::new(stack(&sel, h, w), bin_ns).map_err(named)?.into()
+            }
+            Some(Pages::F32(p)) => {
+                let sel: Vec<&Vec<f32>> = idx.iter().map(|&i| &p[i]).collect();
+                Cube::new(stack(&sel, h, w), bin_ns).map_err(named)?.into()
+            }
+            None => return Err(err("no page".into())),
+        };
+        images.push(Image {
+            block: 0,
+            frame,
+            channel,
+            cube,
+        });
+    }
     Ok(Recording {
         path: path.to_path_buf(),
         format: Format::Tiff,
-        images: vec![Image {
-            block: 0,
-            frame: 0,
-            channel: 0,
-            cube,
-        }],
+        images,
         metadata: vec![
             ("format".into(), "TIFF, one page per time bin".into()),
             ("pages".into(), page.to_string()),
         ],
     })
+}
+
+/// Page indices per (frame, channel), slices (time bins) in order, for a hyperstack stored
+/// in `order` (fastest-varying axis first).
+fn group_pages(order: &[(char, usize)]) -> Vec<((usize, usize), Vec<usize>)> {
+    let len = |axis: char| {
+        order
+            .iter()
+            .find(|&&(a, _)| a == axis)
+            .map_or(1, |&(_, n)| n)
+    };
+    let index = |c: usize, z: usize, t: usize| {
+        let mut page = 0;
+        for &(axis, n) in order.iter().rev() {
+            page = page * n
+                + match axis {
+                    'C' => c,
+                    'Z' => z,
+                    _ => t,
+                };
+        }
+        page
+    };
+    let mut groups = Vec::new();
+    for t in 0..len('T') {
+        for c in 0..len('C') {
+            groups.push(((t, c), (0..len('Z')).map(|z| index(c, z, t)).collect()));
+        }
+    }
+    groups
 }
 
 /// Write a cube as a multi-page TIFF in its own sample type, one page per time bin.
