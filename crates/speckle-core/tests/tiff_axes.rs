@@ -122,3 +122,11 @@ fn one_channel_and_slice_of_a_hyperstack_reads_as_tifffile_slices_it() {
     };
     assert!(load_stack(data("zstd_frames.tif"), &opts).is_err());
 }
+
+#[test]
+fn lzma_is_refused_by_name_with_the_alternatives() {
+    let err = load_stack(data("lzma_frames.tif"), &LoadOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("LZMA") && err.contains("ZSTD"), "{err}");
+}

@@ -626,7 +626,17 @@ fn tiff_error(path: &Path, page: Option<usize>, e: TiffError) -> Error {
                 MAX_PAGE_BYTES >> 30
             )
         }
-        other => format!("{at}cannot decode TIFF: {other}"),
+        other => {
+            let text = other.to_string();
+            if text.contains("Unknown(34925)") {
+                format!(
+                    "{at}LZMA compression (34925) has no decoder here; save the stack \
+                     uncompressed or with ZSTD, Deflate or LZW (tifffile: compression='zstd')"
+                )
+            } else {
+                format!("{at}cannot decode TIFF: {text}")
+            }
+        }
     };
     Error::Format {
         path: path.to_path_buf(),
