@@ -517,3 +517,29 @@ fn npy_shape_of_2_pow_40_is_an_error() {
     });
     assert!(e.contains("shape"), "{e}");
 }
+
+/// Findings of `fuzz/` (libFuzzer), kept as regression inputs. `ptu-timeout-4795094a.ptu`
+/// (736 bytes) announces a 63,748 x 2 pixel image of 244 bins in two channels: a legitimate
+/// 31-million-cell histogram under the cap, which took 12 s in an instrumented build on a
+/// loaded machine (libFuzzer's 10 s timeout) and about 1 s natively. It must read within
+/// the harness's time limit, without a panic.
+#[test]
+fn fuzz_findings_read_or_fail_cleanly_in_time() {
+    let dir = data("fuzz");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    assert!(!files.is_empty());
+    for path in files {
+        let ext = path.extension().unwrap().to_str().unwrap().to_string();
+        let cases = [bad_input::Case::new(
+            path.display().to_string(),
+            std::fs::read(&path).unwrap(),
+        )];
+        let r = bad_input::check_reader(&ext, &cases, |p| read(p, &ReadOptions::default()));
+        eprintln!("{r}");
+        r.assert_clean();
+    }
+}
