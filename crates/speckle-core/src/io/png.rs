@@ -32,17 +32,23 @@ pub fn read_png(
     bit_depth: Option<u32>,
 ) -> Result<(RawStack, CameraInfo)> {
     let path = path.as_ref();
-    gpu_runtime::contain_panic(|| read_png_unguarded(path, frame_height, bit_depth)).unwrap_or_else(
-        |msg| {
-            Err(Error::Format {
-                path: path.to_path_buf(),
-                why: format!("the PNG decoder failed (internal panic: {msg}); the file is corrupt"),
-            })
-        },
-    )
+    read_png_checked(path, frame_height, bit_depth)
 }
 
-fn read_png_unguarded(
+/// A call into the `png` crate: its errors, and a panic inside it, as errors naming the file.
+fn decoded<T>(
+    path: &Path,
+    f: impl FnOnce() -> std::result::Result<T, png::DecodingError>,
+) -> Result<T> {
+    gpu_runtime::contain_panic(f)
+        .map_err(|msg| Error::Format {
+            path: path.to_path_buf(),
+            why: format!("the PNG decoder failed (internal panic: {msg}); the file is corrupt"),
+        })?
+        .map_err(|e| png_error(path, e))
+}
+
+fn read_png_checked(
     path: &Path,
     frame_height: Option<usize>,
     bit_depth: Option<u32>,
@@ -68,7 +74,7 @@ fn read_png_unguarded(
             bytes: MAX_PNG_BYTES,
         },
     );
-    let mut reader = decoder.read_info().map_err(|e| png_error(path, e))?;
+    let mut reader = decoded(path, || decoder.read_info())?;
     let info = reader.info();
     let (width, height) = (info.width as usize, info.height as usize);
     let (color, depth) = (info.color_type, info.bit_depth);
@@ -130,9 +136,7 @@ fn read_png_unguarded(
         )));
     }
     let mut buf = vec![0u8; size];
-    let out = reader
-        .next_frame(&mut buf)
-        .map_err(|e| png_error(path, e))?;
+    let out = decoded(path, || reader.next_frame(&mut buf))?;
     if out.buffer_size() != need {
         return Err(fail(format!(
             "the decoder returned {} bytes for a {width}x{height} image, expected {need}",
