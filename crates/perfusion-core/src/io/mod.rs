@@ -4,4 +4,5 @@
 pub mod csv;
 pub mod input;
 pub mod nifti;
+mod nifti2;
 pub mod png;

@@ -1,6 +1,7 @@
 //! NIfTI-1 volumes (.nii, .nii.gz) through the `nifti` crate: 4-D DCE series in, 3-D maps
 //! out with the input's geometry (dimensions, voxel sizes, qform/sform).
 
+use super::nifti2;
 use crate::error::{Error, Result};
 use ndarray::{Array2, Array3, Array4, ArrayView1, ArrayView3, Axis, Ix3, Ix4, ShapeBuilder};
 pub use nifti::NiftiHeader;
@@ -140,13 +141,6 @@ fn check_header(path: &Path, bytes: &[u8]) -> Result<Layout> {
     let little_endian = match (le, be) {
         (348, _) => true,
         (_, 348) => false,
-        (540, _) | (_, 540) => {
-            return Err(bad(
-                0,
-                "sizeof_hdr",
-                "540, a NIfTI-2 header; only NIfTI-1 is read (convert with e.g. nifti_tool)".into(),
-            ));
-        }
         _ => {
             return Err(bad(
                 0,
@@ -347,7 +341,39 @@ fn read_header_bytes(path: &Path) -> Result<(Vec<u8>, Box<dyn Read>, u64)> {
             ),
         ));
     }
-    Ok((bytes, stream, file_len))
+    if !nifti2::is_nifti2(&bytes) {
+        return Ok((bytes, stream, file_len));
+    }
+    // NIfTI-2: translate the header, skip to the voxel data, and account the file's length
+    // as if it had the NIfTI-1 header.
+    let more = (nifti2::NIFTI2_BYTES - bytes.len()) as u64;
+    read_up_to(path, &mut stream, &mut bytes, more)?;
+    if bytes.len() < nifti2::NIFTI2_BYTES {
+        return Err(file_err(
+            path,
+            format!(
+                "truncated: {} bytes, a NIfTI-2 header needs {}",
+                bytes.len(),
+                nifti2::NIFTI2_BYTES
+            ),
+        ));
+    }
+    let (header, vox_offset) = nifti2::to_nifti1(path, &bytes)?;
+    let skip = vox_offset - nifti2::NIFTI2_BYTES as u64;
+    let skipped = std::io::copy(&mut (&mut stream).take(skip), &mut std::io::sink())
+        .map_err(|e| file_err(path, format!("reading the NIfTI-2 extensions: {e}")))?;
+    if skipped != skip {
+        return Err(file_err(
+            path,
+            format!("truncated: the file ends before the voxel data at byte {vox_offset}"),
+        ));
+    }
+    let file_len = if is_gz(path) {
+        file_len
+    } else {
+        file_len.saturating_sub(vox_offset - HEADER_AND_EXTENDER as u64)
+    };
+    Ok((header, stream, file_len))
 }
 
 /// Read the whole (decompressed) file after checking its header, its size against the
