@@ -64,6 +64,37 @@ impl StackAxes {
         })
     }
 
+    /// How the pages are stored: `(axis, length)` for `C`, `Z` and `T`, fastest-varying
+    /// first (ImageJ: channels, then slices, then frames; OME: as `DimensionOrder` says after
+    /// X and Y). An error when the order does not name each axis once.
+    ///
+    /// ```
+    /// let d = "ImageJ=1.11a\nimages=24\nchannels=2\nslices=3\nframes=4\n";
+    /// let axes = imaging_io::StackAxes::parse(d).unwrap();
+    /// assert_eq!(axes.page_order().unwrap(), [('C', 2), ('Z', 3), ('T', 4)]);
+    /// ```
+    pub fn page_order(&self) -> Result<Vec<(char, usize)>, String> {
+        let letters: Vec<char> = if self.source == "ImageJ" {
+            vec!['C', 'Z', 'T']
+        } else {
+            self.order.chars().filter(|c| "CZT".contains(*c)).collect()
+        };
+        let mut sorted = letters.clone();
+        sorted.sort_unstable();
+        if sorted != ['C', 'T', 'Z'] {
+            return Err(format!(
+                "{self}: axis order {} does not name C, Z and T once each",
+                self.order
+            ));
+        }
+        let len = |c: char| match c {
+            'C' => self.channels,
+            'Z' => self.slices,
+            _ => self.frames,
+        };
+        Ok(letters.into_iter().map(|c| (c, len(c).max(1))).collect())
+    }
+
     /// The axes longer than 1, as (name, length), in the order channels, slices, frames.
     pub fn extra(&self) -> Vec<(&'static str, usize)> {
         [

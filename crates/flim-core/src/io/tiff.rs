@@ -54,30 +54,9 @@ fn page_order(path: &Path, description: Option<&str>) -> Result<Option<PageOrder
             ),
         ));
     }
-    let letters: Vec<char> = if axes.source == "ImageJ" {
-        vec!['C', 'Z', 'T']
-    } else {
-        axes.order.chars().filter(|c| "CZT".contains(*c)).collect()
-    };
-    let mut sorted = letters.clone();
-    sorted.sort_unstable();
-    if sorted != ['C', 'T', 'Z'] {
-        return Err(format_error(
-            path,
-            format!(
-                "{axes}: axis order {} does not name C, Z and T once each",
-                axes.order
-            ),
-        ));
-    }
-    let len = |c: char| match c {
-        'C' => axes.channels,
-        'Z' => axes.slices,
-        _ => axes.frames,
-    };
-    Ok(Some(
-        letters.into_iter().map(|c| (c, len(c).max(1))).collect(),
-    ))
+    axes.page_order()
+        .map(Some)
+        .map_err(|why| format_error(path, why))
 }
 
 /// Read a multi-page TIFF, one page per time bin of `bin_ns`: one image, or for an ImageJ or

@@ -321,28 +321,9 @@ fn page_filter(
     if pick == StackPick::default() {
         return Ok(None);
     }
-    // ImageJ stores channels fastest, then slices, then frames; OME says so in
-    // DimensionOrder (after X and Y, fastest first).
-    let letters: Vec<char> = if axes.source == "ImageJ" {
-        vec!['C', 'Z', 'T']
-    } else {
-        axes.order.chars().filter(|c| "CZT".contains(*c)).collect()
-    };
-    let mut sorted = letters.clone();
-    sorted.sort_unstable();
-    if sorted != ['C', 'T', 'Z'] {
-        return Err(fail(format!(
-            "{axes}: axis order {} does not name C, Z and T once each",
-            axes.order
-        )));
-    }
-    let len = |c: char| match c {
-        'C' => axes.channels,
-        'Z' => axes.slices,
-        _ => axes.frames,
-    };
+    let order = axes.page_order().map_err(fail)?;
     Ok(Some(PageFilter {
-        order: letters.into_iter().map(|c| (c, len(c).max(1))).collect(),
+        order,
         channel: pick.channel,
         slice: pick.slice,
     }))
