@@ -817,7 +817,7 @@ impl FloatRows for Planes<'_, f64> {
 mod tests {
     use super::*;
     use crate::cpu::spatial::ContrastOut;
-    use crate::cpu::spatial::tests::{TOL_F32, TOL_INT, TOL_MEAN, image_u16, splitmix};
+    use crate::cpu::spatial::tests::{Sums, TOL_MEAN, image_u16, splitmix};
     use crate::model::flags;
     use crate::model::window::reflect_index;
     use ndarray::Array2;
@@ -892,11 +892,9 @@ mod tests {
     fn assert_stack(
         got: &ContrastStack,
         want: &(Array3<f64>, Array3<f64>, Array3<u8>),
-        tol: f64,
-        terms: usize,
+        sums: Sums,
     ) {
         assert_eq!(got.k.dim(), want.0.dim());
-        let u = f64::EPSILON / 2.0;
         for (idx, &kr) in want.0.indexed_iter() {
             assert_eq!(got.flags[idx], want.2[idx], "flags at {idx:?}");
             let k = f64::from(got.k[idx]);
@@ -904,13 +902,8 @@ mod tests {
                 assert!(k.is_nan(), "K at {idx:?} = {k}, want NaN");
                 continue;
             }
-            let sum_bound = if tol == TOL_INT {
-                0.0
-            } else {
-                3.0 * terms as f64 * u * (kr + 1.0 / kr.max(1e-300))
-            };
             assert!(
-                (k - kr).abs() <= tol * kr + sum_bound,
+                (k - kr).abs() <= sums.allowed(kr),
                 "K at {idx:?} = {k}, want {kr}"
             );
             let (m, mr) = (f64::from(got.mean[idx]), want.1[idx]);
@@ -939,13 +932,13 @@ mod tests {
             let st = stack_u16(nf, h, w, mode, seed);
             let sat = sat.map(f64::from);
             let want = reference(&st, 0, n, Border::Reflect, sat).unwrap();
-            assert_stack(&temporal_contrast(st.view(), n, sat).unwrap(), &want, TOL_INT, 0);
+            assert_stack(&temporal_contrast(st.view(), n, sat).unwrap(), &want, Sums::Exact);
             let st8 = st.mapv(|v| (v % 256) as u8);
             let want8 = reference(&st8, 0, n, Border::Reflect, sat).unwrap();
-            assert_stack(&temporal_contrast(st8.view(), n, sat).unwrap(), &want8, TOL_INT, 0);
+            assert_stack(&temporal_contrast(st8.view(), n, sat).unwrap(), &want8, Sums::Exact);
             let stf = st.mapv(|v| f32::from(v) * 0.25 + 0.5);
             let wantf = reference(&stf, 0, n, Border::Reflect, sat).unwrap();
-            assert_stack(&temporal_contrast(stf.view(), n, sat).unwrap(), &wantf, TOL_F32, 3 * n);
+            assert_stack(&temporal_contrast(stf.view(), n, sat).unwrap(), &wantf, Sums::Float { terms: 3 * n });
         }
 
         #[test]
@@ -965,11 +958,11 @@ mod tests {
                     prop_assert!(too_small, "valid border must reject a small image");
                 }
                 Some(want) => {
-                    assert_stack(&spatiotemporal_contrast(st.view(), win, n, border, sat).unwrap(), &want, TOL_INT, 0);
+                    assert_stack(&spatiotemporal_contrast(st.view(), win, n, border, sat).unwrap(), &want, Sums::Exact);
                     let stf = st.mapv(|v| f32::from(v) * 0.25 + 0.5);
                     let wantf = reference(&stf, half, n, border, sat).unwrap();
                     let got = spatiotemporal_contrast(stf.view(), win, n, border, sat).unwrap();
-                    assert_stack(&got, &wantf, TOL_F32, 3 * n + 2 * size);
+                    assert_stack(&got, &wantf, Sums::Float { terms: 3 * n + 2 * size });
                 }
             }
         }
@@ -982,14 +975,13 @@ mod tests {
         let c = temporal_contrast(st.view(), 25, None).unwrap();
         assert_eq!(c.k.dim(), (376, 3, 5));
         let want = reference(&st, 0, 25, Border::Reflect, None).unwrap();
-        assert_stack(&c, &want, TOL_INT, 0);
+        assert_stack(&c, &want, Sums::Exact);
         // f32 version: restarts keep the error at the per-window bound.
         let stf = st.mapv(f32::from);
         assert_stack(
             &temporal_contrast(stf.view(), 25, None).unwrap(),
             &want,
-            TOL_F32,
-            75,
+            Sums::Float { terms: 75 },
         );
         for bad in [0, 1, 401] {
             let e = temporal_contrast(st.view(), bad, None).unwrap_err();
