@@ -543,3 +543,56 @@ fn fuzz_findings_read_or_fail_cleanly_in_time() {
         r.assert_clean();
     }
 }
+
+// ------------------------------------------- .ptu T2, .pt3, .ht3, .phu (issue 29)
+
+/// Value offsets of the tags of a tagged PicoQuant file (`.ptu` or `.phu`).
+fn tag_offsets(path: &Path) -> Vec<usize> {
+    let h = read_ptu_header(path).unwrap();
+    let mut at = vec![0, 8];
+    for t in &h.tags {
+        // The value, and the tag's type field.
+        at.extend([t.offset as usize + 40, t.offset as usize + 36]);
+    }
+    at
+}
+
+#[test]
+fn t2_ptu_bad_input_is_refused_cleanly() {
+    let path = data("hydraharp_t2.ptu");
+    let good = std::fs::read(&path).unwrap();
+    suite("ptu", &good, &tag_offsets(&path), |p| {
+        read(p, &ReadOptions::default())
+    });
+    let path = data("picoharp_t2.ptu");
+    let good = std::fs::read(&path).unwrap();
+    suite("ptu", &good, &tag_offsets(&path), |p| {
+        read(p, &ReadOptions::default().with_sync_channel(0))
+    });
+}
+
+#[test]
+fn pt3_bad_input_is_refused_cleanly() {
+    let good = std::fs::read(data("picoharp.pt3")).unwrap();
+    // Ident, version, bits per record, mode, resolution, sync rate, record count, image header.
+    let offsets = [0, 16, 332, 348, 584, 704, 720, 724];
+    suite("pt3", &good, &offsets, |p| read(p, &ReadOptions::default()));
+}
+
+#[test]
+fn ht3_bad_input_is_refused_cleanly() {
+    let good = std::fs::read(data("hydraharp_v1.ht3")).unwrap();
+    // Ident, version, bits, mode, resolution, inputs, then (2 inputs) sync rate, image
+    // header size and record count.
+    let offsets = [0, 16, 332, 340, 352, 664, 736, 748, 752];
+    suite("ht3", &good, &offsets, |p| read(p, &ReadOptions::default()));
+}
+
+#[test]
+fn phu_bad_input_is_refused_cleanly() {
+    let path = data("curves.phu");
+    let good = std::fs::read(&path).unwrap();
+    suite("phu", &good, &tag_offsets(&path), |p| {
+        read(p, &ReadOptions::default())
+    });
+}

@@ -41,11 +41,12 @@ enum Command {
 /// Input file and which part of it to read.
 #[derive(Debug, clap::Args)]
 struct Input {
-    /// TCSPC data: Becker & Hickl .sdt, PicoQuant .ptu (T3), multi-page TIFF (pages = time
-    /// bins) or .npy ((y, x, bin) or (frame, y, x, bin)).
+    /// TCSPC data: Becker & Hickl .sdt or .spc (with its .set), PicoQuant .ptu (T3 or T2),
+    /// .pt3, .ht3 or .phu, multi-page TIFF (pages = time bins) or .npy ((y, x, bin) or
+    /// (frame, y, x, bin)).
     #[arg(value_name = "INPUT")]
     path: PathBuf,
-    /// Bin width in ns (required for TIFF and .npy; overrides .sdt/.ptu headers).
+    /// Bin width in ns (required for TIFF and .npy; overrides the header of other formats).
     #[arg(long)]
     bin_ns: Option<f64>,
     /// Laser period in ns (default: from the header's sync rate, else the recorded window).
@@ -61,12 +62,18 @@ struct Input {
     /// frames A..B (end exclusive, 0-based).
     #[arg(long, default_value = "sum")]
     frames: String,
-    /// PicoQuant: merge this many TCSPC channels into one time bin.
+    /// Photon streams (.ptu, .pt3, .ht3, .spc): merge this many TCSPC channels into one
+    /// time bin.
     #[arg(long, default_value_t = 1)]
     binning: usize,
-    /// PicoQuant: number of time bins (after --binning); default: up to the latest photon.
+    /// Photon streams: number of time bins (after --binning); default: up to the latest
+    /// photon.
     #[arg(long)]
     bins: Option<usize>,
+    /// PicoQuant T2: time decays from the events of this input (0-based) instead of the
+    /// recorded sync events; required for PicoHarp 300 T2, which records none.
+    #[arg(long, value_name = "INPUT")]
+    sync_channel: Option<u32>,
 }
 
 impl Input {
@@ -86,6 +93,9 @@ impl Input {
         }
         if let Some(b) = self.bins {
             o = o.with_bins(b);
+        }
+        if let Some(c) = self.sync_channel {
+            o = o.with_sync_channel(c);
         }
         Ok(match self.frames.as_str() {
             "sum" => o.with_sum_frames(true),

@@ -113,7 +113,7 @@ impl Irf {
     fn from_recording(path: &Path, bin_ns: Option<f64>) -> Result<Irf> {
         use crate::io::recording::Format;
         // Files that store their bin width keep it (and must match the data's).
-        let stores_bin_width = matches!(Format::of(path)?, Format::Sdt | Format::Ptu);
+        let stores_bin_width = Format::of(path)?.stores_bin_width();
         let opts = match bin_ns {
             Some(b) if !stores_bin_width => ReadOptions::default().with_bin_ns(b),
             _ => ReadOptions::default(),

@@ -1,5 +1,6 @@
-//! Reading and writing TCSPC data: Becker & Hickl `.sdt`, PicoQuant `.ptu` (T3 records,
-//! histogrammed while streaming), multi-page TIFF (time bins as pages) and NumPy `.npy`.
+//! Reading and writing TCSPC data: Becker & Hickl `.sdt` histograms and `.spc` photon
+//! streams, PicoQuant `.ptu` (T3 and T2), `.pt3`, `.ht3` photon streams (histogrammed while
+//! streaming) and `.phu` histograms, multi-page TIFF (time bins as pages) and NumPy `.npy`.
 //!
 //! Every reader returns a [`Recording`]: one [`Image`] per data block, frame and channel, each
 //! a cube of the stored count type ([`AnyCube`]), kept apart (never flattened), with the
@@ -25,18 +26,23 @@
 mod irf;
 pub(crate) mod maps;
 mod npy;
+mod photons;
+mod picoquant;
 pub(crate) mod plots;
 pub(crate) mod prepare;
-mod ptu;
 mod read;
 pub(crate) mod recording;
 mod sdt;
+mod spc;
 pub(crate) mod stats;
 mod tiff;
 
 pub use npy::{read_npy, write_npy};
-pub use ptu::{PtuHeader, PtuTag, TagValue, read_ptu, read_ptu_header};
+pub use picoquant::{
+    PtuHeader, PtuTag, SyncSource, TagValue, read_phu, read_pt3_ht3, read_ptu, read_ptu_header,
+};
 pub use sdt::{read_sdt, write_sdt};
+pub use spc::read_spc;
 pub use tiff::{read_tiff, write_tiff};
 
 pub use maps::{MapSet, brightness, write_lifetime_png, write_map_png, write_map_tiff};

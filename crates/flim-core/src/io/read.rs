@@ -2,9 +2,10 @@
 
 use crate::error::{Error, Result};
 use crate::io::npy::read_npy;
-use crate::io::ptu::read_ptu;
+use crate::io::picoquant::{read_phu, read_pt3_ht3, read_ptu};
 use crate::io::recording::{Format, Image, ReadOptions, Recording, in_file};
 use crate::io::sdt::read_sdt;
+use crate::io::spc::read_spc;
 use crate::io::tiff::read_tiff;
 use crate::model::cube::AnyCube;
 use std::path::Path;
@@ -16,6 +17,9 @@ pub fn read(path: &Path, opts: &ReadOptions) -> Result<Recording> {
     let mut rec = match format {
         Format::Sdt => read_sdt(path)?,
         Format::Ptu => read_ptu(path, opts)?,
+        Format::Pt3 | Format::Ht3 => read_pt3_ht3(path, opts)?,
+        Format::Phu => read_phu(path)?,
+        Format::Spc => read_spc(path, opts)?,
         Format::Tiff | Format::Npy => {
             let bin = opts.bin_ns.ok_or_else(|| Error::Format {
                 path: path.to_path_buf(),
@@ -35,7 +39,7 @@ pub fn read(path: &Path, opts: &ReadOptions) -> Result<Recording> {
     rec.images.retain(|i| {
         opts.block.is_none_or(|b| b == i.block)
             && opts.channel_wanted(i.channel)
-            && (format == Format::Ptu || opts.frame_wanted(i.frame))
+            && (format.is_photon_stream() || opts.frame_wanted(i.frame))
     });
     if rec.images.is_empty() {
         return Err(Error::Format {
@@ -46,7 +50,7 @@ pub fn read(path: &Path, opts: &ReadOptions) -> Result<Recording> {
             ),
         });
     }
-    if opts.sum_frames && format != Format::Ptu {
+    if opts.sum_frames && !format.is_photon_stream() {
         rec.images = sum_frames(std::mem::take(&mut rec.images))
             .map_err(|e| in_file(path, "summing frames", e))?;
     }

@@ -11,8 +11,16 @@ use std::path::{Path, PathBuf};
 pub enum Format {
     /// Becker & Hickl SPC `.sdt`.
     Sdt,
-    /// PicoQuant `.ptu` (T3 records).
+    /// PicoQuant `.ptu` (T3 or T2 records).
     Ptu,
+    /// PicoQuant `.pt3` (PicoHarp 300 T3, file format 2.0).
+    Pt3,
+    /// PicoQuant `.ht3` (HydraHarp T3, file formats 1.0 and 2.0).
+    Ht3,
+    /// PicoQuant `.phu` (histograms of the unified format).
+    Phu,
+    /// Becker & Hickl `.spc` FIFO photon stream, with its `.set` file beside it.
+    Spc,
     /// Multi-page TIFF, one page per time bin.
     Tiff,
     /// NumPy `.npy`, (y, x, bin) or (frame, y, x, bin).
@@ -30,15 +38,30 @@ impl Format {
         match ext.as_str() {
             "sdt" => Ok(Format::Sdt),
             "ptu" => Ok(Format::Ptu),
+            "pt3" => Ok(Format::Pt3),
+            "ht3" => Ok(Format::Ht3),
+            "phu" => Ok(Format::Phu),
+            "spc" => Ok(Format::Spc),
             "tif" | "tiff" => Ok(Format::Tiff),
             "npy" => Ok(Format::Npy),
             _ => Err(Error::Format {
                 path: path.to_path_buf(),
                 what: format!(
-                    "unknown extension {ext:?}: expected .sdt (Becker & Hickl), .ptu (PicoQuant), .tif/.tiff or .npy"
+                    "unknown extension {ext:?}: expected .sdt or .spc (Becker & Hickl), .ptu, .pt3, .ht3 or .phu (PicoQuant), .tif/.tiff or .npy"
                 ),
             }),
         }
+    }
+
+    /// True for time-tagged photon streams, which the reader histograms itself (and so
+    /// applies frame selection and summing while streaming).
+    pub fn is_photon_stream(self) -> bool {
+        matches!(self, Format::Ptu | Format::Pt3 | Format::Ht3 | Format::Spc)
+    }
+
+    /// True where the file states its bin width (everything but TIFF and `.npy`).
+    pub fn stores_bin_width(self) -> bool {
+        !matches!(self, Format::Tiff | Format::Npy)
     }
 
     /// Lower-case name.
@@ -46,6 +69,10 @@ impl Format {
         match self {
             Format::Sdt => "sdt",
             Format::Ptu => "ptu",
+            Format::Pt3 => "pt3",
+            Format::Ht3 => "ht3",
+            Format::Phu => "phu",
+            Format::Spc => "spc",
             Format::Tiff => "tiff",
             Format::Npy => "npy",
         }
@@ -118,6 +145,7 @@ pub struct ReadOptions {
     pub(crate) sum_frames: bool,
     pub(crate) binning: usize,
     pub(crate) bins: Option<usize>,
+    pub(crate) sync_channel: Option<u32>,
 }
 
 impl Default for ReadOptions {
@@ -131,6 +159,7 @@ impl Default for ReadOptions {
             sum_frames: false,
             binning: 1,
             bins: None,
+            sync_channel: None,
         }
     }
 }
@@ -173,16 +202,23 @@ impl ReadOptions {
         self
     }
 
-    /// PTU: merge this many TCSPC channels (`MeasDesc_Resolution`) into one bin. Default 1.
+    /// Photon streams (`.ptu`, `.pt3`, `.ht3`, `.spc`): merge this many TCSPC channels (`MeasDesc_Resolution`) into one bin. Default 1.
     pub fn with_binning(mut self, factor: usize) -> Self {
         self.binning = factor;
         self
     }
 
-    /// PTU: histogram this many bins (after binning); photons later than the last bin are
+    /// Photon streams: histogram this many bins (after binning); photons later than the last bin are
     /// dropped and counted. Default: up to the latest photon of the file.
     pub fn with_bins(mut self, bins: usize) -> Self {
         self.bins = Some(bins);
+        self
+    }
+
+    /// PicoQuant T2: time decays from the events of this input (0-based) instead of the
+    /// recorded sync events (required for PicoHarp 300 T2, which records none).
+    pub fn with_sync_channel(mut self, input: u32) -> Self {
+        self.sync_channel = Some(input);
         self
     }
 
