@@ -470,10 +470,7 @@ pub(crate) fn histogram_records(
     }
     let mut metadata = Vec::new();
     metadata.extend([
-        (
-            "sync rate MHz".to_string(),
-            format!("{:.4}", 1e3 / spec.period_ns),
-        ),
+        ("laser period ns".to_string(), format!("{}", spec.period_ns)),
         (
             "TCSPC resolution ps".into(),
             format!("{:.4}", spec.channel_ns * 1e3),
@@ -507,7 +504,7 @@ pub(crate) fn histogram_records(
                 tally.outside_lines.to_string(),
             ),
             (
-                "photons in lines past ImgHdr_PixY".into(),
+                "photons in lines past the last image row".into(),
                 tally.extra_lines.to_string(),
             ),
         ]);
