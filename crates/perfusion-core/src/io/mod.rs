@@ -1,4 +1,4 @@
-//! File formats, one file each: NIfTI-1 series and maps, CSV curves and results, PNG overlays
+//! File formats, one file each: NIfTI-1 and NIfTI-2 series and maps, CSV curves and results, PNG overlays
 //! and plots; and a job's input assembled from them ([`input`]).
 
 pub mod csv;

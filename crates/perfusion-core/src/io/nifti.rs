@@ -1,15 +1,58 @@
-//! NIfTI-1 volumes (.nii, .nii.gz) through the `nifti` crate: 4-D DCE series in, 3-D maps
+//! NIfTI volumes (.nii, .nii.gz) through the `nifti` crate: 4-D DCE series in, 3-D maps
 //! out with the input's geometry (dimensions, voxel sizes, qform/sform).
+//!
+//! NIfTI-1 and NIfTI-2 files are read; NIfTI-2 headers are translated to NIfTI-1 on the way
+//! in ([`super::nifti2`]), and the header returned keeps NIfTI-2's `sizeof_hdr` (540) and
+//! magic (`n+2`) to remember where it came from ([`NiftiVersion::of`]). Outputs follow their
+//! reference header: [`write_map`] writes NIfTI-2 (little-endian, `vox_offset` 544, 64-bit
+//! fields widened from the 32-bit values read) when the reference was read from NIfTI-2, and
+//! NIfTI-1 through the `nifti` crate otherwise. [`write_series`] writes NIfTI-1.
 
 use super::nifti2;
 use crate::error::{Error, Result};
-use ndarray::{Array2, Array3, Array4, ArrayView1, ArrayView3, Axis, Ix3, Ix4, ShapeBuilder};
+use ndarray::{
+    Array2, Array3, Array4, ArrayBase, ArrayView1, ArrayView3, Axis, Data, Dimension, Ix3, Ix4,
+    RemoveAxis, ShapeBuilder,
+};
 pub use nifti::NiftiHeader;
 use nifti::writer::WriterOptions;
 use nifti::{InMemNiftiObject, IntoNdArray, NiftiObject};
 use std::fs::File;
 use std::io::{BufReader, Cursor, Read};
 use std::path::{Path, PathBuf};
+
+/// The NIfTI version a header was read from, and so the version of the maps written with it
+/// as reference.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NiftiVersion {
+    /// NIfTI-1 (348-byte header).
+    Nifti1,
+    /// NIfTI-2 (540-byte header, 64-bit fields).
+    Nifti2,
+}
+
+impl NiftiVersion {
+    /// The version `header` came from: NIfTI-2 for a header that [`read_series`],
+    /// [`read_volume`] or [`read_header`] translated from a NIfTI-2 file (it keeps the file's
+    /// `sizeof_hdr` 540 and magic `n+2`) or that [`NiftiVersion::mark`] marked; NIfTI-1
+    /// otherwise.
+    pub fn of(header: &NiftiHeader) -> Self {
+        if header.magic == *b"n+2\0" {
+            Self::Nifti2
+        } else {
+            Self::Nifti1
+        }
+    }
+
+    /// Mark `header` as from this version (`sizeof_hdr` and magic), which outputs written
+    /// with it as reference then follow.
+    pub fn mark(self, header: &mut NiftiHeader) {
+        (header.sizeof_hdr, header.magic) = match self {
+            Self::Nifti1 => (HEADER_BYTES as i32, *b"n+1\0"),
+            Self::Nifti2 => (nifti2::NIFTI2_BYTES as i32, *b"n+2\0"),
+        };
+    }
+}
 
 /// A 4-D series `(x, y, z, t)` with its header.
 #[derive(Debug, Clone)]
@@ -319,9 +362,12 @@ fn check_extensions(path: &Path, bytes: &[u8], layout: Layout) -> Result<()> {
     Ok(())
 }
 
-/// The header bytes (348 plus the extender, or fewer for a truncated file) and the open
-/// stream positioned after them.
-fn read_header_bytes(path: &Path) -> Result<(Vec<u8>, Box<dyn Read>, u64)> {
+/// The NIfTI-1 header bytes (348 plus the extender; translated from a NIfTI-2 header), the
+/// open stream positioned after them (at the voxel data for NIfTI-2), the file's length as if
+/// it had the NIfTI-1 header, and the version the file had.
+type HeaderBytes = (Vec<u8>, Box<dyn Read>, u64, NiftiVersion);
+
+fn read_header_bytes(path: &Path) -> Result<HeaderBytes> {
     let (mut stream, file_len) = open_stream(path)?;
     let mut bytes = Vec::with_capacity(HEADER_AND_EXTENDER);
     read_up_to(path, &mut stream, &mut bytes, HEADER_AND_EXTENDER as u64)?;
@@ -342,7 +388,7 @@ fn read_header_bytes(path: &Path) -> Result<(Vec<u8>, Box<dyn Read>, u64)> {
         ));
     }
     if !nifti2::is_nifti2(&bytes) {
-        return Ok((bytes, stream, file_len));
+        return Ok((bytes, stream, file_len, NiftiVersion::Nifti1));
     }
     // NIfTI-2: translate the header, skip to the voxel data, and account the file's length
     // as if it had the NIfTI-1 header.
@@ -373,13 +419,13 @@ fn read_header_bytes(path: &Path) -> Result<(Vec<u8>, Box<dyn Read>, u64)> {
     } else {
         file_len.saturating_sub(vox_offset - HEADER_AND_EXTENDER as u64)
     };
-    Ok((header, stream, file_len))
+    Ok((header, stream, file_len, NiftiVersion::Nifti2))
 }
 
 /// Read the whole (decompressed) file after checking its header, its size against the
-/// header and the caps, and its extensions.
-fn read_checked_bytes(path: &Path) -> Result<Vec<u8>> {
-    let (mut bytes, mut stream, file_len) = read_header_bytes(path)?;
+/// header and the caps, and its extensions; with the version the file had.
+fn read_checked_bytes(path: &Path) -> Result<(Vec<u8>, NiftiVersion)> {
+    let (mut bytes, mut stream, file_len, version) = read_header_bytes(path)?;
     if !is_gz(path) && bytes.starts_with(&[0x1f, 0x8b]) {
         return Err(file_err(
             path,
@@ -455,7 +501,7 @@ fn read_checked_bytes(path: &Path) -> Result<Vec<u8>> {
         ));
     }
     check_extensions(path, &bytes, layout)?;
-    Ok(bytes)
+    Ok((bytes, version))
 }
 
 /// Run a call into the `nifti` crate, turning a panic inside it into an error naming the file.
@@ -469,13 +515,14 @@ fn guarded<T>(path: &Path, what: &str, f: impl FnOnce() -> T) -> Result<T> {
 }
 
 fn read(path: &Path) -> Result<(ndarray::ArrayD<f32>, NiftiHeader)> {
-    let bytes = read_checked_bytes(path)?;
+    let (bytes, version) = read_checked_bytes(path)?;
     let obj = guarded(path, "parsing the file", || {
         InMemNiftiObject::from_reader(Cursor::new(&bytes[..]))
     })?
     .map_err(|e| file_err(path, format!("cannot read as NIfTI-1: {e}")))?;
     drop(bytes);
-    let header = obj.header().clone();
+    let mut header = obj.header().clone();
+    version.mark(&mut header);
     let data = guarded(path, "converting the voxel data", || {
         obj.into_volume().into_ndarray::<f32>()
     })?
@@ -499,7 +546,7 @@ fn read(path: &Path) -> Result<(ndarray::ArrayD<f32>, NiftiHeader)> {
 /// The header of a NIfTI file, checked as [`read_series`] checks it (without reading the
 /// voxel data of a `.nii.gz`).
 pub fn read_header(path: &Path) -> Result<NiftiHeader> {
-    let (bytes, _, file_len) = read_header_bytes(path)?;
+    let (bytes, _, file_len, version) = read_header_bytes(path)?;
     let layout = check_header(path, &bytes)?;
     if is_gz(path) && layout.total() > file_len.saturating_mul(MAX_GZIP_RATIO) {
         return Err(file_err(
@@ -522,10 +569,12 @@ pub fn read_header(path: &Path) -> Result<NiftiHeader> {
             ),
         ));
     }
-    guarded(path, "parsing the header", || {
+    let mut header = guarded(path, "parsing the header", || {
         NiftiHeader::from_reader(Cursor::new(&bytes[..]))
     })?
-    .map_err(|e| file_err(path, format!("cannot read a NIfTI-1 header: {e}")))
+    .map_err(|e| file_err(path, format!("cannot read a NIfTI-1 header: {e}")))?;
+    version.mark(&mut header);
+    Ok(header)
 }
 
 /// Read a 4-D series (a 3-D file is one frame).
@@ -653,7 +702,8 @@ pub fn scatter(
     out
 }
 
-/// Write a 3-D map with the geometry of `reference` (.nii or .nii.gz by the extension).
+/// Write a 3-D map with the geometry of `reference` (.nii or .nii.gz by the extension), in
+/// the NIfTI version `reference` came from ([`NiftiVersion::of`]).
 pub fn write_map<T>(path: &Path, map: ArrayView3<T>, reference: &NiftiHeader) -> Result<()>
 where
     T: nifti::DataElement + bytemuck::Pod,
@@ -661,13 +711,81 @@ where
     let mut header = reference.clone();
     header.pixdim[4] = 0.0;
     header.xyzt_units &= 0x07; // keep the space unit, drop the time unit
-    WriterOptions::new(path)
-        .reference_header(&header)
-        .write_nifti(&map)
-        .map_err(|e| file_err(path, format!("cannot write NIfTI: {e}")))
+    write(path, &map, &header)
 }
 
-/// Write a 4-D series (used by `biogpu perfusion simulate` and the demo).
+/// Write `data` with the fields of `header` (its `dim`, `datatype`, `bitpix` and scaling set
+/// from the data, as the `nifti` crate sets them), in the version of `header`.
+fn write<T, S, D>(path: &Path, data: &ArrayBase<S, D>, header: &NiftiHeader) -> Result<()>
+where
+    T: nifti::DataElement + bytemuck::Pod,
+    S: Data<Elem = T>,
+    D: Dimension + RemoveAxis,
+{
+    match NiftiVersion::of(header) {
+        NiftiVersion::Nifti1 => WriterOptions::new(path)
+            .reference_header(header)
+            .write_nifti(data)
+            .map_err(|e| file_err(path, format!("cannot write NIfTI: {e}"))),
+        NiftiVersion::Nifti2 => write_nifti2(path, data, header),
+    }
+}
+
+/// Write a single-file NIfTI-2 (`.nii`, or `.nii.gz` as stored gzip): the header from
+/// [`nifti2::to_nifti2`], then the voxels little-endian in x-fastest order.
+fn write_nifti2<T, S, D>(path: &Path, data: &ArrayBase<S, D>, header: &NiftiHeader) -> Result<()>
+where
+    T: nifti::DataElement + bytemuck::Pod,
+    S: Data<Elem = T>,
+    D: Dimension,
+{
+    let ext = path.extension().map(std::ffi::OsStr::to_ascii_lowercase);
+    if ext.as_deref().is_some_and(|e| e == "hdr" || e == "img") {
+        return Err(file_err(
+            path,
+            "NIfTI-2 is written as a single .nii or .nii.gz file, not a .hdr/.img pair",
+        ));
+    }
+    // As the `nifti` crate does: a name without an extension gets `.nii`.
+    let path = match ext {
+        None => path.with_extension("nii"),
+        Some(_) => path.to_path_buf(),
+    };
+    let path = path.as_path();
+    let size = std::mem::size_of::<T>();
+    let header = NiftiHeader {
+        datatype: T::DATA_TYPE as i16,
+        bitpix: (8 * size) as i16,
+        scl_slope: 1.0,
+        scl_inter: 0.0,
+        ..header.clone()
+    };
+    let mut bytes = nifti2::to_nifti2(&header, data.shape());
+    let data_bytes = data.len().saturating_mul(size);
+    bytes.try_reserve_exact(data_bytes).map_err(|_| {
+        file_err(
+            path,
+            format!("cannot allocate {data_bytes} bytes to write the file"),
+        )
+    })?;
+    // The reversed axes iterate x fastest, the file's order.
+    for v in &data.t() {
+        let b = bytemuck::bytes_of(v);
+        if cfg!(target_endian = "little") {
+            bytes.extend_from_slice(b);
+        } else {
+            bytes.extend(b.iter().rev());
+        }
+    }
+    let bytes = if is_gz(path) {
+        nifti2::gzip(&bytes).map_err(|e| file_err(path, format!("cannot compress NIfTI-2: {e}")))?
+    } else {
+        bytes
+    };
+    std::fs::write(path, bytes).map_err(|e| file_err(path, format!("cannot write NIfTI-2: {e}")))
+}
+
+/// Write a 4-D series as NIfTI-1 (used by `biogpu perfusion simulate` and the demo).
 pub fn write_series(path: &Path, data: &Array4<f32>, voxel_mm: [f32; 3], dt_s: f32) -> Result<()> {
     let header = NiftiHeader {
         pixdim: [
@@ -687,10 +805,7 @@ pub fn write_series(path: &Path, data: &Array4<f32>, voxel_mm: [f32; 3], dt_s: f
         srow_z: [0.0, 0.0, voxel_mm[2], 0.0],
         ..NiftiHeader::default()
     };
-    WriterOptions::new(path)
-        .reference_header(&header)
-        .write_nifti(data)
-        .map_err(|e| file_err(path, format!("cannot write NIfTI: {e}")))
+    write(path, data, &header)
 }
 
 #[cfg(test)]
