@@ -34,10 +34,11 @@ const BINS: usize = 256;
 const BIN_NS: f64 = 0.05;
 const PERIOD: f64 = 12.8;
 
-const ESTIMATORS: [Estimator; 3] = [
+const ESTIMATORS: [Estimator; 4] = [
     Estimator::LeastSquaresNeyman,
     Estimator::LeastSquaresPearson,
     Estimator::MaximumLikelihood,
+    Estimator::LeastSquaresModel,
 ];
 
 fn name(e: Estimator) -> &'static str {
@@ -45,6 +46,7 @@ fn name(e: Estimator) -> &'static str {
         Estimator::LeastSquaresNeyman => "LSQ-Neyman",
         Estimator::LeastSquaresPearson => "LSQ-Pearson",
         Estimator::MaximumLikelihood => "MLE",
+        Estimator::LeastSquaresModel => "LSQ-model",
     }
 }
 
@@ -179,6 +181,21 @@ fn bias_and_spread_per_estimator_at_100_1k_10k_photons() {
             if photons >= 1_000.0 {
                 // The issue's criterion: within 10% of the Cramer-Rao bound.
                 assert!(f_mle / f_crb <= 1.1, "MLE F {f_mle} vs CRB {f_crb}");
+            }
+            // Model-weighted least squares: unbiased, converged and as precise as MLE (the
+            // same fixed point: issue 21's target is F <= 1.3 and |bias| < 1%).
+            let (_, f_model, bias_model, n_model) = f_of[3];
+            assert_eq!(
+                n_model,
+                side * side,
+                "model-weighted LSQ converged everywhere"
+            );
+            assert!(
+                bias_model.abs() < 4.0 * se + 0.2,
+                "model-weighted LSQ bias {bias_model}% (se {se}%)"
+            );
+            if photons >= 1_000.0 {
+                assert!(f_model <= 1.3, "model-weighted LSQ F {f_model}");
             }
             // MLE is the most precise estimator at every count.
             for &(est, f, _, _) in &f_of[..2] {

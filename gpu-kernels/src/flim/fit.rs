@@ -19,6 +19,9 @@ use gpu_runtime::{Error, Gpu, GpuArray, Result};
 pub const EST_NEYMAN: u32 = 0;
 pub const EST_PEARSON: u32 = 1;
 pub const EST_POISSON: u32 = 2;
+/// Model-weighted least squares: the Poisson iterations (the same fixed point), then
+/// Pearson's chi^2 at the fit as the reported objective.
+pub const EST_MODEL: u32 = 3;
 
 /// IRF modes: tail fit, reconvolution with a fixed shift, with a fitted shift.
 pub const IRF_NONE: u32 = 0;
@@ -748,6 +751,27 @@ pub fn fit_kernel(
             if bad {
                 result = FIT_FAILED;
             }
+            if comptime!(est == EST_MODEL) {
+                obj = evaluate(
+                    words,
+                    irf,
+                    geo,
+                    &theta,
+                    &mut hm,
+                    &mut g,
+                    &mut st,
+                    &mut d,
+                    &mut t,
+                    &mut acc,
+                    kind,
+                    k,
+                    EST_PEARSON,
+                    zfit,
+                    irf_mode,
+                    true,
+                    false,
+                );
+            }
         }
         #[unroll]
         for u in 0..np {
@@ -820,7 +844,7 @@ pub fn fit<R: Runtime>(
     let name = "flim_fit";
     let pixels = p.pixels as usize;
     if !(1..=3).contains(&p.components)
-        || p.estimator > EST_POISSON
+        || p.estimator > EST_MODEL
         || p.irf_mode > IRF_FITTED
         || p.kind > KIND_F32
         || p.first + p.m > p.stride
@@ -950,6 +974,7 @@ pub(crate) fn catalog<R: Runtime>(client: &ComputeClient<R>) -> Vec<CatalogEntry
         ("fit_mono_neyman_tail", 1, EST_NEYMAN, false, IRF_NONE),
         ("fit_mono_mle_tail", 1, EST_POISSON, false, IRF_NONE),
         ("fit_mono_mle_irf", 1, EST_POISSON, false, IRF_FIXED),
+        ("fit_mono_model_irf", 1, EST_MODEL, false, IRF_FIXED),
         (
             "fit_bi_mle_irf_shift_offset",
             2,

@@ -947,6 +947,16 @@ pub fn global_fit<R: Runtime>(
     status: &GpuArray<u32>,
 ) -> Result<()> {
     let name = "flim_global";
+    // Model-weighted least squares iterates as the Poisson fit (the same fixed point); global
+    // analysis reports its deviance.
+    let p = &FitParams {
+        estimator: if p.estimator == super::fit::EST_MODEL {
+            EST_POISSON
+        } else {
+            p.estimator
+        },
+        ..*p
+    };
     let pixels = p.pixels as usize;
     let segments = offsets.len().saturating_sub(1);
     if !(1..=3).contains(&p.components)

@@ -999,7 +999,7 @@ biogpu_tests::gpu_test! {
     fn flim_fits_match_the_cpu(device) {
         proptest!(proptest_cases(12), |(
             bi in any::<bool>(),
-            est in 0usize..3,
+            est in 0usize..4,
             irf in 0usize..3,
             offset_fitted in any::<bool>(),
             tau1 in 0.3f64..1.5,
@@ -1016,7 +1016,7 @@ biogpu_tests::gpu_test! {
                 sim = sim.with_background(1.5);
             }
             let model = if bi { Model::Bi } else { Model::Mono };
-            let estimator = [Estimator::LeastSquaresNeyman, Estimator::LeastSquaresPearson, Estimator::MaximumLikelihood][est];
+            let estimator = [Estimator::LeastSquaresNeyman, Estimator::LeastSquaresPearson, Estimator::MaximumLikelihood, Estimator::LeastSquaresModel][est];
             let mut opts = FitOptions::new(model)
                 .with_estimator(estimator)
                 .with_offset(if offset_fitted { Offset::Fitted } else { Offset::Fixed(0.0) });

@@ -451,7 +451,7 @@ biogpu_tests::gpu_test! {
     /// masked and empty pixels.
     fn flim_global_matches_the_cpu(device) {
         let config = ProptestConfig { cases: 8, ..ProptestConfig::default() };
-        proptest!(config, |(bi in any::<bool>(), est in 0usize..3, irf in 0usize..3, offset_fitted in any::<bool>(), tau1 in 0.4f64..1.2, ratio in 2.0f64..4.0, photons in 1e3f64..2e4, bins in 64usize..=128, seg in 0usize..3, seed in any::<u64>())| {
+        proptest!(config, |(bi in any::<bool>(), est in 0usize..4, irf in 0usize..3, offset_fitted in any::<bool>(), tau1 in 0.4f64..1.2, ratio in 2.0f64..4.0, photons in 1e3f64..2e4, bins in 64usize..=128, seg in 0usize..3, seed in any::<u64>())| {
             let (h, w) = (12, 12);
             let bin_ns = 12.8 / bins as f64;
             let mut sim = flim_core::sim::DecaySim::new(bins, bin_ns, photons).unwrap().with_seed(seed);
@@ -459,7 +459,7 @@ biogpu_tests::gpu_test! {
                 sim = sim.with_background(1.0);
             }
             let model = if bi { Model::Bi } else { Model::Mono };
-            let estimator = [Estimator::LeastSquaresNeyman, Estimator::LeastSquaresPearson, Estimator::MaximumLikelihood][est];
+            let estimator = [Estimator::LeastSquaresNeyman, Estimator::LeastSquaresPearson, Estimator::MaximumLikelihood, Estimator::LeastSquaresModel][est];
             let mask = Array2::from_shape_fn((h, w), |(y, x)| (y * 7 + x * 3) % 11 != 0);
             let mut opts = FitOptions::new(model)
                 .with_estimator(estimator)

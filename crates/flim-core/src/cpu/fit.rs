@@ -6,7 +6,7 @@
 use crate::cpu::lm::{PixelFit, fit_pixel, initial_guess};
 use crate::error::Result;
 use crate::model::cube::{Count, Cube};
-use crate::model::fit::{DecayFit, FitMaps, FitOptions};
+use crate::model::fit::{DecayFit, Estimator, FitMaps, FitOptions, pearson_term};
 use crate::model::fit_model::{ModelSetup, Work};
 use rayon::prelude::*;
 
@@ -31,6 +31,16 @@ pub fn fit_decay(
     let counts = &decay[su.first..su.first + su.m];
     let mut work = Work::default();
     Ok(fit_counts(&su, &mut work, counts, opts, true))
+}
+
+/// Pearson's chi^2 `sum (N - y)^2 / y` of the model at `theta`.
+fn pearson_chi2(su: &ModelSetup, work: &mut Work, theta: &[f64], counts: &[f64]) -> f64 {
+    work.evaluate(su, theta);
+    counts
+        .iter()
+        .enumerate()
+        .map(|(j, &n)| pearson_term(n, work.bin(su, theta, j, None)))
+        .sum()
 }
 
 /// Fit the counts of one pixel's range (`fit`: not masked by the mask).
@@ -60,6 +70,11 @@ fn fit_counts(
         opts.max_iterations(),
         opts.tolerance(),
     );
+    let objective = if opts.estimator() == Estimator::LeastSquaresModel {
+        pearson_chi2(su, work, &theta, counts)
+    } else {
+        objective
+    };
     DecayFit::from_theta(su, &theta, objective, photons, iterations, status)
 }
 

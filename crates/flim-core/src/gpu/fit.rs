@@ -137,6 +137,7 @@ pub(crate) fn fit_params<T: Count>(su: &ModelSetup, opts: &FitOptions, bins: usi
             Estimator::LeastSquaresNeyman => fk::EST_NEYMAN,
             Estimator::LeastSquaresPearson => fk::EST_PEARSON,
             Estimator::MaximumLikelihood => fk::EST_POISSON,
+            Estimator::LeastSquaresModel => fk::EST_MODEL,
         },
         offset_fitted: su.offset == Offset::Fitted,
         irf_mode,

@@ -107,10 +107,13 @@ impl Method {
 /// Least-squares weights of [`Method::Lsq`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Weights {
-    /// `1 / max(N, 1)` from the data (as most tools; biased low at low counts).
+    /// `1 / y` from the current model, re-estimated every iteration (unbiased; see
+    /// [`Estimator::LeastSquaresModel`]).
     #[default]
+    Model,
+    /// `1 / max(N, 1)` from the data (as many tools; biased low at low counts).
     Neyman,
-    /// `1 / y` from the model.
+    /// `1 / y` from the model, minimising Pearson's chi^2 (biased high at low counts).
     Pearson,
 }
 
@@ -137,7 +140,7 @@ impl Default for MethodOptions {
     fn default() -> Self {
         Self {
             model: Model::Mono,
-            weights: Weights::Neyman,
+            weights: Weights::Model,
             fit_offset: false,
             segments: Segments::Whole,
             donor_tau: None,
@@ -163,6 +166,7 @@ impl MethodOptions {
         let estimator = match (method, self.weights) {
             (Method::Lsq, Weights::Neyman) => Estimator::LeastSquaresNeyman,
             (Method::Lsq, Weights::Pearson) => Estimator::LeastSquaresPearson,
+            (Method::Lsq, Weights::Model) => Estimator::LeastSquaresModel,
             _ => Estimator::MaximumLikelihood,
         };
         let mut opts = FitOptions::new(self.model)
