@@ -12,7 +12,7 @@ use crate::model::cube::{AnyCube, Count, Cube, with_cube};
 use crate::model::fit::{FitMaps, FitOptions, GlobalOptions, Model};
 use crate::model::fret::{Donor, FretMaps, FretOptions};
 use crate::model::info::RunInfo;
-use crate::model::lifetimes::{Analysis, LifetimeMaps};
+use crate::model::lifetimes::{Analysis, LifetimeMaps, Methods};
 use crate::model::method::{Method, MethodOptions};
 use crate::model::preprocess::Irf;
 use gpu_runtime::Device;
@@ -194,11 +194,12 @@ pub fn run_method(
     opts: &MethodOptions,
     device: &Device,
 ) -> Result<(MapSet, RunInfo)> {
-    let plane = match method {
-        Method::Iem => "tau_iem_ns",
-        Method::Cmm => "tau_cmm_ns",
-        Method::Rld => "tau_rld_ns",
-        Method::Phasor => "tau_phase_ns",
+    // The non-iterative methods compute only the one asked for.
+    let (plane, only) = match method {
+        Method::Iem => ("tau_iem_ns", Methods::IEM),
+        Method::Cmm => ("tau_cmm_ns", Methods::CMM),
+        Method::Rld => ("tau_rld_ns", Methods::RLD),
+        Method::Phasor => ("tau_phase_ns", Methods::PHASOR),
         Method::Bcmm => {
             if opts.model == Model::Tri {
                 return Err(invalid(
@@ -236,7 +237,8 @@ pub fn run_method(
             return Ok((set, info));
         }
     };
-    let (maps, info) = analyse_any(&p.cube, &p.analysis, device)?;
+    let analysis = p.analysis.with_methods(only);
+    let (maps, info) = analyse_any(&p.cube, &analysis, device)?;
     let all = MapSet::from_lifetimes(&maps);
     let names: &[&str] = if method == Method::Phasor {
         &[plane, "intensity", "g", "s", "tau_mod_ns"]

@@ -2,7 +2,9 @@
 
 use crate::error::Result;
 use crate::model::cube::{Count, Cube};
-use crate::model::lifetimes::{Analysis, CmmStart, LifetimeMaps, Methods, Setup, finish, sums};
+use crate::model::lifetimes::{
+    Analysis, CmmStart, LifetimeMaps, Methods, Setup, finish, sums, sums_int,
+};
 use ndarray::Array2;
 use rayon::prelude::*;
 
@@ -29,13 +31,25 @@ pub(crate) fn analyse<T: Count>(cube: &Cube<T>, opts: &Analysis) -> Result<Lifet
             let px = &data[p0 * bins..(p0 + vals.len()) * bins];
             pixels_dispatch(px, bins, &su, vals, st);
         });
+    // Planes of methods not asked for are NaN: filled, not gathered from `values`.
+    let wanted = |q: usize| match q {
+        0 => true,
+        1 => su.methods.contains(Methods::RLD),
+        2 => su.methods.contains(Methods::IEM),
+        3 => su.methods.contains(Methods::CMM),
+        _ => su.methods.contains(Methods::PHASOR),
+    };
     let mut maps = LifetimeMaps::zeros(h, w);
     maps.planes_mut()
         .into_par_iter()
         .enumerate()
         .for_each(|(q, plane)| {
-            for (dst, v) in plane.iter_mut().zip(&values) {
-                *dst = v[q];
+            if wanted(q) {
+                for (dst, v) in plane.iter_mut().zip(&values) {
+                    *dst = v[q];
+                }
+            } else {
+                plane.fill(f32::NAN);
             }
         });
     maps.status = Array2::from_shape_vec((h, w), status).expect("h * w statuses");
@@ -51,6 +65,12 @@ fn pixels_dispatch<T: Count>(
     vals: &mut [[f32; 8]],
     st: &mut [u8],
 ) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512f") {
+        // SAFETY: `pixels_avx512` only requires AVX-512F, which the CPU has (checked above).
+        unsafe { pixels_avx512(data, bins, su, vals, st) };
+        return;
+    }
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {
         // SAFETY: `pixels_avx2` only requires AVX2, which the CPU has (checked just above).
@@ -72,7 +92,20 @@ fn pixels_avx2<T: Count>(
     pixels_portable(data, bins, su, vals, st);
 }
 
-/// One pass per pixel: counts of the fit range to f64, the sums, the formulas.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn pixels_avx512<T: Count>(
+    data: &[T],
+    bins: usize,
+    su: &Setup,
+    vals: &mut [[f32; 8]],
+    st: &mut [u8],
+) {
+    pixels_portable(data, bins, su, vals, st);
+}
+
+/// One pass per pixel: the sums (exact integer sums for integer counts, f64 for f32
+/// counts), then the formulas.
 #[inline(always)]
 fn pixels_portable<T: Count>(
     data: &[T],
@@ -82,12 +115,25 @@ fn pixels_portable<T: Count>(
     st: &mut [u8],
 ) {
     let mut v = vec![0.0f64; su.m];
+    let mut buf = Vec::with_capacity(su.m);
     for (p, (out, status)) in vals.iter_mut().zip(st.iter_mut()).enumerate() {
         let px = &data[p * bins + su.first..p * bins + su.first + su.m];
-        for (d, &c) in v.iter_mut().zip(px) {
-            *d = c.into();
-        }
-        let (x, s) = finish(&sums(&v, su), su);
+        // Integer weights (bin indices) stay below 2^16 up to 65,536 bins.
+        let sums = match T::KIND {
+            gpu_kernels::flim::KIND_U16 if su.m <= 1 << 16 => {
+                sums_int(bytemuck::cast_slice::<T, u16>(px), su, &mut buf)
+            }
+            gpu_kernels::flim::KIND_U32 if su.m <= 1 << 16 => {
+                sums_int(bytemuck::cast_slice::<T, u32>(px), su, &mut buf)
+            }
+            _ => {
+                for (d, &c) in v.iter_mut().zip(px) {
+                    *d = c.into();
+                }
+                sums(&v, su)
+            }
+        };
+        let (x, s) = finish(&sums, su);
         for (o, x) in out.iter_mut().zip(x) {
             *o = x as f32;
         }
