@@ -100,6 +100,7 @@ fn lifetime_image_is_coloured_by_tau_and_black_where_masked() {
     let path = tmp.path("tau.png");
     let (lo, hi) = write_lifetime_png(
         &path,
+        "tau_iem_ns",
         tau.view(),
         intensity.view(),
         set.mask.view(),
@@ -109,10 +110,10 @@ fn lifetime_image_is_coloured_by_tau_and_black_where_masked() {
     .unwrap();
     assert_eq!((lo, hi), (1.0, 5.0));
     let (w, h, px) = png_pixels(&path);
-    // 16 rows are enlarged 12x (to 192) with a 6-pixel margin at font scale 1.
-    assert!(h >= 192 && w > 192);
+    // 16 rows are enlarged 32x (to 512) with a 16-pixel margin at font scale 2.
+    assert!(h >= 512 && w > 512);
     let at = |x: usize, y: usize| &px[3 * (y * w + x)..3 * (y * w + x) + 3];
-    let (m, sc) = (6, 12);
+    let (m, sc) = (16, 32);
     assert_eq!(at(m + sc, m + sc), [0, 0, 0], "zero-photon pixel is black");
     let left = at(m + 6 * sc, m + 10 * sc).to_vec();
     let right = at(m + 12 * sc, m + 10 * sc).to_vec();
@@ -199,7 +200,13 @@ fn phasor_plot_and_summary_files() {
     let json = serde_json::to_string(&rows[1].2).unwrap();
     assert!(json.contains("\"median\"") && !json.contains("null"));
     // A TIFF map keeps NaN where masked.
-    write_map_tiff(&tmp.path("t.tif"), set.masked("tau_iem_ns").unwrap().view()).unwrap();
+    write_map_tiff(
+        &tmp.path("t.tif"),
+        "tau_iem_ns",
+        set.masked("tau_iem_ns").unwrap().view(),
+        None,
+    )
+    .unwrap();
     let mut dec =
         tiff::decoder::Decoder::new(std::fs::File::open(tmp.path("t.tif")).unwrap()).unwrap();
     let tiff::decoder::DecodingResult::F32(v) = dec.read_image().unwrap() else {

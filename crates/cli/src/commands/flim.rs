@@ -321,11 +321,13 @@ fn progress(n: usize, what: &str) -> ProgressBar {
     )
 }
 
-/// Every map as a float TIFF (masked pixels NaN), the stats of each for the summary.
+/// Every map as a float TIFF with ImageJ metadata (masked pixels NaN), the stats of each
+/// for the summary.
 fn write_set(
     out: &OutDir,
     label: &str,
     set: &MapSet,
+    pixel_um: Option<f64>,
     rows: &mut Vec<(String, String, MapStats)>,
 ) -> anyhow::Result<()> {
     for (name, _) in &set.maps {
@@ -336,7 +338,9 @@ fn write_set(
         };
         write_map_tiff(
             &out.file(&format!("{}.tif", named(label, name)))?,
+            name,
             map.view(),
+            pixel_um,
         )?;
         rows.push((
             if label.is_empty() {
@@ -379,7 +383,23 @@ fn input_files<'a>(input: &'a Input, prep: &'a Prep) -> Vec<&'a Path> {
     inputs
 }
 
-fn write_irf(out: &OutDir, p: &Prepared) -> anyhow::Result<Option<serde_json::Value>> {
+/// The pixel size in µm where the recording's header gives it (PicoQuant `.ptu` images:
+/// `ImgHdr_PixResol`), for the TIFF maps' ImageJ metadata.
+fn pixel_um(rec: &Recording) -> Option<f64> {
+    if rec.format != flim_core::io::Format::Ptu {
+        return None;
+    }
+    flim_core::io::read_ptu_header(&rec.path)
+        .ok()?
+        .float("ImgHdr_PixResol")
+        .filter(|p| p.is_finite() && *p > 0.0)
+}
+
+fn write_irf(
+    out: &OutDir,
+    p: &Prepared,
+    pixel_um: Option<f64>,
+) -> anyhow::Result<Option<serde_json::Value>> {
     let Some(irf) = &p.irf else { return Ok(None) };
     let mut csv = String::from("time_ns,irf\n");
     for (j, v) in irf.values().iter().enumerate() {
@@ -390,7 +410,9 @@ fn write_irf(out: &OutDir, p: &Prepared) -> anyhow::Result<Option<serde_json::Va
     if let Some(map) = &p.shift_map {
         write_map_tiff(
             &out.file(&format!("{}.tif", named(&p.label, "irf_shift_ns")))?,
+            "irf_shift_ns",
             map.view(),
+            pixel_um,
         )?;
     }
     Ok(Some(serde_json::json!({
@@ -403,6 +425,7 @@ fn run_fit(a: &FitArgs, tuning: GpuTuning, device: &Device) -> anyhow::Result<()
     let method = flim_core::Method::from(a.method);
     let opts = a.fit.options(a.method, a.model, tuning)?;
     let rec = a.input.read()?;
+    let px = pixel_um(&rec);
     let maps = method.map_names(&opts, a.prep.irf_shift.as_deref() == Some("pixel"));
     let extra = [
         format!("{}.png", maps[0]),
@@ -432,11 +455,17 @@ fn run_fit(a: &FitArgs, tuning: GpuTuning, device: &Device) -> anyhow::Result<()
             .context("preparing the image (binning, range, offset, IRF)")?;
         let (set, info) = flim_core::run_method(&p, method, &opts, device)?;
         let secs = info.elapsed.as_secs_f64();
-        write_set(&out, &p.label, &set, &mut rows)?;
+        write_set(&out, &p.label, &set, px, &mut rows)?;
         let (tau_name, tau) = &set.maps[0];
         let intensity = set.get("intensity").expect("intensity map");
         let limits = write_lifetime_png(
             &out.file(&format!("{}.png", named(&p.label, tau_name)))?,
+            // Multi-exponential fits show the amplitude-weighted mean, titled tau_m.
+            if set.get("tau_amp_mean_ns").is_some() {
+                "tau_amp_mean_ns"
+            } else {
+                tau_name
+            },
             tau.view(),
             intensity.view(),
             set.mask.view(),
@@ -445,8 +474,9 @@ fn run_fit(a: &FitArgs, tuning: GpuTuning, device: &Device) -> anyhow::Result<()
         )?;
         write_map_png(
             &out.file(&format!("{}.png", named(&p.label, "intensity")))?,
+            "intensity",
             intensity.view(),
-            set.mask.view(),
+            ndarray::Array2::from_elem(intensity.dim(), true).view(),
             Colormap::Grey,
             Range::Percentile(0.0, 99.5),
         )?;
@@ -467,7 +497,7 @@ fn run_fit(a: &FitArgs, tuning: GpuTuning, device: &Device) -> anyhow::Result<()
             &hist,
             "LIFETIME (NS)",
         )?;
-        let irf = write_irf(&out, &p)?;
+        let irf = write_irf(&out, &p, px)?;
         let stats = map_stats(tau.view(), set.mask.view());
         println!(
             "{}{}x{} px, {} bins of {:.4} ns (range {}..{}): {} {} median {:.3} ns (IQR {:.3}-{:.3}) over {} pixels, {} masked, {} failed; {:.3} s on {}",
@@ -526,6 +556,7 @@ fn run_fit(a: &FitArgs, tuning: GpuTuning, device: &Device) -> anyhow::Result<()
 fn run_phasor(a: &PhasorArgs, tuning: GpuTuning, device: &Device) -> anyhow::Result<()> {
     let prep = a.prep.options(tuning)?;
     let rec = a.input.read()?;
+    let px = pixel_um(&rec);
     let mut inputs = input_files(&a.input, &a.prep);
     inputs.extend(a.calibrate.as_deref());
     let maps = flim_core::Method::Phasor.map_names(&flim_core::MethodOptions::default(), false);
@@ -559,7 +590,7 @@ fn run_phasor(a: &PhasorArgs, tuning: GpuTuning, device: &Device) -> anyhow::Res
             &flim_core::MethodOptions::default(),
             device,
         )?;
-        write_set(&out, &p.label, &set, &mut rows)?;
+        write_set(&out, &p.label, &set, px, &mut rows)?;
         let g = set.get("g").expect("g");
         let s = set.get("s").expect("s");
         let plotted = write_phasor_png(
@@ -573,13 +604,14 @@ fn run_phasor(a: &PhasorArgs, tuning: GpuTuning, device: &Device) -> anyhow::Res
         let intensity = set.get("intensity").expect("intensity");
         let limits = write_lifetime_png(
             &out.file(&format!("{}.png", named(&p.label, "tau_phase_ns")))?,
+            "tau_phase_ns",
             tau.view(),
             intensity.view(),
             set.mask.view(),
             a.output.cmap,
             a.output.tau_range,
         )?;
-        let irf = write_irf(&out, &p)?;
+        let irf = write_irf(&out, &p, px)?;
         let gs = map_stats(g.view(), set.mask.view());
         let ss = map_stats(s.view(), set.mask.view());
         println!(

@@ -4,9 +4,11 @@
 //!
 //! Maps are named float planes ([`MapSet`]) plus a mask of the analysed pixels. Masked and
 //! failed (non-finite) pixels never enter a statistic, a histogram or a colour range; they
-//! are NaN in TIFF maps and black in images. TIFF and PNG drawing come from the shared
-//! `imaging-io` crate. Writers write exactly the path given; choosing paths (and never
-//! overwriting inputs) is the caller's job.
+//! are NaN in TIFF maps and black in images. A map's name says what it holds
+//! ([`quantity`](crate::io::quantity)): images carry it as the colour-bar title
+//! ("tau_m (ns)") and TIFF maps as ImageJ metadata (value unit, label, pixel size). Images
+//! are drawn with the shared `imaging-io` canvas. Writers write exactly the path given;
+//! choosing paths (and never overwriting inputs) is the caller's job.
 //!
 //! ```
 //! use flim_core::{Analysis, analyse, sim::mono_exponential};
@@ -21,6 +23,7 @@
 //! # Ok::<(), flim_core::Error>(())
 //! ```
 
+use super::figure::{Shade, axis_label, draw_map_figure, limits, write_imagej_tiff};
 use crate::error::{Error, Result};
 use crate::model::fit::{FitMaps, FitStatus};
 use crate::model::fret::{FRET_PLANES, FretMaps};
@@ -197,9 +200,17 @@ impl MapSet {
     }
 }
 
-/// Write one map as a single-page float32 TIFF (NaN where nothing was computed).
-pub fn write_map_tiff(path: &Path, map: ArrayView2<'_, f32>) -> Result<()> {
-    Ok(imaging_io::write_map_tiff(path, map)?)
+/// Write map `name` as a single-page float32 TIFF (NaN where nothing was computed) with
+/// ImageJ metadata, so that Fiji shows what it holds: the value unit and label from the
+/// name ([`quantity`](crate::io::quantity)), the pixel size in µm when known
+/// (`pixel_um`), and a display range of the 1st to 99th percentile.
+pub fn write_map_tiff(
+    path: &Path,
+    name: &str,
+    map: ArrayView2<'_, f32>,
+    pixel_um: Option<f64>,
+) -> Result<()> {
+    write_imagej_tiff(path, name, map, pixel_um)
 }
 
 /// Brightness of each pixel for lifetime images: its intensity over the 99th percentile of
@@ -232,10 +243,13 @@ pub fn brightness(intensity: ArrayView2<'_, f32>, mask: ArrayView2<'_, bool>) ->
 }
 
 /// Write a lifetime image as PNG: colour by `tau` (ns) over `range`, brightness by
-/// `intensity` ([`brightness`]), masked and failed pixels black, with a colour bar. Returns
-/// the lifetime limits used.
+/// `intensity` ([`brightness`]), masked and failed pixels black, enlarged to a readable
+/// size, with a colour bar titled with the quantity and unit of map `name` (e.g.
+/// `tau_mle_ns` gives "tau_mle (ns)"). Percentile ranges are taken over the pixels shown
+/// (analysed, finite, with photons). Returns the lifetime limits used.
 pub fn write_lifetime_png(
     path: &Path,
+    name: &str,
     tau: ArrayView2<'_, f32>,
     intensity: ArrayView2<'_, f32>,
     mask: ArrayView2<'_, bool>,
@@ -251,21 +265,59 @@ pub fn write_lifetime_png(
         )));
     }
     let weight = brightness(intensity, mask);
-    let (img, limits) = imaging_io::render_weighted(tau, weight.view(), cmap, range)?;
-    img.write_png(path)?;
-    Ok(limits)
+    write_shaded(path, name, tau, weight.view(), cmap, range)
 }
 
-/// Write a plain map (e.g. intensity) as a PNG with a colour bar; masked pixels black.
+/// Write a plain map (e.g. intensity, chi2_r) as a PNG enlarged to a readable size, with a
+/// colour bar titled with the quantity and unit of map `name`; masked and non-finite pixels
+/// black. Percentile ranges are taken over the analysed finite pixels. Returns the limits.
 pub fn write_map_png(
     path: &Path,
+    name: &str,
     map: ArrayView2<'_, f32>,
     mask: ArrayView2<'_, bool>,
     cmap: Colormap,
     range: Range,
 ) -> Result<(f32, f32)> {
+    if map.dim() != mask.dim() {
+        return Err(Error::Shape(format!(
+            "map {:?} and mask {:?} differ in size",
+            map.dim(),
+            mask.dim()
+        )));
+    }
     let weight = mask.mapv(|m| if m { 1.0f32 } else { 0.0 });
-    let (img, limits) = imaging_io::render_weighted(map, weight.view(), cmap, range)?;
+    write_shaded(path, name, map, weight.view(), cmap, range)
+}
+
+/// Colour by `map` over `range` (resolved over the finite values of positive weight),
+/// brightness by `weight`, and draw the figure.
+fn write_shaded(
+    path: &Path,
+    name: &str,
+    map: ArrayView2<'_, f32>,
+    weight: ArrayView2<'_, f32>,
+    cmap: Colormap,
+    range: Range,
+) -> Result<(f32, f32)> {
+    let shown: Vec<f32> = map
+        .iter()
+        .zip(weight.iter())
+        .filter(|(v, w)| v.is_finite() && **w > 0.0)
+        .map(|(v, _)| *v)
+        .collect();
+    let (lo, hi) = limits(&shown, range)?;
+    let span = f64::from(hi) - f64::from(lo);
+    let mut shades = Array2::<Shade>::from_elem(map.dim(), None);
+    ndarray::Zip::from(&mut shades)
+        .and(map)
+        .and(weight)
+        .for_each(|s, &v, &w| {
+            if v.is_finite() && w.is_finite() && w > 0.0 {
+                *s = Some(((f64::from(v) - f64::from(lo)) / span, f64::from(w)));
+            }
+        });
+    let img = draw_map_figure(shades.view(), cmap, lo, hi, &axis_label(name))?;
     img.write_png(path)?;
-    Ok(limits)
+    Ok((lo, hi))
 }

@@ -23,6 +23,7 @@
 //! # Ok::<(), flim_core::Error>(())
 //! ```
 
+pub(crate) mod figure;
 mod irf;
 pub(crate) mod maps;
 mod npy;
@@ -45,6 +46,7 @@ pub use sdt::{read_sdt, write_sdt};
 pub use spc::read_spc;
 pub use tiff::{read_tiff, write_tiff};
 
+pub use figure::{MIN_LONG_SIDE, axis_label, figure_scale, imagej_description, quantity};
 pub use maps::{MapSet, brightness, write_lifetime_png, write_map_png, write_map_tiff};
 pub use plots::{
     Histogram, lifetime_histogram, write_histogram_csv, write_histogram_png, write_phasor_png,

@@ -138,11 +138,14 @@ pub fn demo(out: &Path, device: &Device) -> Result<DemoReport> {
     for name in ["tau_iem_ns", "tau_cmm_ns", "intensity"] {
         write_map_tiff(
             &dir.join(format!("{name}.tif")),
+            name,
             set.masked(name).expect("plane").view(),
+            None,
         )?;
     }
     write_lifetime_png(
         &dir.join("tau_iem_ns.png"),
+        "tau_iem_ns",
         got.tau_iem.view(),
         got.intensity.view(),
         set.mask.view(),
@@ -246,10 +249,21 @@ fn demo_fit(dir: &Path, device: &Device) -> Result<FitReport> {
         })?;
         fd.push(s.median);
     }
-    write_map_tiff(&dir.join("fret_f_d.tif"), got.fraction[0].view())?;
-    write_map_tiff(&dir.join("fret_tau_mean_ns.tif"), got.tau_amp_mean.view())?;
+    write_map_tiff(
+        &dir.join("fret_f_d.tif"),
+        "f_d",
+        got.fraction[0].view(),
+        None,
+    )?;
+    write_map_tiff(
+        &dir.join("fret_tau_mean_ns.tif"),
+        "tau_amp_mean_ns",
+        got.tau_amp_mean.view(),
+        None,
+    )?;
     write_lifetime_png(
         &dir.join("fret_tau_mean_ns.png"),
+        "tau_amp_mean_ns",
         got.tau_amp_mean.view(),
         got.intensity.view(),
         all.view(),
