@@ -1,6 +1,6 @@
 //! Minimal raster drawing for colour bars and plots: a pixel canvas, clipped lines and
-//! rectangles, a built-in 5x7 bitmap font (digits, `. - + e`, A-Z and a little
-//! punctuation; no font files), and "nice" axis ticks with compact labels.
+//! rectangles, a built-in 5x7 bitmap font (digits, A-Z, a-z and a little punctuation; no
+//! font files), and "nice" axis ticks with compact labels.
 
 /// A row-major image of pixels `P` (a palette index or an RGB triple).
 #[derive(Debug, Clone)]
@@ -71,20 +71,12 @@ impl<P: Copy> Canvas<P> {
         }
     }
 
-    /// Draw `text` with its top-left corner at (x, y), each font pixel `scale` wide.
-    /// Letters are drawn upper-case, except an `e` after a digit or `.` (an exponent).
+    /// Draw `text` with its top-left corner at (x, y), each font pixel `scale` wide, in the
+    /// case given (units such as ns and ms keep their lower case).
     pub fn text(&mut self, x: i64, y: i64, text: &str, scale: i64, p: P) {
-        let mut prev = ' ';
         for (i, c) in text.chars().enumerate() {
             let gx = x + i as i64 * GLYPH_ADVANCE * scale;
-            let exponent = c == 'e' && (prev.is_ascii_digit() || prev == '.');
-            let shown = if exponent {
-                'e'
-            } else {
-                c.to_ascii_uppercase()
-            };
-            prev = c;
-            for (row, bits) in glyph(shown).iter().enumerate() {
+            for (row, bits) in glyph(c).iter().enumerate() {
                 for col in 0..5 {
                     if bits & (0b10000 >> col) != 0 {
                         self.fill_rect(gx + col * scale, y + row as i64 * scale, scale, scale, p);
@@ -111,8 +103,7 @@ pub fn text_width(text: &str, scale: i64) -> i64 {
 }
 
 /// The 5x7 bitmap of `c`: seven rows, the low five bits of each, leftmost pixel in bit 4.
-/// `e` is the only lower-case glyph (for exponents); other lower-case letters are drawn
-/// upper-case, unknown characters as `?`.
+/// Unknown characters are drawn as `?`.
 fn glyph(c: char) -> [u8; 7] {
     match c {
         '0' => [0x0E, 0x11, 0x13, 0x15, 0x19, 0x11, 0x0E],
@@ -165,7 +156,31 @@ fn glyph(c: char) -> [u8; 7] {
         'X' => [0x11, 0x11, 0x0A, 0x04, 0x0A, 0x11, 0x11],
         'Y' => [0x11, 0x11, 0x11, 0x0A, 0x04, 0x04, 0x04],
         'Z' => [0x1F, 0x01, 0x02, 0x04, 0x08, 0x10, 0x1F],
-        c if c.is_ascii_lowercase() => glyph(c.to_ascii_uppercase()),
+        'a' => [0x00, 0x00, 0x0E, 0x01, 0x0F, 0x11, 0x0F],
+        'b' => [0x10, 0x10, 0x16, 0x19, 0x11, 0x11, 0x1E],
+        'c' => [0x00, 0x00, 0x0E, 0x10, 0x10, 0x11, 0x0E],
+        'd' => [0x01, 0x01, 0x0D, 0x13, 0x11, 0x11, 0x0F],
+        'f' => [0x06, 0x09, 0x08, 0x1C, 0x08, 0x08, 0x08],
+        'g' => [0x00, 0x0F, 0x11, 0x11, 0x0F, 0x01, 0x0E],
+        'h' => [0x10, 0x10, 0x16, 0x19, 0x11, 0x11, 0x11],
+        'i' => [0x04, 0x00, 0x0C, 0x04, 0x04, 0x04, 0x0E],
+        'j' => [0x02, 0x00, 0x06, 0x02, 0x02, 0x12, 0x0C],
+        'k' => [0x10, 0x10, 0x12, 0x14, 0x18, 0x14, 0x12],
+        'l' => [0x0C, 0x04, 0x04, 0x04, 0x04, 0x04, 0x0E],
+        'm' => [0x00, 0x00, 0x1A, 0x15, 0x15, 0x11, 0x11],
+        'n' => [0x00, 0x00, 0x16, 0x19, 0x11, 0x11, 0x11],
+        'o' => [0x00, 0x00, 0x0E, 0x11, 0x11, 0x11, 0x0E],
+        'p' => [0x00, 0x00, 0x1E, 0x11, 0x1E, 0x10, 0x10],
+        'q' => [0x00, 0x00, 0x0D, 0x13, 0x0F, 0x01, 0x01],
+        'r' => [0x00, 0x00, 0x16, 0x19, 0x10, 0x10, 0x10],
+        's' => [0x00, 0x00, 0x0E, 0x10, 0x0E, 0x01, 0x1E],
+        't' => [0x08, 0x08, 0x1C, 0x08, 0x08, 0x09, 0x06],
+        'u' => [0x00, 0x00, 0x11, 0x11, 0x11, 0x13, 0x0D],
+        'v' => [0x00, 0x00, 0x11, 0x11, 0x11, 0x0A, 0x04],
+        'w' => [0x00, 0x00, 0x11, 0x11, 0x15, 0x15, 0x0A],
+        'x' => [0x00, 0x00, 0x11, 0x0A, 0x04, 0x0A, 0x11],
+        'y' => [0x00, 0x00, 0x11, 0x11, 0x0F, 0x01, 0x0E],
+        'z' => [0x00, 0x00, 0x1F, 0x02, 0x04, 0x08, 0x1F],
         _ => [0x0E, 0x11, 0x01, 0x02, 0x04, 0x00, 0x04],
     }
 }
@@ -273,18 +288,14 @@ mod tests {
         assert!((6..11).all(|x| c.get(x, 3) == 1));
         assert_eq!(c.get(6, 2), 0);
         assert_eq!(text_width("1-", 1), 11);
-        // `e` is lower-case only as an exponent.
+        // Text keeps its case: `ns` is not drawn as `NS`.
         let (mut a, mut b) = (Canvas::new(12, 7, 0u8), Canvas::new(12, 7, 0u8));
-        a.text(0, 0, "1e", 1, 1);
-        b.text(0, 0, "Ee", 1, 1);
-        assert_ne!(
-            a.get(6, 0),
-            b.get(6, 0),
-            "exponent e has an empty top row, E does not"
-        );
-        let mut c = Canvas::new(12, 7, 0u8);
-        c.text(0, 0, "EE", 1, 1);
-        assert_eq!(b.pixels, c.pixels);
+        a.text(0, 0, "ns", 1, 1);
+        b.text(0, 0, "NS", 1, 1);
+        assert_ne!(a.pixels, b.pixels);
+        // Lower-case `n` has an empty top row, `N` does not.
+        assert_eq!(a.get(0, 0), 0);
+        assert_eq!(b.get(0, 0), 1);
     }
 
     #[test]
