@@ -81,7 +81,7 @@ fn generated_tets(data: &[u8]) -> Option<f64> {
 }
 
 /// Every target's name (the files in `fuzz_targets/`, and `BIOGPU_FUZZ_TARGET` for `all`).
-pub const TARGETS: [&str; 19] = [
+pub const TARGETS: [&str; 24] = [
     "csv",
     "flim_tiff",
     "gmsh",
@@ -91,8 +91,13 @@ pub const TARGETS: [&str; 19] = [
     "nifti",
     "nifti_gz",
     "npy",
+    "phu",
+    "pt3",
+    "ht3",
     "ptu",
     "sdt",
+    "spc",
+    "spc_set",
     "speckle_png",
     "speckle_raw",
     "speckle_tiff",
@@ -102,6 +107,18 @@ pub const TARGETS: [&str; 19] = [
     "vtk",
     "vtu",
 ];
+
+/// The valid `.set` and `.spc` that the `spc` and `spc_set` targets pair with their input.
+const SPC_SET: &[u8] = include_bytes!("../../crates/flim-core/tests/data/spc150_point.set");
+const SPC_STREAM: &[u8] = include_bytes!("../../crates/flim-core/tests/data/spc150_point.spc");
+
+/// Write a fixed partner file once per process.
+fn write_partner(name: &str, bytes: &[u8]) {
+    let path = scratch(name);
+    if !path.exists() {
+        std::fs::write(&path, bytes).expect("writing the scratch file");
+    }
+}
 
 /// Feed `data` to the reader of `target`.
 pub fn fuzz(target: &str, data: &[u8]) {
@@ -138,6 +155,22 @@ pub fn fuzz(target: &str, data: &[u8]) {
         "npy" => read_as("npy", data, |p| {
             flim_core::io::read(p, &flim_core::io::ReadOptions::default().with_bin_ns(0.1))
         }),
+        "phu" | "pt3" | "ht3" => read_as(target, data, |p| {
+            flim_core::io::read(p, &flim_core::io::ReadOptions::default())
+        }),
+        // B&H streams need their .set beside them: the fuzzed file with a fixed valid
+        // partner (an SPC-150 point measurement's, from flim-core's tests).
+        "spc" => {
+            write_partner("in.set", SPC_SET);
+            read_as("spc", data, |p| {
+                flim_core::io::read(p, &flim_core::io::ReadOptions::default())
+            });
+        }
+        "spc_set" => {
+            std::fs::write(scratch("in.set"), data).expect("writing the scratch file");
+            write_partner("in.spc", SPC_STREAM);
+            let _ = flim_core::io::read(&scratch("in.spc"), &flim_core::io::ReadOptions::default());
+        }
         "ptu" => read_as("ptu", data, |p| {
             flim_core::io::read(p, &flim_core::io::ReadOptions::default())
         }),
