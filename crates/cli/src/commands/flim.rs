@@ -238,13 +238,15 @@ struct PhasorArgs {
     /// Harmonic of the laser frequency.
     #[arg(long, default_value_t = 1)]
     harmonic: u32,
-    /// Calibrate with a reference recording of known lifetime (--ref-tau); with --irf
-    /// instead, the IRF is the reference (lifetime 0).
-    #[arg(long)]
+    /// Calibrate the phasor: `auto` from the IRF (--irf FILE, or estimated from the data
+    /// when --irf is not given; lifetime 0), or a reference recording of known lifetime
+    /// (--ref-tau). Without it, a given --irf calibrates; else the phasor is uncalibrated
+    /// (a warning says so).
+    #[arg(long, value_name = "auto|FILE")]
     calibrate: Option<PathBuf>,
-    /// Lifetime of the calibration reference in ns.
-    #[arg(long, default_value_t = 0.0)]
-    ref_tau: f64,
+    /// Lifetime of the calibration reference recording in ns (required with --calibrate FILE).
+    #[arg(long)]
+    ref_tau: Option<f64>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -554,13 +556,35 @@ fn run_fit(a: &FitArgs, tuning: GpuTuning, device: &Device) -> anyhow::Result<()
 }
 
 fn run_phasor(a: &PhasorArgs, tuning: GpuTuning, device: &Device) -> anyhow::Result<()> {
-    let prep = a.prep.options(tuning)?;
+    let mut prep = a.prep.options(tuning)?;
+    // `--calibrate auto`: the IRF is the reference, estimated unless one is given.
+    let from_irf = a.calibrate.as_deref() == Some(Path::new("auto"));
+    let reference = a.calibrate.as_deref().filter(|_| !from_irf);
+    if from_irf && prep.irf.is_none() {
+        prep.irf = Some(flim_core::io::IrfSource::Estimate);
+    }
+    let ref_tau = match (reference, a.ref_tau) {
+        (Some(_), Some(t)) if t.is_finite() && t > 0.0 => t,
+        (Some(_), Some(t)) => {
+            bail!("--ref-tau {t}: expected the reference's lifetime in ns, > 0")
+        }
+        (Some(r), None) => bail!(
+            "--calibrate {}: give the reference's lifetime with --ref-tau (ns); to calibrate from the IRF use --calibrate auto",
+            r.display()
+        ),
+        (None, Some(_)) => bail!("--ref-tau needs a reference recording: --calibrate FILE"),
+        (None, None) => 0.0,
+    };
     let rec = a.input.read()?;
     let px = pixel_um(&rec);
     let mut inputs = input_files(&a.input, &a.prep);
-    inputs.extend(a.calibrate.as_deref());
+    inputs.extend(reference);
     let maps = flim_core::Method::Phasor.map_names(&flim_core::MethodOptions::default(), false);
-    let extra = ["phasor.png".into(), "tau_phase_ns.png".into()];
+    let mut extra = vec!["phasor.png".to_string(), "tau_phase_ns.png".to_string()];
+    if from_irf && a.prep.irf.is_none() {
+        // The estimated IRF is written like a given one.
+        extra.push("irf.csv".into());
+    }
     let out = OutDir::create(
         &a.output.out,
         a.output.force,
@@ -575,21 +599,38 @@ fn run_phasor(a: &PhasorArgs, tuning: GpuTuning, device: &Device) -> anyhow::Res
             .context("preparing the image (binning, range, offset, IRF)")?;
         let omega = phasor_omega(&p, a.harmonic);
         // Calibration reference: a recording of known lifetime, else the IRF (lifetime 0).
-        let calibration = phasor_calibration(&p, a.calibrate.as_deref(), a.ref_tau, a.harmonic)
-            .with_context(|| match &a.calibrate {
+        let calibration = phasor_calibration(&p, reference, ref_tau, a.harmonic).with_context(
+            || match reference {
                 Some(path) => format!("calibration reference {}", path.display()),
                 None => "calibration from the IRF".into(),
-            })?;
+            },
+        )?;
+        let source = match (calibration, reference) {
+            (None, _) => "none",
+            (Some(_), Some(_)) => "reference",
+            (Some(_), None) => "irf",
+        };
+        if calibration.is_none() {
+            eprintln!(
+                "warning: {}the phasor is not calibrated (the instrument's phase delay and modulation are in g and s): give --calibrate auto (from the IRF) or --calibrate REF --ref-tau NS",
+                if p.label.is_empty() {
+                    String::new()
+                } else {
+                    format!("{}: ", p.label)
+                }
+            );
+        }
         p.analysis = p.analysis.with_harmonic(a.harmonic);
         if let Some(c) = calibration {
             p.analysis = p.analysis.with_calibration(c);
         }
-        let (set, _) = flim_core::run_method(
+        let (set, info) = flim_core::run_method(
             &p,
             flim_core::Method::Phasor,
             &flim_core::MethodOptions::default(),
             device,
         )?;
+        let secs = info.elapsed.as_secs_f64();
         write_set(&out, &p.label, &set, px, &mut rows)?;
         let g = set.get("g").expect("g");
         let s = set.get("s").expect("s");
@@ -615,7 +656,7 @@ fn run_phasor(a: &PhasorArgs, tuning: GpuTuning, device: &Device) -> anyhow::Res
         let gs = map_stats(g.view(), set.mask.view());
         let ss = map_stats(s.view(), set.mask.view());
         println!(
-            "{}phasor at {:.2} MHz (harmonic {}): median g {:.3}, s {:.3}, phase lifetime {:.3} ns; {} pixels plotted{}",
+            "{}phasor at {:.2} MHz (harmonic {}): median g {:.3}, s {:.3}, phase lifetime {:.3} ns; {} pixels plotted{}; {:.3} s on {}",
             if p.label.is_empty() {
                 String::new()
             } else {
@@ -627,14 +668,25 @@ fn run_phasor(a: &PhasorArgs, tuning: GpuTuning, device: &Device) -> anyhow::Res
             ss.median,
             map_stats(tau.view(), set.mask.view()).median,
             plotted,
-            calibration.map_or(String::new(), |c| format!(
-                ", calibrated (phase {:.4} rad, modulation x{:.4})",
-                c.phase, c.modulation
+            calibration.map_or(", uncalibrated".into(), |c| format!(
+                ", calibrated from the {} (phase {:.4} rad, modulation x{:.4})",
+                if source == "irf" { "IRF" } else { "reference" },
+                c.phase,
+                c.modulation
             )),
+            secs,
+            device.info().id,
         );
         images.push(serde_json::json!({
             "image": p.label, "omega_rad_per_ns": omega, "harmonic": a.harmonic,
-            "calibration": calibration.map(|c| serde_json::json!({"phase_rad": c.phase, "modulation": c.modulation})),
+            "calibration": match calibration {
+                None => serde_json::json!({"source": "none", "why": "no --calibrate and no --irf: g and s include the instrument's phase delay and modulation"}),
+                Some(c) => serde_json::json!({
+                    "source": source, "reference": reference, "ref_tau_ns": (source == "reference").then_some(ref_tau),
+                    "phase_rad": c.phase, "modulation": c.modulation,
+                }),
+            },
+            "seconds": secs,
             "g": gs, "s": ss, "tau_colour_range_ns": [limits.0, limits.1], "irf": irf,
         }));
         bar.inc(1);

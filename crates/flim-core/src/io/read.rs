@@ -44,10 +44,7 @@ pub fn read(path: &Path, opts: &ReadOptions) -> Result<Recording> {
     if rec.images.is_empty() {
         return Err(Error::Format {
             path: path.to_path_buf(),
-            what: format!(
-                "no image left after selecting block {:?}, channel {:?}, frames {:?}",
-                opts.block, opts.channel, opts.frames
-            ),
+            what: format!("no image left after selecting {}", selections(opts)),
         });
     }
     if opts.sum_frames && !format.is_photon_stream() {
@@ -71,6 +68,25 @@ pub fn read(path: &Path, opts: &ReadOptions) -> Result<Recording> {
         }
     }
     Ok(rec)
+}
+
+/// The selections given, in words (`block 3, channel 1, frames 0..4`).
+fn selections(opts: &ReadOptions) -> String {
+    let mut parts = Vec::new();
+    if let Some(b) = opts.block {
+        parts.push(format!("block {b}"));
+    }
+    if let Some(c) = opts.channel {
+        parts.push(format!("channel {c}"));
+    }
+    if let Some(f) = &opts.frames {
+        parts.push(format!("frames {}..{} (end exclusive)", f.start, f.end));
+    }
+    if parts.is_empty() {
+        "nothing".into()
+    } else {
+        parts.join(", ")
+    }
 }
 
 /// One image per (block, channel): the sum of its frames.

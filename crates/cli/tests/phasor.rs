@@ -1,0 +1,124 @@
+//! `biogpu flim phasor` calibration: `--calibrate auto` (the IRF, estimated), a warning and a
+//! `summary.json` entry when uncalibrated, clear errors for a reference without its lifetime,
+//! and selections named in words.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn biogpu(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_biogpu"))
+        .args(["--device", "cpu", "flim", "phasor"])
+        .args(args)
+        .output()
+        .expect("starting biogpu");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn data(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../flim-core/tests/data")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+fn out_dir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("biogpu-phasor-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+fn calibration(dir: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(dir.join("summary.json")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    v["images"][0]["calibration"].clone()
+}
+
+#[test]
+fn calibrate_auto_uses_the_estimated_irf_and_says_so() {
+    let input = data("bh_spc160_4x4.sdt");
+    let dir = out_dir("auto");
+    let (ok, stdout, stderr) = biogpu(&[
+        &input,
+        "--calibrate",
+        "auto",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(ok, "{stderr}");
+    assert!(
+        stdout.contains("calibrated from the IRF") && stdout.contains(" s on cpu"),
+        "{stdout}"
+    );
+    assert!(!stderr.contains("not calibrated"), "{stderr}");
+    let c = calibration(&dir);
+    assert_eq!(c["source"], "irf", "{c}");
+    assert!(c["phase_rad"].as_f64().unwrap().is_finite());
+    assert!(dir.join("irf.csv").exists(), "the estimated IRF is written");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn an_uncalibrated_phasor_is_flagged_on_the_console_and_in_the_summary() {
+    let input = data("bh_spc160_4x4.sdt");
+    let dir = out_dir("none");
+    let (ok, stdout, stderr) = biogpu(&[&input, "--out", dir.to_str().unwrap()]);
+    assert!(ok, "{stderr}");
+    assert_eq!(stderr.matches("not calibrated").count(), 1, "{stderr}");
+    assert!(stdout.contains("uncalibrated"), "{stdout}");
+    assert_eq!(calibration(&dir)["source"], "none");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn a_reference_needs_its_lifetime_and_a_lifetime_needs_a_reference() {
+    let input = data("bh_spc160_4x4.sdt");
+    let reference = data("picoharp.pt3");
+    let dir = out_dir("bad");
+    let o = dir.to_str().unwrap();
+    let (ok, _, e) = biogpu(&[&input, "--calibrate", &reference, "--out", o]);
+    assert!(
+        !ok && e.contains("--ref-tau") && e.contains("--calibrate auto"),
+        "{e}"
+    );
+    for bad in ["0", "-1", "nan"] {
+        let (ok, _, e) = biogpu(&[
+            &input,
+            "--calibrate",
+            &reference,
+            &format!("--ref-tau={bad}"),
+            "--out",
+            o,
+        ]);
+        assert!(!ok && e.contains("> 0"), "{bad}: {e}");
+    }
+    let (ok, _, e) = biogpu(&[&input, "--ref-tau", "4", "--out", o]);
+    assert!(!ok && e.contains("--calibrate FILE"), "{e}");
+    // A reference of another bin width is refused with both shapes named.
+    let (ok, _, e) = biogpu(&[
+        &input,
+        "--calibrate",
+        &reference,
+        "--ref-tau",
+        "4",
+        "--out",
+        o,
+    ]);
+    assert!(!ok && e.contains("bins of"), "{e}");
+    let written = std::fs::read_dir(&dir).map_or(0, Iterator::count);
+    assert_eq!(written, 0, "nothing was written");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn selections_that_leave_nothing_are_named_in_words() {
+    let input = data("bh_spc160_4x4.sdt");
+    let dir = out_dir("block");
+    let (ok, _, e) = biogpu(&[&input, "--block", "3", "--out", dir.to_str().unwrap()]);
+    assert!(!ok && e.contains("selecting block 3"), "{e}");
+    assert!(!e.contains("Some(") && !e.contains("None"), "{e}");
+}
