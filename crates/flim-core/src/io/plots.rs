@@ -196,9 +196,43 @@ pub fn write_histogram_png(path: &Path, h: &Histogram, x_title: &str) -> Result<
     save(&c, path)
 }
 
+/// Axis ranges of the phasor plot: at least the universal semicircle's (g -0.05..1.05, s
+/// 0..0.7), widened to the 0.5th-99.5th percentiles of the points plus a margin, so that an
+/// uncalibrated cloud (which may sit above the semicircle) is not cut off; capped at
+/// g -1..2, s -0.5..1.5.
+fn phasor_axes(
+    g: ArrayView2<'_, f32>,
+    s: ArrayView2<'_, f32>,
+    mask: ArrayView2<'_, bool>,
+) -> ((f64, f64), (f64, f64)) {
+    let mut gs: Vec<f64> = Vec::new();
+    let mut ss: Vec<f64> = Vec::new();
+    for ((&gv, &sv), &m) in g.iter().zip(s.iter()).zip(mask.iter()) {
+        if m && gv.is_finite() && sv.is_finite() {
+            gs.push(f64::from(gv));
+            ss.push(f64::from(sv));
+        }
+    }
+    let range = |v: &mut Vec<f64>| -> Option<(f64, f64)> {
+        if v.is_empty() {
+            return None;
+        }
+        v.sort_by(f64::total_cmp);
+        let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
+        Some((at(0.005), at(0.995)))
+    };
+    let (mut gx, mut sy) = ((-0.05f64, 1.05f64), (0.0f64, 0.7f64));
+    if let (Some((g0, g1)), Some((s0, s1))) = (range(&mut gs), range(&mut ss)) {
+        gx = (gx.0.min(g0 - 0.05).max(-1.0), gx.1.max(g1 + 0.05).min(2.0));
+        sy = (sy.0.min(s0 - 0.05).max(-0.5), sy.1.max(s1 + 0.05).min(1.5));
+    }
+    (gx, sy)
+}
+
 /// Draw the phasor plot: a 2-D histogram of (g, s) over the valid pixels (colour by
 /// log count), the universal semicircle, and marks of single-exponential lifetimes (ns) at
-/// the angular frequency `omega` (rad/ns). Returns the number of pixels plotted.
+/// the angular frequency `omega` (rad/ns). Returns the number of pixels plotted. The axes
+/// fit the data ([`phasor_axes`]).
 pub fn write_phasor_png(
     path: &Path,
     g: ArrayView2<'_, f32>,
@@ -211,8 +245,10 @@ pub fn write_phasor_png(
             "phasor plot: g, s and mask differ in size".into(),
         ));
     }
-    let (gx, sy) = ((-0.05, 1.05), (0.0, 0.7));
-    let (cols, rows) = (440usize, 280usize);
+    let (gx, sy) = phasor_axes(g, s, mask);
+    // Equal scales on both axes, so the semicircle stays round.
+    let cols = 440usize;
+    let rows = ((cols as f64 * (sy.1 - sy.0) / (gx.1 - gx.0)).round() as usize).clamp(200, 660);
     let mut bins = vec![0u32; cols * rows];
     let mut plotted = 0;
     for ((&gv, &sv), &m) in g.iter().zip(s.iter()).zip(mask.iter()) {
@@ -266,11 +302,38 @@ pub fn write_phasor_png(
             let d = 1.0 + wt * wt;
             let (px, py) = a.px(1.0 / d, wt / d);
             c.fill_rect(px - 3, py - 3, 7, 7, BLACK);
-            let label = format!("{tau}NS");
+            let label = format!("{tau} ns");
             c.text(px + 6, py - 18, &label, 2, BLACK);
         }
     }
     a.draw(&mut c, "G", "S");
     save(&c, path)?;
     Ok(plotted)
+}
+
+#[cfg(test)]
+mod phasor_axes_tests {
+    use super::phasor_axes;
+    use ndarray::Array2;
+
+    #[test]
+    fn axes_cover_the_semicircle_and_widen_to_the_cloud() {
+        let mask = Array2::from_elem((4, 4), true);
+        let inside = Array2::from_elem((4, 4), 0.3f32);
+        let (gx, sy) = phasor_axes(inside.view(), inside.view(), mask.view());
+        assert_eq!((gx, sy), ((-0.05, 1.05), (0.0, 0.7)));
+        // An uncalibrated cloud above the semicircle (s 0.9) widens s, not beyond the cap.
+        let high = Array2::from_elem((4, 4), 0.9f32);
+        let (_, sy) = phasor_axes(inside.view(), high.view(), mask.view());
+        assert!(sy.1 >= 0.95 - 1e-6 && sy.1 <= 1.5, "{sy:?}");
+        let wild = Array2::from_elem((4, 4), 50.0f32);
+        let (gx, sy) = phasor_axes(wild.view(), wild.view(), mask.view());
+        assert_eq!((gx.1, sy.1), (2.0, 1.5));
+        // Masked points do not count.
+        let none = Array2::from_elem((4, 4), false);
+        assert_eq!(
+            phasor_axes(wild.view(), wild.view(), none.view()).1,
+            (0.0, 0.7)
+        );
+    }
 }
