@@ -2,6 +2,7 @@
 //! `summary.json` entry when uncalibrated, clear errors for a reference without its lifetime,
 //! and selections named in words.
 
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -121,4 +122,34 @@ fn selections_that_leave_nothing_are_named_in_words() {
     let (ok, _, e) = biogpu(&[&input, "--block", "3", "--out", dir.to_str().unwrap()]);
     assert!(!ok && e.contains("selecting block 3"), "{e}");
     assert!(!e.contains("Some(") && !e.contains("None"), "{e}");
+}
+
+#[test]
+fn an_irf_without_counts_is_refused() {
+    let input = data("bh_spc160_4x4.sdt");
+    let dir = out_dir("zero-irf");
+    std::fs::create_dir_all(&dir).unwrap();
+    // The .sdt's bin width, so that only the counts are wrong.
+    let h = 0.048_860_911_844_306_19;
+    let mut csv = String::from("time_ns,irf\n");
+    for j in 0..256 {
+        writeln!(csv, "{:.12},0", f64::from(j) * h).unwrap();
+    }
+    let irf = dir.join("zero_irf.csv");
+    std::fs::write(&irf, csv).unwrap();
+    let out = dir.join("out");
+    let (ok, _, e) = biogpu(&[
+        &input,
+        "--irf",
+        irf.to_str().unwrap(),
+        "--calibrate",
+        "auto",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(
+        !ok && e.contains("zero_irf.csv") && e.contains("summing to 0"),
+        "{e}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
 }
