@@ -49,6 +49,7 @@ impl<R: Read> Read for Counted<R> {
     }
 }
 
+/// Open `path` for streaming: a buffered reader that counts bytes, and the file's length.
 pub(crate) fn open(path: &Path) -> Result<(Counted<BufReader<File>>, u64)> {
     let file = File::open(path).map_err(|e| io_error(path, e))?;
     let len = file.metadata().map_err(|e| io_error(path, e))?.len();
@@ -252,7 +253,7 @@ struct Scanner {
     buffer: Vec<(u64, usize, usize)>,
 }
 
-/// Histogram the records that follow the header (`r` stands at `spec.records_offset`) into
+/// Histogram the records that follow the header (`r` stands at the first record) into
 /// one decay image per frame and channel, or one per channel with frames summed (`opts`).
 pub(crate) fn histogram_records(
     path: &Path,
