@@ -8,6 +8,9 @@
 //! its directory. (A PTU file *without* `TTResult_NumberOfRecords` cut at a record boundary
 //! cannot be told from a shorter recording; no fixture here lacks the count.)
 
+mod common;
+
+use common::Tmp;
 use flim_core::Cube;
 use flim_core::io::{
     ReadOptions, read, read_npy, read_ptu_header, read_sdt, read_tiff, write_npy, write_sdt,
@@ -22,29 +25,6 @@ static ALLOC: bad_input::CappedAlloc = bad_input::CappedAlloc::new(2 << 30);
 /// Bit-flip cases per format.
 const FLIPS: usize = 300;
 const SEED: u64 = 20;
-
-/// A fresh temporary folder, removed on drop.
-struct Tmp(PathBuf);
-
-impl Tmp {
-    fn new(tag: &str) -> Self {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        let p = std::env::temp_dir().join(format!("flim-bad-{tag}-{}-{nanos}", std::process::id()));
-        std::fs::create_dir_all(&p).unwrap();
-        Self(p)
-    }
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for Tmp {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 fn data(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -3,34 +3,18 @@
 //! carry ImageJ metadata (value unit, label, pixel size, display range) that a TIFF reader
 //! gets back.
 
+mod common;
+
+use common::Tmp;
 use flim_core::io::{
     MIN_LONG_SIDE, axis_label, figure_scale, quantity, write_lifetime_png, write_map_png,
     write_map_tiff,
 };
 use imaging_io::{Colormap, Range, StackAxes};
 use ndarray::Array2;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use tiff::decoder::{Decoder, DecodingResult};
 use tiff::tags::Tag;
-
-struct Tmp(PathBuf);
-
-impl Tmp {
-    fn new(tag: &str) -> Self {
-        let p = std::env::temp_dir().join(format!("flim-fig-{tag}-{}", std::process::id()));
-        std::fs::create_dir_all(&p).unwrap();
-        Self(p)
-    }
-    fn path(&self, n: &str) -> PathBuf {
-        self.0.join(n)
-    }
-}
-
-impl Drop for Tmp {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 fn png_pixels(path: &Path) -> (usize, usize, Vec<u8>) {
     let dec = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(path).unwrap()));

@@ -6,35 +6,15 @@
 //! holding them (`seminal_receptacle_FLIM_single_image.sdt`, `hazelnut_FLIM_single_image.ptu`);
 //! their reference numbers come from cgohlke's `sdtfile` 2026.2.8 and `ptufile` 2026.2.6.
 
+mod common;
+
+use common::Tmp;
 use flim_core::AnyCube;
 use flim_core::Cube;
 use flim_core::io::{Format, ReadOptions, read, read_ptu_header, write_npy, write_sdt, write_tiff};
 use flim_core::sim::mono_exponential;
 use ndarray::{Array3, Axis};
 use std::path::{Path, PathBuf};
-
-/// A fresh temporary folder, removed on drop.
-struct Tmp(PathBuf);
-
-impl Tmp {
-    fn new(tag: &str) -> Self {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        let p = std::env::temp_dir().join(format!("flim-io-{tag}-{}-{nanos}", std::process::id()));
-        std::fs::create_dir_all(&p).unwrap();
-        Self(p)
-    }
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for Tmp {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 fn data(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -1,6 +1,9 @@
 //! Outputs: masked and zero-photon pixels never reach a statistic, a histogram or a colour
 //! (NaN in TIFF maps, black in images); files are readable and say what they should.
 
+mod common;
+
+use common::Tmp;
 use flim_core::io::{
     MapSet, brightness, lifetime_histogram, map_stats, write_histogram_csv, write_histogram_png,
     write_lifetime_png, write_map_tiff, write_phasor_png, write_summary_csv,
@@ -10,26 +13,6 @@ use flim_core::{Analysis, Cube, analyse};
 use gpu_runtime::Device;
 use imaging_io::{Colormap, Range};
 use ndarray::{Array2, s};
-use std::path::PathBuf;
-
-struct Tmp(PathBuf);
-
-impl Tmp {
-    fn new(tag: &str) -> Self {
-        let p = std::env::temp_dir().join(format!("flim-out-{tag}-{}", std::process::id()));
-        std::fs::create_dir_all(&p).unwrap();
-        Self(p)
-    }
-    fn path(&self, n: &str) -> PathBuf {
-        self.0.join(n)
-    }
-}
-
-impl Drop for Tmp {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// Bars of 2 and 4 ns with a block of zero-photon pixels.
 fn maps_with_empty_pixels() -> MapSet {

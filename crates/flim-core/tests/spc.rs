@@ -4,6 +4,9 @@
 //! histogrammed with numpy, never biogpu's; the image's expected counts are the known
 //! placement the script wrote. Bad inputs are mutated copies in a temporary folder.
 
+mod common;
+
+use common::Tmp;
 use flim_core::io::{Format, ReadOptions, Recording, read};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -163,26 +166,6 @@ fn spc150_image_places_photons_between_line_markers() {
             .flat_map(|(_, m)| m.values())
             .sum();
         assert_eq!(total as u64, want_total, "channel {}", image.channel);
-    }
-}
-
-/// A fresh temporary folder, removed on drop.
-struct Tmp(PathBuf);
-
-impl Tmp {
-    fn new(tag: &str) -> Self {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        let p = std::env::temp_dir().join(format!("flim-spc-{tag}-{}-{nanos}", std::process::id()));
-        std::fs::create_dir_all(&p).unwrap();
-        Self(p)
-    }
-}
-
-impl Drop for Tmp {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 

@@ -1,4 +1,4 @@
-//! Shared by the accuracy tests: statistics of lifetime maps, first- and second-order
+//! Shared by the tests: a temporary folder; for the accuracy tests, statistics of lifetime maps, first- and second-order
 //! (delta-method) predictions of an estimator's spread and bias under Poisson noise, and
 //! the Cramer-Rao bound of the lifetime from the Fisher information of the binned decay.
 #![allow(dead_code)] // each test file uses part of it
@@ -55,4 +55,29 @@ pub fn crb_tau(tau: f64, expected: impl Fn(f64) -> Vec<f64>) -> f64 {
         itt += dt * dt / l0[j];
     }
     (iaa / (iaa * itt - iat * iat)).sqrt()
+}
+
+/// A fresh temporary folder, removed on drop.
+pub struct Tmp(pub std::path::PathBuf);
+
+impl Tmp {
+    pub fn new(tag: &str) -> Self {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let p =
+            std::env::temp_dir().join(format!("flim-test-{tag}-{}-{nanos}", std::process::id()));
+        std::fs::create_dir_all(&p).unwrap();
+        Self(p)
+    }
+
+    pub fn path(&self, name: &str) -> std::path::PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for Tmp {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
