@@ -561,12 +561,14 @@ fn run_phasor(a: &PhasorArgs, tuning: GpuTuning, device: &Device) -> anyhow::Res
     let from_irf = a.calibrate.as_deref() == Some(Path::new("auto"));
     let reference = a.calibrate.as_deref().filter(|_| !from_irf);
     if from_irf && prep.irf.is_none() {
-        prep.irf = Some(flim_core::io::IrfSource::Estimate);
+        prep.irf = Some(IrfSource::Estimate);
     }
     let ref_tau = match (reference, a.ref_tau) {
         (Some(_), Some(t)) if t.is_finite() && t > 0.0 => t,
         (Some(_), Some(t)) => {
-            bail!("--ref-tau {t}: expected the reference's lifetime in ns, > 0")
+            bail!(
+                "--ref-tau {t}: expected the reference's lifetime in ns, finite and > 0 (for an IRF or scatterer recording, lifetime 0, use --irf FILE --calibrate auto)"
+            )
         }
         (Some(r), None) => bail!(
             "--calibrate {}: give the reference's lifetime with --ref-tau (ns); to calibrate from the IRF use --calibrate auto",
@@ -576,6 +578,8 @@ fn run_phasor(a: &PhasorArgs, tuning: GpuTuning, device: &Device) -> anyhow::Res
         (None, None) => 0.0,
     };
     let rec = a.input.read()?;
+    // The reference is read like the data (binning, bins, bin width, period), all summed.
+    let read_opts = a.input.read_options()?;
     let px = pixel_um(&rec);
     let mut inputs = input_files(&a.input, &a.prep);
     inputs.extend(reference);
@@ -596,15 +600,17 @@ fn run_phasor(a: &PhasorArgs, tuning: GpuTuning, device: &Device) -> anyhow::Res
     let bar = progress(rec.images.len(), "images");
     for image in &rec.images {
         let mut p = prepare(image, &rec, &prep, RangeSpec::All)
-            .context("preparing the image (binning, range, offset, IRF)")?;
+            .with_context(|| match prep.irf {
+                Some(IrfSource::Estimate) => "preparing the image (binning, range, offset, IRF estimated from the data; where that fails, give a measured IRF with --irf FILE or a reference with --calibrate FILE --ref-tau NS)",
+                _ => "preparing the image (binning, range, offset, IRF)",
+            })?;
         let omega = phasor_omega(&p, a.harmonic);
         // Calibration reference: a recording of known lifetime, else the IRF (lifetime 0).
-        let calibration = phasor_calibration(&p, reference, ref_tau, a.harmonic).with_context(
-            || match reference {
+        let calibration = phasor_calibration(&p, reference, &read_opts, ref_tau, a.harmonic)
+            .with_context(|| match reference {
                 Some(path) => format!("calibration reference {}", path.display()),
                 None => "calibration from the IRF".into(),
-            },
-        )?;
+            })?;
         let source = match (calibration, reference) {
             (None, _) => "none",
             (Some(_), Some(_)) => "reference",
@@ -682,7 +688,14 @@ fn run_phasor(a: &PhasorArgs, tuning: GpuTuning, device: &Device) -> anyhow::Res
             "calibration": match calibration {
                 None => serde_json::json!({"source": "none", "why": "no --calibrate and no --irf: g and s include the instrument's phase delay and modulation"}),
                 Some(c) => serde_json::json!({
-                    "source": source, "reference": reference, "ref_tau_ns": (source == "reference").then_some(ref_tau),
+                    "source": source,
+                    "reference": match (reference, &prep.irf) {
+                        (Some(r), _) => r.display().to_string(),
+                        (None, Some(IrfSource::File(f))) => f.display().to_string(),
+                        _ => "IRF estimated from the data".into(),
+                    },
+                    "ref_tau_ns": if source == "reference" { ref_tau } else { 0.0 },
+                    "frequency_mhz": omega / (2.0 * std::f64::consts::PI) * 1e3,
                     "phase_rad": c.phase, "modulation": c.modulation,
                 }),
             },

@@ -197,7 +197,7 @@ pub fn write_histogram_png(path: &Path, h: &Histogram, x_title: &str) -> Result<
 }
 
 /// Axis ranges of the phasor plot: at least the universal semicircle's (g -0.05..1.05, s
-/// 0..0.7), widened to the 0.5th-99.5th percentiles of the points plus a margin, so that an
+/// 0..0.7), widened to the 0.1st-99.9th percentiles of the points plus a margin, so that an
 /// uncalibrated cloud (which may sit above the semicircle) is not cut off; capped at
 /// g -1..2, s -0.5..1.5.
 fn phasor_axes(
@@ -219,7 +219,7 @@ fn phasor_axes(
         }
         v.sort_by(f64::total_cmp);
         let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
-        Some((at(0.005), at(0.995)))
+        Some((at(0.001), at(0.999)))
     };
     let (mut gx, mut sy) = ((-0.05f64, 1.05f64), (0.0f64, 0.7f64));
     if let (Some((g0, g1)), Some((s0, s1))) = (range(&mut gs), range(&mut ss)) {
@@ -229,9 +229,27 @@ fn phasor_axes(
     (gx, sy)
 }
 
+/// Lifetimes (ns) to mark on the universal semicircle at `omega` (rad/ns): 0.125 ns to 32 ns
+/// by doubling, those not crowded at the semicircle's ends or against the previous mark
+/// (angles from its centre, `2 atan(omega tau)`): 0.25 to 16 ns at 80 MHz, of which the plot
+/// draws those whose labels fit inside it (0.5 to 8 ns with the default axes).
+fn lifetime_marks(omega: f64) -> Vec<f64> {
+    let mut marks: Vec<f64> = Vec::new();
+    let mut last = f64::NEG_INFINITY;
+    for k in -3..=5 {
+        let tau = 2f64.powi(k);
+        let angle = 2.0 * (omega * tau).atan();
+        if (0.2..=std::f64::consts::PI - 0.2).contains(&angle) && angle - last >= 0.2 {
+            marks.push(tau);
+            last = angle;
+        }
+    }
+    marks
+}
+
 /// Draw the phasor plot: a 2-D histogram of (g, s) over the valid pixels (colour by
 /// log count), the universal semicircle, and marks of single-exponential lifetimes (ns) at
-/// the angular frequency `omega` (rad/ns). Returns the number of pixels plotted. The axes
+/// the angular frequency `omega` (rad/ns; [`lifetime_marks`]), captioned with its frequency. Returns the number of pixels plotted. The axes
 /// fit the data ([`phasor_axes`]).
 pub fn write_phasor_png(
     path: &Path,
@@ -297,14 +315,41 @@ pub fn write_phasor_png(
     }
     c.line(a.px(gx.0, 0.0), a.px(gx.1, 0.0), 1, GREY);
     if omega.is_finite() && omega > 0.0 {
-        for tau in [0.25, 0.5, 1.0, 2.0, 4.0, 8.0] {
+        let f = 2;
+        let h = GLYPH_HEIGHT * f;
+        for tau in lifetime_marks(omega) {
             let wt = omega * tau;
             let d = 1.0 + wt * wt;
-            let (px, py) = a.px(1.0 / d, wt / d);
-            c.fill_rect(px - 3, py - 3, 7, 7, BLACK);
+            let (g0, s0) = (1.0 / d, wt / d);
+            let (px, py) = a.px(g0, s0);
+            // The label just outside the semicircle, along the radius from its centre; a
+            // mark whose label would leave the plot area is not drawn.
+            let (ux, uy) = ((g0 - 0.5) / 0.5, s0 / 0.5);
+            let (ax, ay) = (
+                px + (12.0 * ux).round() as i64,
+                py - (12.0 * uy).round() as i64,
+            );
             let label = format!("{tau} ns");
-            c.text(px + 6, py - 18, &label, 2, BLACK);
+            let w = text_width(&label, f);
+            let tx = if ux >= 0.0 { ax } else { ax - w };
+            let ty = ay - h / 2 - ((h as f64 / 2.0) * uy).round() as i64;
+            if tx < a.left + 2 || tx + w > a.left + a.width - 2 || ty < a.top + 2 {
+                continue;
+            }
+            c.fill_rect(px - 3, py - 3, 7, 7, BLACK);
+            c.text(tx, ty, &label, f, BLACK);
         }
+        let caption = format!(
+            "lifetimes at {:.2} MHz",
+            omega / (2.0 * std::f64::consts::PI) * 1e3
+        );
+        c.text(
+            a.left + a.width - text_width(&caption, f),
+            a.top - h - 3 * f,
+            &caption,
+            f,
+            BLACK,
+        );
     }
     a.draw(&mut c, "G", "S");
     save(&c, path)?;
@@ -313,7 +358,21 @@ pub fn write_phasor_png(
 
 #[cfg(test)]
 mod phasor_axes_tests {
-    use super::phasor_axes;
+    use super::{lifetime_marks, phasor_axes};
+
+    #[test]
+    fn lifetime_marks_suit_the_frequency() {
+        let omega = |mhz: f64| 2.0 * std::f64::consts::PI * mhz * 1e-3;
+        assert_eq!(
+            lifetime_marks(omega(80.0)),
+            [0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0]
+        );
+        // At 20 MHz short lifetimes crowd at g = 1 and drop out; longer ones appear.
+        assert_eq!(
+            lifetime_marks(omega(20.0)),
+            [1.0, 2.0, 4.0, 8.0, 16.0, 32.0]
+        );
+    }
     use ndarray::Array2;
 
     #[test]

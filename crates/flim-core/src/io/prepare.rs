@@ -5,8 +5,7 @@
 
 use crate::error::{Error, Result, invalid};
 use crate::io::read::read;
-use crate::io::recording::ReadOptions;
-use crate::io::recording::{Image, Recording};
+use crate::io::recording::{Format, Image, ReadOptions, Recording};
 use crate::model::cube::AnyCube;
 use crate::model::lifetimes::{Analysis, Calibration, decay_phasor};
 use crate::model::preprocess::{
@@ -166,7 +165,11 @@ pub fn prepare(
         (Some(_), None) => {
             return Err(invalid(
                 "IRF shift",
-                format!("{:?}", opts.irf_shift),
+                match opts.irf_shift {
+                    Some(IrfShift::Ns(v)) => format!("{v} ns"),
+                    Some(IrfShift::Pixel) => "per pixel".into(),
+                    _ => "auto".into(),
+                },
                 "needs an IRF (--irf)",
             ));
         }
@@ -202,45 +205,108 @@ pub fn phasor_omega(p: &Prepared, harmonic: u32) -> f64 {
     2.0 * std::f64::consts::PI * f64::from(harmonic) / p.cube.period_ns()
 }
 
-/// The phasor calibration of `p` at `harmonic`: from the recording at `reference` (frames
-/// summed) of a sample of lifetime `ref_tau` ns, else from `p`'s IRF (lifetime 0), else none.
-/// The reference must have `p`'s bins and bin width.
+/// The phasor calibration of `p` at `harmonic`, as phasorpy's `phasor_calibrate` (method
+/// `mean`): the mean phasor of a reference is rotated and scaled onto the universal
+/// semicircle's point of its known lifetime at the same frequency. The reference is the
+/// recording at `reference` of a sample of single-exponential lifetime `ref_tau` ns (> 0),
+/// else `p`'s IRF (lifetime 0), else there is none (`Ok(None)`).
+///
+/// The reference is read with `read_opts` (the data's: photon-stream binning and bins, bin
+/// width and period overrides) with every block, channel, frame and pixel summed into one
+/// decay, used as recorded (no background subtraction), over `p`'s fit range. A `.npy` or
+/// TIFF reference, which stores no bin width, takes the data's bin width and period; a
+/// photon stream is histogrammed into the data's number of bins. It must match the data's
+/// bins, bin width and laser period (within 0.5%); its spatial shape is free.
 pub fn phasor_calibration(
     p: &Prepared,
     reference: Option<&Path>,
+    read_opts: &ReadOptions,
     ref_tau: f64,
     harmonic: u32,
 ) -> Result<Option<Calibration>> {
     let omega = phasor_omega(p, harmonic);
     let (first, m) = p.fit_range();
-    let reference = match (reference, &p.irf) {
+    let (decay, tau) = match (reference, &p.irf) {
         (Some(path), _) => {
-            let r = read(path, &ReadOptions::default().with_sum_frames(true))?;
-            let cube = AnyCube::sum(&r.images.iter().map(|i| &i.cube).collect::<Vec<_>>())?;
-            if !(cube.bins() == p.cube.bins()
-                && (cube.bin_ns() - p.cube.bin_ns()).abs() < 1e-6 * p.cube.bin_ns())
-            {
-                return Err(Error::Format {
-                    path: path.to_path_buf(),
-                    what: format!(
-                        "the calibration reference has {} bins of {} ns, the data {} of {} ns",
-                        cube.bins(),
-                        cube.bin_ns(),
-                        p.cube.bins(),
-                        p.cube.bin_ns()
-                    ),
-                });
+            if !(ref_tau.is_finite() && ref_tau > 0.0) {
+                return Err(invalid(
+                    "calibration reference lifetime",
+                    format!("{ref_tau} ns"),
+                    "must be a finite number of ns > 0 (an IRF or scatterer, lifetime 0, \
+                     calibrates as the IRF)",
+                ));
             }
-            Some((summed_decay(&cube), ref_tau))
+            (reference_decay(p, path, read_opts)?, ref_tau)
         }
-        (None, Some(irf)) => Some((irf.values().to_vec(), 0.0)),
-        (None, None) => None,
+        (None, Some(irf)) => (irf.values().to_vec(), 0.0),
+        (None, None) => return Ok(None),
     };
-    match reference {
-        Some((decay, tau)) => {
-            let (g, s) = decay_phasor(&decay, first, m, p.cube.bin_ns(), omega);
-            Ok(Some(Calibration::from_reference(g, s, tau, omega)?))
-        }
-        None => Ok(None),
+    let counts: f64 = decay.iter().skip(first).take(m).sum();
+    if !(counts.is_finite() && counts > 0.0) {
+        let range = format!("bins {first}..{} (end exclusive)", first + m);
+        return Err(match reference {
+            Some(path) => Error::Format {
+                path: path.to_path_buf(),
+                what: format!("the calibration reference has no counts in the fit range, {range}"),
+            },
+            None => invalid(
+                "IRF",
+                format!("{counts} counts in {range}"),
+                "needs counts in the fit range to calibrate the phasor",
+            ),
+        });
     }
+    let (g, s) = decay_phasor(&decay, first, m, p.cube.bin_ns(), omega);
+    Ok(Some(Calibration::from_reference(g, s, tau, omega)?))
+}
+
+/// The summed decay of the calibration reference at `path`, checked against `p`'s bins.
+fn reference_decay(p: &Prepared, path: &Path, read_opts: &ReadOptions) -> Result<Vec<f64>> {
+    let mut opts = read_opts.clone();
+    opts.block = None;
+    opts.channel = None;
+    opts.frames = None;
+    opts.sum_frames = true;
+    let format = Format::of(path)?;
+    if matches!(format, Format::Npy | Format::Tiff) && opts.bin_ns.is_none() {
+        opts.bin_ns = Some(p.cube.bin_ns());
+        opts.period_ns = opts.period_ns.or(Some(p.cube.period_ns()));
+    }
+    if format.is_photon_stream() && opts.bins.is_none() {
+        opts.bins = Some(p.cube.bins());
+    }
+    let r = read(path, &opts)?;
+    let mismatch = |what: String| Error::Format {
+        path: path.to_path_buf(),
+        what: format!("not usable as the calibration reference: {what}"),
+    };
+    let mut decay = vec![0.0; p.cube.bins()];
+    for image in &r.images {
+        let c = &image.cube;
+        if !(c.bins() == p.cube.bins()
+            && (c.bin_ns() - p.cube.bin_ns()).abs() < 1e-6 * p.cube.bin_ns())
+        {
+            return Err(mismatch(format!(
+                "it has {} bins of {} ns, the data {} bins of {} ns (record the reference with \
+                 the same TCSPC settings)",
+                c.bins(),
+                c.bin_ns(),
+                p.cube.bins(),
+                p.cube.bin_ns()
+            )));
+        }
+        if (c.period_ns() - p.cube.period_ns()).abs() > 5e-3 * p.cube.period_ns() {
+            return Err(mismatch(format!(
+                "its laser period is {:.4} ns ({:.3} MHz), the data's {:.4} ns ({:.3} MHz)",
+                c.period_ns(),
+                1e3 / c.period_ns(),
+                p.cube.period_ns(),
+                1e3 / p.cube.period_ns()
+            )));
+        }
+        for (d, v) in decay.iter_mut().zip(summed_decay(c)) {
+            *d += v;
+        }
+    }
+    Ok(decay)
 }
