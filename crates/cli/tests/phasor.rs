@@ -1,6 +1,6 @@
 //! `biogpu flim phasor` calibration: `--calibrate auto` (the IRF, estimated), a warning and a
 //! `summary.json` entry when uncalibrated, clear errors for a reference without its lifetime,
-//! and selections named in words.
+//! and selections named in words; the default range of one laser period.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -229,4 +229,69 @@ fn calibrate_auto_on_the_real_recordings() {
         );
         std::fs::remove_dir_all(&dir).ok();
     }
+}
+
+/// A window longer than the laser period (160 bins of 0.1 ns, period 12.8 ns: 128 bins per
+/// period, the decay carrying on past it as a recorder's would): the default range is the
+/// bins that start within the period, said on the console and in `summary.json`, and gives
+/// the lifetime; `--range all` uses every bin and warns.
+#[test]
+fn the_default_range_is_one_laser_period() {
+    use flim_core::io::write_npy;
+    use flim_core::sim::DecaySim;
+    let dir = out_dir("period");
+    std::fs::create_dir_all(&dir).unwrap();
+    let cube = DecaySim::new(160, 0.1, 20_000.0)
+        .unwrap()
+        .with_period_ns(12.8)
+        .unwrap()
+        .with_seed(3)
+        .cube(4, 4, |_, _| vec![(1.0, 2.0)])
+        .unwrap();
+    let npy = dir.join("long_window.npy");
+    write_npy(&npy, &cube.into()).unwrap();
+    let run = |tag: &str, extra: &[&str]| {
+        let out = dir.join(tag);
+        let mut args = vec![
+            npy.to_str().unwrap(),
+            "--bin-ns",
+            "0.1",
+            "--period-ns",
+            "12.8",
+            "--threshold",
+            "1",
+            "--out",
+            out.to_str().unwrap(),
+        ];
+        args.extend(extra);
+        let (ok, stdout, stderr) = biogpu(&args);
+        assert!(ok, "{stderr}");
+        let text = std::fs::read_to_string(out.join("summary.json")).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let median = v["maps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["map"] == "tau_phase_ns")
+            .expect("tau_phase_ns")["stats"]["median"]
+            .as_f64()
+            .unwrap();
+        (stdout, stderr, v["images"][0].clone(), median)
+    };
+    let (stdout, stderr, image, tau) = run("default", &[]);
+    assert!(stdout.contains("over bins 0..128 "), "{stdout}");
+    assert!(!stderr.contains("longer than one laser period"), "{stderr}");
+    assert_eq!(image["range_bins"], serde_json::json!([0, 128]), "{image}");
+    assert_eq!(image["bins_in_period"], 128, "{image}");
+    assert!((tau - 2.0).abs() < 0.02, "one period: {tau} ns");
+    let (stdout, stderr, image, all) = run("all", &["--range", "all"]);
+    assert!(stdout.contains("over bins 0..160 "), "{stdout}");
+    assert_eq!(
+        stderr.matches("longer than one laser period").count(),
+        1,
+        "{stderr}"
+    );
+    assert_eq!(image["range_bins"], serde_json::json!([0, 160]), "{image}");
+    assert!(all < 1.8, "every bin: {all} ns");
+    std::fs::remove_dir_all(&dir).ok();
 }

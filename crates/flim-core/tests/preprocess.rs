@@ -282,3 +282,70 @@ fn global_and_per_pixel_irf_shifts() {
     let h = half_rise_ns(&summed_decay(&cube), 0.05);
     assert!(h > 1.8 && h < 2.3, "{h}");
 }
+
+/// A TCSPC window longer than the laser period (160 bins of 0.1 ns, period 12.8 ns = 128
+/// bins; like the recorder, the simulator's decay carries on past the period into the next
+/// one): the phasor's default range (`RangeSpec::Period`) is the 128 bins whose start lies
+/// within the period and gives the lifetime, where every bin would count the first 32 bins
+/// twice. A period that ends inside a bin keeps that bin (the hazelnut `.ptu`: 139 bins of
+/// 96.97 ps, period 12.817 ns, bins 0..133); a window of at most one period is used whole.
+#[test]
+fn phasor_default_range_is_one_laser_period() {
+    use flim_core::io::{Format, Image, PrepOptions, RangeSpec, Recording, prepare};
+    use flim_core::{Methods, analyse_any};
+    assert_eq!(
+        FitRange::one_period(160, 0.1, 12.8).unwrap(),
+        Some(FitRange {
+            first: 0,
+            bins: 128
+        })
+    );
+    let hazelnut = FitRange::one_period(139, 0.096_969_7, 12.8172).unwrap();
+    assert_eq!(hazelnut.map(|r| (r.first, r.bins)), Some((0, 133)));
+    assert_eq!(FitRange::one_period(128, 0.1, 12.8).unwrap(), None);
+    assert_eq!(FitRange::one_period(100, 0.1, 12.8).unwrap(), None);
+    assert!(FitRange::one_period(100, 0.0, 12.8).is_err());
+
+    let tau = 2.0;
+    let decay = DecaySim::new(160, 0.1, 1e6)
+        .unwrap()
+        .with_period_ns(12.8)
+        .unwrap()
+        .expected(&[(1.0, tau)]);
+    let counts = Array3::from_shape_fn((2, 3, 160), |(_, _, j)| decay[j] as f32);
+    let cube: AnyCube = Cube::new(counts, 0.1)
+        .unwrap()
+        .with_period_ns(12.8)
+        .unwrap()
+        .into();
+    let rec = Recording {
+        path: "synthetic.npy".into(),
+        format: Format::Npy,
+        images: vec![Image {
+            block: 0,
+            frame: 0,
+            channel: 0,
+            cube,
+        }],
+        metadata: Vec::new(),
+    };
+    let phase_tau = |range: Option<RangeSpec>| {
+        let opts = PrepOptions {
+            threshold: 1.0,
+            range,
+            ..PrepOptions::default()
+        };
+        let p = prepare(&rec.images[0], &rec, &opts, RangeSpec::Period).unwrap();
+        let a = p.analysis.with_methods(Methods::PHASOR);
+        let (maps, _) = analyse_any(&p.cube, &a, &gpu_runtime::Device::cpu()).unwrap();
+        (p.fit_range(), f64::from(maps.tau_phase[[1, 2]]))
+    };
+    let (range, one) = phase_tau(None);
+    assert_eq!(range, (0, 128));
+    // Bin-centre sampling of the bin integrals is the only error left.
+    assert!((one / tau - 1.0).abs() < 2e-3, "one period: {one} ns");
+    let (range, all) = phase_tau(Some(RangeSpec::All));
+    assert_eq!(range, (0, 160));
+    assert!((all / tau - 1.0).abs() > 0.05, "every bin: {all} ns");
+    println!("phase lifetime of a {tau} ns decay: one period {one:.4} ns, every bin {all:.4} ns");
+}

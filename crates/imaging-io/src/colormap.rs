@@ -308,6 +308,46 @@ impl Range {
     }
 }
 
+impl Range {
+    /// The value limits over the values of `map` that are shown where brightness `weight`
+    /// applies (as [`render_weighted`] draws them): finite values whose weight is > 0
+    /// ([`Range::resolve`] over those).
+    ///
+    /// ```
+    /// use ndarray::array;
+    /// use imaging_io::Range;
+    /// let map = array![[1.0f32, 2.0], [f32::NAN, 100.0]];
+    /// let weight = array![[1.0f32, 0.5], [1.0, 0.0]];
+    /// let r = Range::Percentile(0.0, 100.0);
+    /// assert_eq!(r.resolve_weighted(map.view(), weight.view())?, (1.0, 2.0));
+    /// # Ok::<_, imaging_io::Error>(())
+    /// ```
+    #[allow(clippy::needless_pass_by_value)] // views are passed by value throughout the crate
+    pub fn resolve_weighted(
+        &self,
+        map: ArrayView2<'_, f32>,
+        weight: ArrayView2<'_, f32>,
+    ) -> Result<(f32, f32)> {
+        if weight.dim() != map.dim() {
+            let ((h, w), (wh, ww)) = (map.dim(), weight.dim());
+            return Err(Error::FrameSizeMismatch {
+                what: "brightness weights of a map".into(),
+                expected_w: w,
+                expected_h: h,
+                got_w: ww,
+                got_h: wh,
+            });
+        }
+        let shown: Vec<f32> = map
+            .iter()
+            .zip(weight.iter())
+            .filter(|(v, w)| v.is_finite() && **w > 0.0)
+            .map(|(v, _)| *v)
+            .collect();
+        self.resolve(&ndarray::ArrayView1::from(&shown[..]))
+    }
+}
+
 /// Percentile `p` (0..=100) of finite values, linear interpolation between order statistics.
 fn percentile(v: &mut [f32], p: f64) -> f64 {
     let pos = p / 100.0 * (v.len() - 1) as f64;
@@ -634,13 +674,7 @@ pub fn render_weighted(
             got_h: wh,
         });
     }
-    let shown: Vec<f32> = map
-        .iter()
-        .zip(weight.iter())
-        .filter(|(v, w)| v.is_finite() && **w > 0.0)
-        .map(|(v, _)| *v)
-        .collect();
-    let (lo, hi) = range.resolve(&ndarray::ArrayView1::from(&shown[..]))?;
+    let (lo, hi) = range.resolve_weighted(map, weight)?;
     let indexed = render_indexed(map, cmap, lo, hi, false);
     let mut img = indexed.to_rgb();
     let (s, o) = (indexed.scale, indexed.origin);

@@ -21,7 +21,9 @@
 //! trial), field-major so that a cube's loads coalesce; nothing per pixel is kept in
 //! registers across iterations, so a unit can stride over any number of pixels. The model
 //! is evaluated at one call site (the start is the first "trial"), which keeps the kernel
-//! small: lavapipe compiles it in ~2 s.
+//! small: lavapipe compiles it in ~2 s. Model weights (`EST_MODEL`) iterate as the Poisson
+//! fit (the same fixed point) and add a second call site: Pearson's chi^2 of each pixel at
+//! the fit, the goodness of fit they report (as the per-pixel kernel does).
 //!
 //! Segments come as CSR (offsets into a compact, segment-ordered copy of the fitted pixels'
 //! decays), so runs, label images and the whole image all work. Launches are grouped by
@@ -46,8 +48,8 @@
 #![allow(clippy::collapsible_if)]
 
 use super::fit::{
-    self, EST_POISSON, F32_TOLERANCE, FIT_CONVERGED, FIT_FAILED, FitParams, Geo, IRF_FITTED,
-    IRF_NONE, STATIONARY, STUCK, evaluate, params, project,
+    self, EST_MODEL, EST_PEARSON, EST_POISSON, F32_TOLERANCE, FIT_CONVERGED, FIT_FAILED, FitParams,
+    Geo, IRF_FITTED, IRF_NONE, STATIONARY, STUCK, evaluate, params, project,
 };
 use super::{KIND_F32, KIND_U16, count, holds_decays};
 use crate::configured::{CatalogEntry, array, entry, settings_1d};
@@ -867,18 +869,46 @@ pub fn global_kernel(
                 }
             }
         }
-        // Outputs: each pixel's parameters and objective; the segment's status from its first
-        // pixel (flim-core: a lifetime on its bound with a non-zero amplitude in the
-        // segment's first pixel, or an objective that is not finite, fails).
+        // Outputs: each pixel's parameters and goodness of fit (its objective; for model
+        // weights, which iterate on the deviance, Pearson's chi^2 at the fit, as the per-pixel
+        // kernel reports it); the segment's status from its first pixel (flim-core: a
+        // lifetime on its bound with a non-zero amplitude in the segment's first pixel, or an
+        // objective that is not finite, fails).
         let mut i3 = t;
         while i3 < n {
             let q = start + i3;
             #[unroll]
             for u in 0..np {
-                out[(u * pixels + q) as usize] = scratch[at(cur, q, pixels, u, nf)];
+                let v = scratch[at(cur, q, pixels, u, nf)];
+                out[(u * pixels + q) as usize] = v;
+                theta[u as usize] = v;
             }
-            out[(np * pixels + q) as usize] = scratch[at(cur, q, pixels, np, nf)]
+            let mut obj = scratch[at(cur, q, pixels, np, nf)]
                 + scratch[at(cur, q, pixels, comptime!(np + 1), nf)];
+            if comptime!(est == EST_MODEL) {
+                let mut geo = geo0;
+                geo.base = q * stride;
+                obj = evaluate(
+                    words,
+                    irf,
+                    geo,
+                    &theta,
+                    &mut hm,
+                    &mut g,
+                    &mut st,
+                    &mut d,
+                    &mut tt,
+                    &mut acc,
+                    kind,
+                    k,
+                    EST_PEARSON,
+                    zfit,
+                    irf_mode,
+                    false,
+                    false,
+                );
+            }
+            out[(np * pixels + q) as usize] = obj;
             i3 += units;
         }
         if t == 0u32 {
@@ -922,7 +952,8 @@ fn allowed_classes<R: Runtime>(gpu: &Gpu<R>, ns: u32) -> usize {
         .count()
 }
 
-/// Output planes per compact pixel: the parameters and the objective.
+/// Output planes per compact pixel: the parameters and the goodness of fit (the objective;
+/// Pearson's chi^2 for model weights, `EST_MODEL`, which iterate on the deviance).
 pub fn global_planes(p: &FitParams) -> usize {
     params(p.components, p.offset_fitted, p.irf_mode) as usize + 1
 }
@@ -947,20 +978,10 @@ pub fn global_fit<R: Runtime>(
     status: &GpuArray<u32>,
 ) -> Result<()> {
     let name = "flim_global";
-    // Model-weighted least squares iterates as the Poisson fit (the same fixed point); global
-    // analysis reports its deviance.
-    let p = &FitParams {
-        estimator: if p.estimator == super::fit::EST_MODEL {
-            EST_POISSON
-        } else {
-            p.estimator
-        },
-        ..*p
-    };
     let pixels = p.pixels as usize;
     let segments = offsets.len().saturating_sub(1);
     if !(1..=3).contains(&p.components)
-        || p.estimator > EST_POISSON
+        || p.estimator > EST_MODEL
         || p.irf_mode > IRF_FITTED
         || p.kind > KIND_F32
         || p.first + p.m > p.stride
@@ -1151,8 +1172,9 @@ pub(crate) fn configured<R: Runtime>(
 }
 
 /// This module's kernels, configured as [`global_fit`] configures them: the paper's GA-32
-/// case (bi-exponential MLE tail fit on 32-unit cubes), a whole image (256 units), and
-/// the largest shared system (fitted shift and offset).
+/// case (bi-exponential MLE tail fit on 32-unit cubes), a whole image (256 units), the
+/// model weights (with their Pearson evaluation) and the largest shared system (fitted
+/// shift and offset).
 pub(crate) fn catalog<R: Runtime>(client: &ComputeClient<R>) -> Vec<CatalogEntry> {
     [
         ("global_bi_mle_tail_32", 2, EST_POISSON, false, IRF_NONE, 32),
@@ -1173,6 +1195,14 @@ pub(crate) fn catalog<R: Runtime>(client: &ComputeClient<R>) -> Vec<CatalogEntry
             32,
         ),
         (
+            "global_mono_model_irf_32",
+            1,
+            EST_MODEL,
+            false,
+            super::fit::IRF_FIXED,
+            32,
+        ),
+        (
             "global_bi_mle_irf_shift_offset_32",
             2,
             EST_POISSON,
@@ -1183,7 +1213,7 @@ pub(crate) fn catalog<R: Runtime>(client: &ComputeClient<R>) -> Vec<CatalogEntry
         (
             "global_tri_pearson_irf_shift_offset_256",
             3,
-            super::fit::EST_PEARSON,
+            EST_PEARSON,
             true,
             IRF_FITTED,
             256,

@@ -138,8 +138,10 @@ struct Prep {
     #[arg(long, default_value_t = 100.0)]
     threshold: f64,
     /// Fit range: `A:B` in bins (end exclusive), `1.2ns:10ns` by time, `peak` (from the peak
-    /// of the summed decay to the end) or `all`. Default: `peak` for fit (RLD, IEM and CMM
-    /// assume the decay starts at the range's first bin), `all` for phasor (one laser period).
+    /// of the summed decay to the end), `period` (the bins whose start lies within one laser
+    /// period) or `all`. Default: `peak` for fit (RLD, IEM and CMM assume the decay starts at
+    /// the range's first bin; `all` when reconvolving with --irf), `period` for phasor (its
+    /// frequency is 1 / period: a window longer than the period would bias it).
     #[arg(long)]
     range: Option<String>,
     /// Background per bin in each (binned) pixel: a number, or `auto` (from the pre-rise bins).
@@ -279,16 +281,17 @@ pub fn run(args: Args, device: &Device) -> anyhow::Result<()> {
     }
 }
 
-/// A range: `all`, `peak`, `A:B` in bins (end exclusive) or `1.2ns:10ns`.
+/// A range: `all`, `peak`, `period`, `A:B` in bins (end exclusive) or `1.2ns:10ns`.
 fn parse_range(spec: &str) -> anyhow::Result<RangeSpec> {
     match spec {
         "all" => return Ok(RangeSpec::All),
         "peak" => return Ok(RangeSpec::Peak),
+        "period" => return Ok(RangeSpec::Period),
         _ => {}
     }
-    let (a, b) = spec
-        .split_once(':')
-        .with_context(|| format!("--range {spec}: expected A:B (bins) or 1.2ns:10ns"))?;
+    let (a, b) = spec.split_once(':').with_context(|| {
+        format!("--range {spec}: expected A:B (bins), 1.2ns:10ns, peak, period or all")
+    })?;
     let ns = |s: &str| s.trim().strip_suffix("ns").map(|v| v.trim().parse::<f64>());
     Ok(match (ns(a), ns(b)) {
         (Some(Ok(x)), Some(Ok(y))) => RangeSpec::Ns(x, y),
@@ -426,6 +429,11 @@ fn run_fit(a: &FitArgs, tuning: GpuTuning, device: &Device) -> anyhow::Result<()
     let prep = a.prep.options(tuning)?;
     let method = flim_core::Method::from(a.method);
     let opts = a.fit.options(a.method, a.model, tuning)?;
+    // What the fitting methods minimise, and so what their chi2_red map holds.
+    let estimator = method.reconvolves().then(|| {
+        opts.fit_options(method, None, 0.0, 0.0, None, false)
+            .estimator()
+    });
     let rec = a.input.read()?;
     let px = pixel_um(&rec);
     let maps = method.map_names(&opts, a.prep.irf_shift.as_deref() == Some("pixel"));
@@ -543,6 +551,8 @@ fn run_fit(a: &FitArgs, tuning: GpuTuning, device: &Device) -> anyhow::Result<()
             "input": a.input.path, "format": rec.format.name(),
             "metadata": rec.metadata.iter().map(|(k, v)| (k.clone(), serde_json::Value::from(v.clone()))).collect::<serde_json::Map<_, _>>(),
             "method": method.name(), "model": format!("{:?}", a.model).to_lowercase(),
+            "estimator": estimator.map(flim_core::Estimator::name),
+            "chi2_red": estimator.map(flim_core::Estimator::goodness_of_fit),
             "device": device.info().id, "binning": a.prep.circular.map_or(format!("square {}", a.prep.bin), |r| format!("circular {r}")),
             "threshold": a.prep.threshold, "range": a.prep.range, "seconds": t0.elapsed().as_secs_f64(),
             "images": images,
@@ -599,12 +609,23 @@ fn run_phasor(a: &PhasorArgs, tuning: GpuTuning, device: &Device) -> anyhow::Res
     let mut images = Vec::new();
     let bar = progress(rec.images.len(), "images");
     for image in &rec.images {
-        let mut p = prepare(image, &rec, &prep, RangeSpec::All)
+        let mut p = prepare(image, &rec, &prep, RangeSpec::Period)
             .with_context(|| match prep.irf {
                 Some(IrfSource::Estimate) => "preparing the image (binning, range, offset, IRF estimated from the data; where that fails, give a measured IRF with --irf FILE or a reference with --calibrate FILE --ref-tau NS)",
                 _ => "preparing the image (binning, range, offset, IRF)",
             })?;
         let omega = phasor_omega(&p, a.harmonic);
+        let range = PhasorRange::of(&p);
+        if let Some(w) = range.warning() {
+            eprintln!(
+                "warning: {}{w}",
+                if p.label.is_empty() {
+                    String::new()
+                } else {
+                    format!("{}: ", p.label)
+                }
+            );
+        }
         // Calibration reference: a recording of known lifetime, else the IRF (lifetime 0).
         let calibration = phasor_calibration(&p, reference, &read_opts, ref_tau, a.harmonic)
             .with_context(|| match reference {
@@ -662,7 +683,7 @@ fn run_phasor(a: &PhasorArgs, tuning: GpuTuning, device: &Device) -> anyhow::Res
         let gs = map_stats(g.view(), set.mask.view());
         let ss = map_stats(s.view(), set.mask.view());
         println!(
-            "{}phasor at {:.2} MHz (harmonic {}): median g {:.3}, s {:.3}, phase lifetime {:.3} ns; {} pixels plotted{}; {:.3} s on {}",
+            "{}phasor at {:.2} MHz (harmonic {}) over {}: median g {:.3}, s {:.3}, phase lifetime {:.3} ns; {} pixels plotted{}; {:.3} s on {}",
             if p.label.is_empty() {
                 String::new()
             } else {
@@ -670,6 +691,7 @@ fn run_phasor(a: &PhasorArgs, tuning: GpuTuning, device: &Device) -> anyhow::Res
             },
             omega / (2.0 * std::f64::consts::PI) * 1e3,
             a.harmonic,
+            range,
             gs.median,
             ss.median,
             map_stats(tau.view(), set.mask.view()).median,
@@ -685,6 +707,9 @@ fn run_phasor(a: &PhasorArgs, tuning: GpuTuning, device: &Device) -> anyhow::Res
         );
         images.push(serde_json::json!({
             "image": p.label, "omega_rad_per_ns": omega, "harmonic": a.harmonic,
+            "range_bins": p.fit_range(), "range_ns": [range.start_ns, range.end_ns],
+            "period_ns": range.period_ns, "bins_in_period": range.bins_in_period,
+            "range": range.to_string(),
             "calibration": match calibration {
                 None => serde_json::json!({"source": "none", "why": "no --calibrate and no --irf: g and s include the instrument's phase delay and modulation"}),
                 Some(c) => serde_json::json!({
@@ -719,6 +744,62 @@ fn run_phasor(a: &PhasorArgs, tuning: GpuTuning, device: &Device) -> anyhow::Res
     out.commit()?;
     println!("outputs in {shown}");
     Ok(())
+}
+
+/// The bins a phasor used, against the laser period it assumes (console and summary).
+struct PhasorRange {
+    first: usize,
+    end: usize,
+    start_ns: f64,
+    end_ns: f64,
+    period_ns: f64,
+    /// The bins whose start lies within one period (the default range's length).
+    bins_in_period: usize,
+}
+
+impl PhasorRange {
+    fn of(p: &Prepared) -> Self {
+        let (first, m) = p.fit_range();
+        let (h, period_ns) = (p.cube.bin_ns(), p.cube.period_ns());
+        let total = p.cube.bins();
+        let bins_in_period = flim_core::FitRange::one_period(total, h, period_ns)
+            .ok()
+            .flatten()
+            .map_or(total, |r| r.bins);
+        Self {
+            first,
+            end: first + m,
+            start_ns: first as f64 * h,
+            end_ns: (first + m) as f64 * h,
+            period_ns,
+            bins_in_period,
+        }
+    }
+
+    /// A range that runs past one period (e.g. `--range all` on a window longer than the
+    /// period): the phasor's frequency no longer matches the window.
+    fn warning(&self) -> Option<String> {
+        (self.end - self.first > self.bins_in_period).then(|| {
+            format!(
+                "the phasor's range, bins {}..{} ({:.3} ns), is longer than one laser period ({:.3} ns): at the frequency 1 / period its later bins count as the start of the next period; the default, --range period, stops at the period (bins 0..{})",
+                self.first,
+                self.end,
+                self.end_ns - self.start_ns,
+                self.period_ns,
+                self.bins_in_period
+            )
+        })
+    }
+}
+
+impl std::fmt::Display for PhasorRange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "bins {}..{} ({:.3}-{:.3} ns; laser period {:.3} ns)",
+            self.first, self.end, self.start_ns, self.end_ns, self.period_ns
+        )
+    }
 }
 
 fn run_convert(a: &ConvertArgs) -> anyhow::Result<()> {
@@ -886,11 +967,15 @@ mod tests {
         let cube = mono_exponential(&[2.0], 6, 6, 128, 0.1, 12.8, 5000.0, 4).unwrap();
         flim_core::io::write_sdt(&mono, &[vec![cube]], false).unwrap();
         let m = mono.to_str().unwrap();
-        for (method, extra) in [
-            ("lsq", &[][..]),
-            ("lsq", &["--weights", "pearson", "--fit-offset"][..]),
-            ("mle", &[][..]),
-            ("global", &["--segments", "12"][..]),
+        for (method, extra, estimator) in [
+            ("lsq", &[][..], "lsq-model"),
+            (
+                "lsq",
+                &["--weights", "pearson", "--fit-offset"][..],
+                "lsq-pearson",
+            ),
+            ("mle", &[][..], "mle"),
+            ("global", &["--segments", "12"][..], "mle"),
         ] {
             let out = dir.join(format!("{method}{}", extra.len()));
             let mut line = vec!["fit", m, "--method", method, "--out", out.to_str().unwrap()];
@@ -909,6 +994,17 @@ mod tests {
                 out.join("offset.tif").exists(),
                 extra.contains(&"--fit-offset")
             );
+            // The summary names the estimator and what chi2_red holds.
+            let text = std::fs::read_to_string(out.join("summary.json")).unwrap();
+            let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(v["estimator"], estimator, "{method} {extra:?}");
+            let gof = v["chi2_red"].as_str().unwrap();
+            let want = if estimator == "mle" {
+                "deviance"
+            } else {
+                "Pearson"
+            };
+            assert!(gof.contains(want), "{method} {extra:?}: {gof}");
         }
         // Bi-exponential: MLE per pixel and BCMM (donor known: BCMM1 and PM).
         let bi = dir.join("bi.sdt");

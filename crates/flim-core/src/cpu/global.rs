@@ -13,7 +13,7 @@
 use crate::cpu::lm::{STATIONARY, fit_pixel, initial_guess};
 use crate::error::Result;
 use crate::model::cube::{Count, Cube};
-use crate::model::fit::{DecayFit, Estimator, FitMaps, FitOptions, FitStatus, term};
+use crate::model::fit::{DecayFit, Estimator, FitMaps, FitOptions, FitStatus, pearson_term, term};
 use crate::model::fit_model::{MAX_PARAMS, ModelSetup, Work};
 use crate::model::segments::{Segments, segment_pixels};
 use gpu_kernels::linalg::solve_spd;
@@ -44,7 +44,8 @@ type Block = [[f64; MAX_PARAMS]; MAX_PARAMS];
 pub(crate) struct SegmentFit {
     /// Full parameter vector of each pixel.
     pub thetas: Vec<[f64; MAX_PARAMS]>,
-    /// Objective of each pixel.
+    /// Goodness of fit of each pixel: its objective, or Pearson's chi^2 `sum (N - y)^2 / y`
+    /// for [`Estimator::LeastSquaresModel`] (which minimises the deviance).
     pub objectives: Vec<f64>,
     pub iterations: u32,
     pub status: FitStatus,
@@ -107,13 +108,14 @@ fn blocks(
     b
 }
 
-/// Objective of every pixel at `thetas` (no derivatives).
-fn objectives(
+/// `sum_j f(N_j, y_j)` of every pixel at `thetas` (no derivatives): the objective, or
+/// another statistic of the fit.
+fn per_pixel(
     su: &ModelSetup,
     work: &mut Work,
     thetas: &[[f64; MAX_PARAMS]],
     counts: &[&[f64]],
-    est: Estimator,
+    f: impl Fn(f64, f64) -> f64,
 ) -> Vec<f64> {
     work.evaluate(su, &thetas[0]);
     thetas
@@ -122,10 +124,21 @@ fn objectives(
         .map(|(theta, c)| {
             c.iter()
                 .enumerate()
-                .map(|(j, &n)| term(est, n, work.bin(su, theta, j, None)).0)
+                .map(|(j, &n)| f(n, work.bin(su, theta, j, None)))
                 .sum()
         })
         .collect()
+}
+
+/// Objective of every pixel at `thetas` (no derivatives).
+fn objectives(
+    su: &ModelSetup,
+    work: &mut Work,
+    thetas: &[[f64; MAX_PARAMS]],
+    counts: &[&[f64]],
+    est: Estimator,
+) -> Vec<f64> {
+    per_pixel(su, work, thetas, counts, |n, y| term(est, n, y).0)
 }
 
 /// Invert a small symmetric positive definite matrix (size `n`) by solving for each unit
@@ -352,9 +365,16 @@ pub(crate) fn fit_segment(su: &ModelSetup, counts: &[&[f64]], opts: &FitOptions)
     if !obj.is_finite() || su.at_lifetime_bound(&thetas[0]) {
         status = FitStatus::Failed;
     }
+    // Model weights iterate on the deviance; their goodness of fit is Pearson's chi^2, as
+    // the per-pixel fit reports it.
+    let objectives = if est == Estimator::LeastSquaresModel {
+        per_pixel(su, &mut work, &thetas, counts, pearson_term)
+    } else {
+        b.obj
+    };
     SegmentFit {
-        objectives: b.obj,
         thetas,
+        objectives,
         iterations,
         status,
     }

@@ -23,7 +23,7 @@
 //! # Ok::<(), flim_core::Error>(())
 //! ```
 
-use super::figure::{Shade, axis_label, draw_map_figure, limits, write_imagej_tiff};
+use super::figure::{Shade, axis_label, draw_map_figure, write_imagej_tiff};
 use crate::error::{Error, Result};
 use crate::model::fit::{FitMaps, FitStatus};
 use crate::model::fret::{FRET_PLANES, FretMaps};
@@ -290,8 +290,8 @@ pub fn write_map_png(
     write_shaded(path, name, map, weight.view(), cmap, range)
 }
 
-/// Colour by `map` over `range` (resolved over the finite values of positive weight),
-/// brightness by `weight`, and draw the figure.
+/// Colour by `map` over `range` (resolved over the finite values of positive weight, as
+/// `imaging-io`'s weighted render does), brightness by `weight`, and draw the figure.
 fn write_shaded(
     path: &Path,
     name: &str,
@@ -300,13 +300,7 @@ fn write_shaded(
     cmap: Colormap,
     range: Range,
 ) -> Result<(f32, f32)> {
-    let shown: Vec<f32> = map
-        .iter()
-        .zip(weight.iter())
-        .filter(|(v, w)| v.is_finite() && **w > 0.0)
-        .map(|(v, _)| *v)
-        .collect();
-    let (lo, hi) = limits(&shown, range)?;
+    let (lo, hi) = range.resolve_weighted(map, weight)?;
     let span = f64::from(hi) - f64::from(lo);
     let mut shades = Array2::<Shade>::from_elem(map.dim(), None);
     ndarray::Zip::from(&mut shades)

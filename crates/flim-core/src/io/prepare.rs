@@ -20,6 +20,9 @@ use std::path::{Path, PathBuf};
 pub enum RangeSpec {
     /// Every bin.
     All,
+    /// The bins whose start lies within the first laser period ([`FitRange::one_period`]):
+    /// the phasor's default.
+    Period,
     /// From the peak of the summed decay to the end.
     Peak,
     /// Bins `first..end` (end exclusive).
@@ -33,6 +36,9 @@ impl RangeSpec {
     pub fn resolve(self, cube: &AnyCube) -> Result<Option<FitRange>> {
         Ok(match self {
             RangeSpec::All => None,
+            RangeSpec::Period => {
+                FitRange::one_period(cube.bins(), cube.bin_ns(), cube.period_ns())?
+            }
             RangeSpec::Peak => Some(FitRange::from_peak(cube)?),
             RangeSpec::Bins(a, b) => Some(FitRange::from_bins(a, b, cube.bins())?),
             RangeSpec::Ns(x, y) => Some(FitRange::from_ns(x, y, cube.bin_ns(), cube.bins())?),

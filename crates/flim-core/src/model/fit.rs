@@ -62,10 +62,38 @@ pub enum Estimator {
     /// and as precise as [`Estimator::MaximumLikelihood`]: its iterations are Fisher scoring
     /// steps, accepted by the deviance (a fixed-weight chi^2 changes with the weights and
     /// cannot judge a step). The reported `chi2_red` is Pearson's `sum (N - y)^2 / y` at the
-    /// fit over the degrees of freedom (global analysis reports the deviance).
+    /// fit over the degrees of freedom (per pixel and in global analysis).
     LeastSquaresModel,
     /// Poisson maximum likelihood (deviance): the most precise at any count.
     MaximumLikelihood,
+}
+
+impl Estimator {
+    /// Short name, as summaries write it: `lsq-neyman`, `lsq-pearson`, `lsq-model`, `mle`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Estimator::LeastSquaresNeyman => "lsq-neyman",
+            Estimator::LeastSquaresPearson => "lsq-pearson",
+            Estimator::LeastSquaresModel => "lsq-model",
+            Estimator::MaximumLikelihood => "mle",
+        }
+    }
+
+    /// What a fit's `chi2_red` is for this estimator (per pixel and in global analysis),
+    /// in words.
+    pub fn goodness_of_fit(self) -> &'static str {
+        match self {
+            Estimator::LeastSquaresNeyman => {
+                "Neyman's chi^2, sum (N - y)^2 / max(N, 1), per degree of freedom"
+            }
+            Estimator::LeastSquaresPearson | Estimator::LeastSquaresModel => {
+                "Pearson's chi^2, sum (N - y)^2 / y, per degree of freedom"
+            }
+            Estimator::MaximumLikelihood => {
+                "Poisson deviance, 2 sum [y - N + N ln(N / y)], per degree of freedom"
+            }
+        }
+    }
 }
 
 /// Outcome of a pixel's fit.

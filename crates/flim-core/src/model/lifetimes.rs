@@ -26,9 +26,9 @@
 //! ([`Analysis::with_methods`]) give NaN everywhere.
 
 use crate::error::{Result, invalid};
-use crate::model::plane;
 use crate::model::tuning::GpuTuning;
 use ndarray::Array2;
+use rayon::prelude::*;
 
 /// Status of a pixel: analysed.
 pub const STATUS_OK: u8 = 0;
@@ -373,7 +373,18 @@ pub struct LifetimeMaps {
 
 impl LifetimeMaps {
     pub(crate) fn zeros(h: usize, w: usize) -> Self {
-        let mut planes = plane::filled(8, h, w, 0.0).into_iter();
+        Self::with_planes(h, w, [true; 8])
+    }
+
+    /// Maps of `h` x `w` pixels: the planes (in the order of [`PLANES`]) marked in `written`
+    /// zero, to be written by the caller, the others NaN (methods not asked for); made on
+    /// all cores.
+    pub(crate) fn with_planes(h: usize, w: usize, written: [bool; 8]) -> Self {
+        let mut planes = written
+            .into_par_iter()
+            .map(|z| Array2::from_elem((h, w), if z { 0.0 } else { f32::NAN }))
+            .collect::<Vec<_>>()
+            .into_iter();
         let mut z = || planes.next().expect("eight planes");
         Self {
             intensity: z(),
@@ -522,7 +533,15 @@ fn dot(a: &[f64], b: &[f64]) -> f64 {
     for (x, y) in ra.iter().zip(rb) {
         tail += x * y;
     }
-    ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail
+    fold8(acc) + tail
+}
+
+/// The sum of eight accumulators in the one order every sum here uses (pairs four apart,
+/// then pairs of pairs): the vectorised and the portable code fold alike, so they agree bit
+/// for bit.
+#[inline(always)]
+fn fold8(a: [f64; 8]) -> f64 {
+    ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]))
 }
 
 /// `(dot(a, b), dot(a, c))` in one pass over `a`, each bit for bit as [`dot`] gives it.
@@ -549,9 +568,7 @@ fn dot2(a: &[f64], b: &[f64], c: &[f64]) -> (f64, f64) {
         tail[0] += x * y;
         tail[1] += x * z;
     }
-    let fold =
-        |a: [f64; 8], t: f64| ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7])) + t;
-    (fold(acc0, tail[0]), fold(acc1, tail[1]))
+    (fold8(acc0) + tail[0], fold8(acc1) + tail[1])
 }
 
 /// `(total(a), dot(a, b))` in one pass over `a`, each bit for bit as those give it.
@@ -571,8 +588,7 @@ fn total_dot(a: &[f64], b: &[f64]) -> (f64, f64) {
     for (x, y) in ra.iter().zip(rb) {
         tail_dot += x * y;
     }
-    let fold = |a: [f64; 8]| ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]));
-    (fold(acc[0]) + tail_sum, fold(acc[1]) + tail_dot)
+    (fold8(acc[0]) + tail_sum, fold8(acc[1]) + tail_dot)
 }
 
 /// `sum a_j`, eight accumulators.
@@ -586,7 +602,7 @@ fn total(a: &[f64]) -> f64 {
         }
     }
     let tail: f64 = ra.iter().sum();
-    ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail
+    fold8(acc) + tail
 }
 
 /// The sums of the `m` counts `v` (raw, offset not yet removed) that the selected methods need.
@@ -747,9 +763,7 @@ fn dot2_u16_avx2(a: &[u16], b: &[f64], c: &[f64]) -> (f64, f64) {
         tail[0] += x * y;
         tail[1] += x * z;
     }
-    let fold =
-        |a: [f64; 8], t: f64| ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7])) + t;
-    (fold(acc0, tail[0]), fold(acc1, tail[1]))
+    (fold8(acc0) + tail[0], fold8(acc1) + tail[1])
 }
 
 /// [`sums`] for integer counts: every sum but the phasor's is an integer sum, exact in u64

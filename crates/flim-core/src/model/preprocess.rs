@@ -158,6 +158,26 @@ impl FitRange {
         Self::from_bins(first, end.max(first), total)
     }
 
+    /// The bins whose start lies within the first laser period (`period_ns`) of a cube of
+    /// `total` bins `bin_ns` wide: bins `0..ceil(period / bin)`, the phasor's default (its
+    /// harmonic frequency is 1 / period, so it must see one period, not a window that runs
+    /// past it). `None` when that is every bin (no bin starts past the period).
+    pub fn one_period(total: usize, bin_ns: f64, period_ns: f64) -> Result<Option<Self>> {
+        if !(bin_ns.is_finite() && bin_ns > 0.0 && period_ns.is_finite() && period_ns > 0.0) {
+            return Err(invalid(
+                "bin width / period",
+                format!("{bin_ns} / {period_ns} ns"),
+                "must be finite and > 0",
+            ));
+        }
+        // A bin that starts within rounding of the period's end starts the next period.
+        let starts = (period_ns / bin_ns * (1.0 - 1e-9)).ceil();
+        if starts >= total as f64 {
+            return Ok(None);
+        }
+        Self::from_bins(0, starts as usize, total).map(Some)
+    }
+
     /// From the peak of the summed decay to the last bin: the tail that tail-fitting methods
     /// (RLD, IEM, CMM) assume starts at the window's first bin.
     pub fn from_peak(cube: &AnyCube) -> Result<Self> {

@@ -63,6 +63,16 @@ def histograms(channels, bins, keep=None):
     return hist
 
 
+def write_t2_expected(path, times, dets, sync, photon):
+    """T2 records no nanotime: time each photon (mask `photon`) from the last sync event
+    before it (mask `sync`) and write the histograms of the photons that follow a sync."""
+    times = np.asarray(times, dtype=np.int64)
+    idx = np.searchsorted(times[sync], times[photon], side="right") - 1
+    ok = idx >= 0
+    dt = times[photon][ok] - times[sync][idx[ok]]
+    write_expected(path, histograms(dets[photon][ok], dt))
+
+
 def hydraharp_t2():
     """HydraHarp V2 T2: 1 ps ticks, 80 MHz sync recorded (special channel 0), photons on
     inputs 0 and 1 about 2 and 3.5 ns after their pulse; > 1 overflow of 2^25 ticks."""
@@ -94,14 +104,9 @@ def hydraharp_t2():
     with open(path, "wb") as f:
         f.write(tagged_header(b"PQTTTR", tags) + recs.tobytes())
     times, dets, _, meta, _ = pq.load_ptu(path)
-    times = np.asarray(times, dtype=np.int64)
     dets = np.asarray(dets)
-    sync = dets == 64  # special bit (64) + channel 0: a sync event
-    photon = dets < 64
-    idx = np.searchsorted(times[sync], times[photon], side="right") - 1
-    ok = idx >= 0
-    dt = times[photon][ok] - times[sync][idx[ok]]
-    write_expected(path, histograms(dets[photon][ok], dt))
+    # Special bit (64) + channel 0: a sync event.
+    write_t2_expected(path, times, dets, sync=dets == 64, photon=dets < 64)
 
 
 def picoharp_t2():
@@ -134,14 +139,8 @@ def picoharp_t2():
     # phconvert's numpy overflow correction for PicoHarp T2 fails on numpy 2: its loop
     # version decodes the same records.
     times, dets, _, meta, _ = pq.load_ptu(path, ovcfunc="loop")
-    times = np.asarray(times, dtype=np.int64)
     dets = np.asarray(dets)
-    sync = dets == 0
-    photon = dets == 1
-    idx = np.searchsorted(times[sync], times[photon], side="right") - 1
-    ok = idx >= 0
-    dt = times[photon][ok] - times[sync][idx[ok]]
-    write_expected(path, histograms(dets[photon][ok], dt))
+    write_t2_expected(path, times, dets, sync=dets == 0, photon=dets == 1)
 
 
 def text_header(ident, version):
