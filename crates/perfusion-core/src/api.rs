@@ -72,16 +72,19 @@ pub fn fit_with(
     let setup = params.setup()?;
     input.check(params.model)?;
     let FitInput { curves, problem } = input;
+    let setup = setup.with_plan(problem);
     if device.is_gpu() {
         let use_f64 = gpu_f64(params.precision, device)?;
-        let fits = gpu::fit(curves, problem, &setup, device, use_f64, control)?;
+        let mut fits = gpu::fit(curves, problem, &setup, device, use_f64, control)?;
+        fits.set_flags(curves, &setup);
         let info = FitInfo {
             device: device.info().id.clone(),
             precision: if use_f64 { "f64" } else { "f32" },
         };
         return Ok((fits, info));
     }
-    let fits = cpu::fit(curves, problem, &setup, control);
+    let mut fits = cpu::fit(curves, problem, &setup, control);
+    fits.set_flags(curves, &setup);
     let info = FitInfo {
         device: "cpu".into(),
         precision: "f64",
@@ -120,7 +123,7 @@ pub fn predict(problem: &Problem, model: Model, theta: &[f64]) -> Result<Vec<f64
 /// Nelder-Mead; cost and Jacobian passes for LM, a Jacobian pass counted as one): for
 /// performance accounting (`biogpu-bench` divides kernel times by it).
 pub fn mean_evaluations(input: FitInput<'_>, params: &FitParams) -> Result<f64> {
-    let setup = params.setup()?;
+    let setup = params.setup()?.with_plan(input.problem);
     input.problem.check_model(params.model)?;
     Ok(cpu::mean_evaluations(input.curves, input.problem, &setup))
 }
@@ -136,9 +139,9 @@ pub fn kernel_times(
     device: &Device,
     reps: usize,
 ) -> Result<(Vec<Duration>, u32)> {
-    let setup = params.setup()?;
     input.problem.check_model(params.model)?;
     let FitInput { curves, problem } = input;
+    let setup = params.setup()?.with_plan(problem);
     if gpu_f64(params.precision, device)? {
         gpu::kernel_times::<f64>(curves, problem, &setup, device, reps)
     } else {

@@ -42,7 +42,10 @@ pub mod sim;
 pub use api::{FitInput, fit, fit_with, kernel_times, mean_evaluations, predict};
 pub use error::{Error, Result};
 pub use model::convert;
+pub use model::population;
+pub use model::t1;
 pub use model::{
-    CUBE_ENV, Control, DelayGrid, FitInfo, FitParams, FitStatus, Fits, GpuTuning, MAX_PARAMS,
-    Method, Model, PERSISTENT_ENV, ParamInfo, Precision, Problem, UNITS_ENV, finite_median,
+    CUBE_ENV, Control, DelayGrid, FitInfo, FitParams, FitStatus, Fits, Flags, GpuTuning,
+    MAX_PARAMS, Method, Model, PERSISTENT_ENV, POOR_FIT_NOISE, ParamInfo, Precision, Problem,
+    StartSearch, UNITS_ENV, finite_median,
 };

@@ -1,11 +1,11 @@
 //! The bounded Levenberg-Marquardt fit kernel (perfusion-core's
-//! `cpu/levenberg_marquardt.rs`, with the delay grid first), its launch wrapper and its
+//! `cpu/levenberg_marquardt.rs`, with the start comparison first), its launch wrapper and its
 //! configuration.
 
 use super::model::{self, Ctx, canonical, chain, chain_len, chain_small, n_params, normal, tri};
 use super::voxel::{
-    DelaySearch, Voxel, copy, finish_fit, first_voxel, grid_point, grid_total, is_free,
-    load_shared_inputs, nm_cost, project, take_valid_voxel,
+    Voxel, copy, finish_fit, first_voxel, is_free, load_shared_inputs, nm_cost, project,
+    start_point, take_valid_voxel,
 };
 use super::{
     COUNTER_WORDS, FitBuffers, KernelFloat, KernelParams, LM_STASH, STATUS_CONVERGED,
@@ -72,7 +72,7 @@ struct LmConfig<F: Float> {
 }
 
 /// Bounded Levenberg-Marquardt fits (perfusion-core's `levenberg_marquardt`, with the
-/// delay grid first). Outputs as [`nelder_mead_kernel`].
+/// start comparison first). Outputs as [`nelder_mead_kernel`].
 ///
 /// One flat loop with one evaluation of the normal equations per turn (the fit's start,
 /// then each trial point), as Nelder-Mead's: a unit whose fit ends writes it and starts its
@@ -108,11 +108,7 @@ pub fn levenberg_marquardt_kernel<F: Float + CubeElement>(
     lambda_min: F,
     lambda_max: F,
     damp_floor: F,
-    grid_start: F,
-    grid_step: F,
-    grid_count: u32,
-    delay1: u32,
-    delay2: u32,
+    seeded: u32,
     inf: F,
     nan: F,
     big: F,
@@ -131,13 +127,6 @@ pub fn levenberg_marquardt_kernel<F: Float + CubeElement>(
         lambda_min,
         lambda_max,
         damp_floor,
-    };
-    let ds = DelaySearch::<F> {
-        start: grid_start,
-        step: grid_step,
-        count: grid_count,
-        d1: delay1,
-        d2: delay2,
     };
     let np = comptime!(n_params(model));
     let persistent = comptime!(shared_nt > 0);
@@ -163,7 +152,7 @@ pub fn levenberg_marquardt_kernel<F: Float + CubeElement>(
     }
     let lane = UNIT_POS;
     let mut voxel = first_voxel(counter, nvox, units, persistent);
-    let total = grid_total::<F>(ds);
+    let total = seeded;
     let ten = F::new(10.0);
     let mut ctx = Ctx::<F> {
         voxel,
@@ -213,14 +202,14 @@ pub fn levenberg_marquardt_kernel<F: Float + CubeElement>(
                     x[p as usize] = setup[p as usize];
                 }
                 project::<F>(&mut x, setup, mask, np);
-                // Coarse delay grid: the start, then every combination; strictly better wins.
+                // The given start, then the searched one (seeded launches); strictly better wins.
                 if total > 0 {
                     copy::<F>(&mut trial, &x, np);
                     let mut best = nm_cost::<F>(
                         data, &curve, &inputs, grid, setup, ctx, &trial, mask, inf, model,
                     );
                     for g in 1..total + 1 {
-                        grid_point::<F>(&mut delta, &trial, setup, mask, ds, g, np);
+                        start_point::<F>(&mut delta, &trial, out, setup, mask, voxel, nvox, g, np);
                         let f = nm_cost::<F>(
                             data, &curve, &inputs, grid, setup, ctx, &delta, mask, inf, model,
                         );
@@ -322,6 +311,13 @@ pub fn levenberg_marquardt_kernel<F: Float + CubeElement>(
             let mut seeking = !done;
             while seeking {
                 if it >= cfg.max_iter {
+                    // The cap reached at a point that passes the stopping test converged.
+                    if cost < inf {
+                        let c = gradient_cosine::<F>(&x, &jtj, &jtr, setup, mask, cost, np);
+                        if cost <= floor || c <= cfg.tol_grad {
+                            result = STATUS_CONVERGED;
+                        }
+                    }
                     seeking = false;
                     done = true;
                 } else {
@@ -345,6 +341,9 @@ pub fn levenberg_marquardt_kernel<F: Float + CubeElement>(
                             lambda *= ten;
                             if lambda > cfg.lambda_max {
                                 result = STATUS_FAILED;
+                                if cost <= floor || cosine <= cfg.stall {
+                                    result = STATUS_CONVERGED;
+                                }
                                 seeking = false;
                                 done = true;
                             }
@@ -507,10 +506,6 @@ pub(crate) fn definition<R: Runtime, F: KernelFloat>(
         (),
         (),
         (),
-        (),
-        (),
-        (),
-        (),
         word,
         shared_nt,
     )
@@ -530,7 +525,6 @@ pub fn levenberg_marquardt<R: Runtime, F: KernelFloat>(
     }
     let max_shared = gpu.client().properties().hardware.max_shared_memory_size;
     let (units, word, shared_nt) = configure::<F>(p, max_shared);
-    let (gs, gstep, gcount) = p.grid.unwrap_or((0.0, 1.0, 0));
     let count = gpu.cube_count_1d(name, units as usize, p.cube)?;
     let f = F::from_f64;
     gpu.launch(name, count, |count| {
@@ -564,11 +558,7 @@ pub fn levenberg_marquardt<R: Runtime, F: KernelFloat>(
                 f(p.lambda[1]),
                 f(p.lambda[2]),
                 f(p.lambda[3]),
-                f(gs),
-                f(gstep),
-                gcount,
-                p.delays[0],
-                p.delays[1],
+                u32::from(p.seeded),
                 f(f64::INFINITY),
                 f(f64::NAN),
                 f(f64::from(f32::MAX)),

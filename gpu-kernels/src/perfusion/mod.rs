@@ -31,11 +31,13 @@
 mod levenberg_marquardt;
 pub(crate) mod model;
 mod nelder_mead;
+mod start;
 mod voxel;
 
 pub use levenberg_marquardt::{levenberg_marquardt, levenberg_marquardt_kernel};
 pub use model::WEIGHT_SERIES;
 pub use nelder_mead::{nelder_mead, nelder_mead_kernel};
+pub use start::{MAX_COARSE, StartAxis, StartParams, start_kernel, start_search};
 
 use crate::configured::{CatalogEntry, entry};
 use cubecl::prelude::*;
@@ -172,9 +174,9 @@ pub struct KernelParams {
     pub delay_mask: u32,
     /// LM damping schedule (start, floor, ceiling, diagonal floor).
     pub lambda: [f64; 4],
-    /// Delay grid (start s, step s, count) and the parameters it sets (`u32::MAX`: none).
-    pub grid: Option<(f64, f64, u32)>,
-    pub delays: [u32; 2],
+    /// Whether [`start_search`] left each voxel's searched start in its parameter slots of
+    /// the output, to be compared with the given start.
+    pub seeded: bool,
     /// Whether the grid is uniform, and 1 / its interval.
     pub uniform: bool,
     pub inv_dt: f64,
@@ -319,8 +321,8 @@ impl<F: KernelFloat> FitBuffers<'_, F> {
 /// This module's kernels as the wrappers configure them: both methods for every model in
 /// f64 (CUDA), and the dual-input model in f32 (wgpu), all parameters free, cube 128,
 /// both methods with persistent units (curves of up to 128 samples in shared memory; LM
-/// with its stash), and the dual-input Nelder-Mead in f64 also one voxel per unit
-/// (`nm_dual_input_f64_one`).
+/// with its stash), the dual-input Nelder-Mead in f64 also one voxel per unit
+/// (`nm_dual_input_f64_one`), and the start search of each.
 pub(crate) fn catalog<R: Runtime>(client: &ComputeClient<R>) -> Vec<CatalogEntry> {
     let mut entries = Vec::new();
     let names = ["dual_input", "tofts", "extended_tofts", "patlak", "2cxm"];
@@ -339,6 +341,11 @@ pub(crate) fn catalog<R: Runtime>(client: &ComputeClient<R>) -> Vec<CatalogEntry
             name("lm", model, "f64"),
             levenberg_marquardt::definition::<R, f64>(client, &p),
         ));
+        entries.push(entry(
+            "perfusion",
+            name("start", model, "f64"),
+            start::definition::<R, f64>(client, &p),
+        ));
     }
     let dual = representative(MODEL_DUAL_INPUT, true);
     entries.push(entry(
@@ -355,6 +362,11 @@ pub(crate) fn catalog<R: Runtime>(client: &ComputeClient<R>) -> Vec<CatalogEntry
         "perfusion",
         name("lm", MODEL_DUAL_INPUT, "f32"),
         levenberg_marquardt::definition::<R, f32>(client, &dual),
+    ));
+    entries.push(entry(
+        "perfusion",
+        name("start", MODEL_DUAL_INPUT, "f32"),
+        start::definition::<R, f32>(client, &dual),
     ));
     entries
 }
@@ -381,8 +393,7 @@ fn representative(model: u32, persistent: bool) -> KernelParams {
         max_delay_step: 1.0,
         delay_mask: 0,
         lambda: [0.0; 4],
-        grid: None,
-        delays: [u32::MAX; 2],
+        seeded: true,
         uniform: true,
         inv_dt: 1.0,
         cube: CUBE_FIT,

@@ -1,10 +1,10 @@
-//! The Nelder-Mead fit kernel (perfusion-core's `cpu/nelder_mead.rs`, with the delay grid
-//! first), its launch wrapper and its configuration.
+//! The Nelder-Mead fit kernel (perfusion-core's `cpu/nelder_mead.rs`, with the start
+//! comparison first), its launch wrapper and its configuration.
 
 use super::model::{self, Ctx, n_params};
 use super::voxel::{
-    DelaySearch, Voxel, copy, finish_fit, first_voxel, grid_point, grid_total, hold_fixed, is_free,
-    load_shared_inputs, nm_cost, project, take_valid_voxel,
+    Voxel, copy, finish_fit, first_voxel, hold_fixed, is_free, load_shared_inputs, nm_cost,
+    project, start_point, take_valid_voxel,
 };
 use super::{
     COUNTER_WORDS, FitBuffers, KernelFloat, KernelParams, STATUS_CONVERGED, STATUS_MAX_ITERATIONS,
@@ -86,7 +86,7 @@ const S_OUTSIDE: u32 = 4;
 const S_INSIDE: u32 = 5;
 const S_SHRINK: u32 = 6;
 
-/// Nelder-Mead fits (perfusion-core's `nelder_mead`, with the delay grid first).
+/// Nelder-Mead fits (perfusion-core's `nelder_mead`, with the start comparison first).
 /// `out` receives `np + 2` planes of `voxels` values (parameters, SSE, R^2); `status` the
 /// status in its low byte and the iterations above it. `inf`, `nan` and `big` (f32::MAX)
 /// are passed in because CUDA C++ cannot reinterpret literals.
@@ -120,11 +120,7 @@ pub fn nelder_mead_kernel<F: Float + CubeElement>(
     tol_fun: F,
     tol_x: F,
     ten_eps: F,
-    grid_start: F,
-    grid_step: F,
-    grid_count: u32,
-    delay1: u32,
-    delay2: u32,
+    seeded: u32,
     inf: F,
     nan: F,
     big: F,
@@ -151,20 +147,13 @@ pub fn nelder_mead_kernel<F: Float + CubeElement>(
     }
     let lane = UNIT_POS;
     let mut voxel = first_voxel(counter, nvox, units, persistent);
-    let ds = DelaySearch::<F> {
-        start: grid_start,
-        step: grid_step,
-        count: grid_count,
-        d1: delay1,
-        d2: delay2,
-    };
-    let total = grid_total::<F>(ds);
+    let total = seeded;
     let usual = F::new(21.0) / F::new(20.0);
     let zero_term = F::new(1.0) / F::new(4000.0);
     let half = F::new(0.5);
     let inv_n = F::new(1.0) / F::cast_from(n_free);
-    // The simplex, one vertex of 5 per row. During the delay grid, row 0 holds the start and
-    // row 1 the best grid point; from the initial simplex on, row 0 is the start (then the
+    // The simplex, one vertex of 5 per row. During the start comparison, row 0 holds the start
+    // and row 1 the better point; from the initial simplex on, row 0 is the start (then the
     // best vertex). Few arrays live across the cost evaluation: the vertices, their costs, the
     // trial point and the centroid (the worst vertex is read from the simplex, the reflected
     // point recomputed), so the kernel keeps fewer registers.
@@ -250,7 +239,7 @@ pub fn nelder_mead_kernel<F: Float + CubeElement>(
                 }
                 j += 1;
                 if j <= total {
-                    grid_point::<F>(&mut pt, &vtx, setup, mask, ds, j, np);
+                    start_point::<F>(&mut pt, &vtx, out, setup, mask, voxel, nvox, j, np);
                 } else {
                     // The best grid point becomes x0 (row 0 at j = 0 of the simplex).
                     #[unroll]
@@ -552,10 +541,6 @@ pub(crate) fn definition<R: Runtime, F: KernelFloat>(
         (),
         (),
         (),
-        (),
-        (),
-        (),
-        (),
         word,
         n_free,
         shared_nt,
@@ -573,7 +558,6 @@ pub fn nelder_mead<R: Runtime, F: KernelFloat>(
     if p.voxels == 0 {
         return Ok(());
     }
-    let (gs, gstep, gcount) = p.grid.unwrap_or((0.0, 1.0, 0));
     let max_shared = gpu.client().properties().hardware.max_shared_memory_size;
     let (units, word, n_free, shared_nt) = configure::<F>(p, max_shared);
     let count = gpu.cube_count_1d(name, units as usize, p.cube)?;
@@ -605,11 +589,7 @@ pub fn nelder_mead<R: Runtime, F: KernelFloat>(
                 f(p.tol_fun),
                 f(p.tol_x),
                 f(p.ten_eps),
-                f(gs),
-                f(gstep),
-                gcount,
-                p.delays[0],
-                p.delays[1],
+                u32::from(p.seeded),
                 f(f64::INFINITY),
                 f(f64::NAN),
                 f(f64::from(f32::MAX)),

@@ -1,5 +1,5 @@
-//! The per-voxel steps both fit kernels share: the voxel's statistics, bounds, the delay
-//! grid, taking the next voxel (persistent units), waiting for its curve, writing its fit.
+//! The per-voxel steps both fit kernels share: the voxel's statistics, bounds, the start
+//! comparison, taking the next voxel (persistent units), waiting for its curve, writing its fit.
 
 use super::model::{self, Ctx, canonical, datum, n_params, sse};
 use super::{READY_WORD, STATUS_AT_BOUND, STATUS_CONVERGED, STATUS_FAILED, STATUS_INVALID};
@@ -151,25 +151,19 @@ pub(crate) fn nm_cost<F: Float>(
     f
 }
 
-/// Delay-grid settings as the kernels take them.
-#[derive(CubeType, Clone, Copy)]
-pub(crate) struct DelaySearch<F: Float> {
-    pub(crate) start: F,
-    pub(crate) step: F,
-    pub(crate) count: u32,
-    pub(crate) d1: u32,
-    pub(crate) d2: u32,
-}
-
-/// Grid point `g` (0 = the start itself) into `x`: `x0` with the delays of combination g - 1
-/// (first delay outer), projected (perfusion-core's `delay_grid_start`).
+/// Point `g` of the start comparison into `x`: 0 the given start `x0`, 1 the voxel's
+/// searched start, left in its parameter slots of `out` by the start kernel
+/// ([`super::start`]), projected (perfusion-core's `cpu::fit` compares the same two).
 #[cube]
-pub(crate) fn grid_point<F: Float>(
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn start_point<F: Float>(
     x: &mut Array<F>,
     x0: &Array<F>,
+    out: &Array<F>,
     setup: &Array<F>,
     mask: u32,
-    ds: DelaySearch<F>,
+    voxel: u32,
+    nvox: u32,
     g: u32,
     #[comptime] np: u32,
 ) {
@@ -178,36 +172,12 @@ pub(crate) fn grid_point<F: Float>(
         x[p as usize] = x0[p as usize];
     }
     if g > 0 {
-        let mut inner = 1u32;
-        if ds.d2 < 5 {
-            inner = ds.count;
-        }
-        let a = (g - 1) / inner;
-        let c = (g - 1) % inner;
         #[unroll]
         for p in 0..np {
-            if p == ds.d1 {
-                x[p as usize] = ds.start + ds.step * F::cast_from(a);
-            }
-            if p == ds.d2 {
-                x[p as usize] = ds.start + ds.step * F::cast_from(c);
-            }
+            x[p as usize] = out[(p * nvox + voxel) as usize];
         }
         project::<F>(x, setup, mask, np);
     }
-}
-
-/// Number of grid evaluations after the start (0 without a grid).
-#[cube]
-pub(crate) fn grid_total<F: Float>(ds: DelaySearch<F>) -> u32 {
-    let mut total = 0u32;
-    if ds.d1 < 5 && ds.count > 0 {
-        total = ds.count;
-        if ds.d2 < 5 {
-            total = ds.count * ds.count;
-        }
-    }
-    total
 }
 
 /// Copy `n` parameters.

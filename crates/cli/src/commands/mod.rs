@@ -7,4 +7,5 @@ pub mod flim_fit;
 pub mod mc;
 pub mod output;
 pub mod perfusion;
+pub mod perfusion_t1;
 pub mod speckle;

@@ -11,8 +11,8 @@ use perfusion_core::io::input::{InputSpec, Job, VolumeGrid, load};
 use perfusion_core::io::{csv as pcsv, nifti as pnii, png as ppng};
 use perfusion_core::sim::{Simulation, synthetic_liver};
 use perfusion_core::{
-    Control, DelayGrid, FitInput, FitParams, FitStatus, Fits, GpuTuning, Method, Model, Precision,
-    finite_median, fit_with, predict,
+    Control, DelayGrid, FitInput, FitParams, FitStatus, Fits, Flags, GpuTuning, Method, Model,
+    POOR_FIT_NOISE, Precision, StartSearch, finite_median, fit_with, predict,
 };
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -34,6 +34,9 @@ enum Command {
     Simulate(SimArgs),
     /// List the models with their parameters, units, default bounds and starts.
     Models,
+    /// T1 and M0 maps from variable-flip-angle SPGR images (DESPOT1, then nonlinear least
+    /// squares), optionally B1-corrected; for `fit --t1-map`.
+    T1map(Box<super::perfusion_t1::T1mapArgs>),
 }
 
 #[derive(Debug, clap::Args)]
@@ -41,10 +44,14 @@ struct FitArgs {
     /// dual-input, tofts, extended-tofts, patlak or 2cxm.
     #[arg(long, default_value = "dual-input")]
     model: Model,
-    /// nm (Nelder-Mead, as the paper and fminsearch) or lm (bounded Levenberg-Marquardt).
-    #[arg(long, default_value = "nm")]
+    /// lm (bounded Levenberg-Marquardt from the searched start: recovers the truth of
+    /// noise-free curves most often, docs/perfusion.md) or nm (Nelder-Mead, as the paper and
+    /// fminsearch).
+    #[arg(long, default_value = "lm")]
     method: Method,
-    /// 4-D DCE series (.nii or .nii.gz), x, y, z, time.
+    /// DCE series: 4-D NIfTI (.nii or .nii.gz; x, y, z, time), or DICOM: a folder holding
+    /// one series (read recursively; classic single-frame, uncompressed), or one file of it.
+    /// DICOM times come from the acquisition times; masks and T1 maps stay NIfTI on its grid.
     #[arg(long, conflicts_with = "curves", required_unless_present = "curves")]
     dce: Option<PathBuf>,
     /// Voxels to fit (non-zero); default: every voxel.
@@ -54,13 +61,16 @@ struct FitArgs {
     #[arg(long)]
     curves: Option<PathBuf>,
     /// Arterial input function: CSV `FILE` or `FILE:COLUMN` (the first non-time column by
-    /// default), in the same units as the tissue curves after conversion.
+    /// default), in the same units as the tissue curves after conversion; or a population
+    /// input `parker`, `georgiou` (whole blood: give --hematocrit) or `weinmann` (plasma),
+    /// optionally with the bolus arrival time in s (`parker:12`; default the first frame).
     #[arg(long, conflicts_with = "aif_mask")]
     aif: Option<String>,
     /// Arterial input from an ROI mask (e.g. the aorta) over the DCE series.
     #[arg(long, requires = "dce")]
     aif_mask: Option<PathBuf>,
-    /// Portal-venous input function (dual-input model): CSV `FILE` or `FILE:COLUMN`.
+    /// Portal-venous input function (dual-input model): CSV `FILE` or `FILE:COLUMN`, or the
+    /// population input `portal` (Parker's AIF through the gut, `portal:ARRIVAL_S`).
     #[arg(long, conflicts_with = "pv_mask")]
     pv: Option<String>,
     /// Portal-venous input from an ROI mask over the DCE series.
@@ -85,10 +95,10 @@ struct FitArgs {
     /// Pre-contrast T1 map (s), same grid as the series.
     #[arg(long)]
     t1_map: Option<PathBuf>,
-    /// Flip angle (degrees) for spgr.
+    /// Flip angle (degrees) for spgr; default: FlipAngle of a DICOM --dce's headers.
     #[arg(long)]
     flip_angle: Option<f64>,
-    /// Repetition time (s) for spgr.
+    /// Repetition time (s) for spgr; default: RepetitionTime of a DICOM --dce's headers.
     #[arg(long)]
     tr: Option<f64>,
     /// Relaxivity r1 (1/(mM s)) for spgr.
@@ -109,8 +119,10 @@ struct FitArgs {
     /// Bounds, e.g. "ka=0:500,tau_a=0:10".
     #[arg(long, value_delimiter = ',')]
     bounds: Vec<String>,
-    /// Coarse delay grid START:STOP:STEP (s) to start from, or none.
-    #[arg(long, default_value = "0:10:1")]
+    /// Delays the start search scans (linear least squares on the model's integral form,
+    /// refined to a quarter step): auto (each free delay's bounds, one frame apart),
+    /// START:STOP:STEP (s), or none (start from the --start values).
+    #[arg(long, default_value = "auto")]
     delay_grid: String,
     /// Iteration cap (default 600 for nm, 100 for lm).
     #[arg(long)]
@@ -136,6 +148,11 @@ struct FitArgs {
     /// Plot data and fit of a voxel "x,y,z" (NIfTI) or a curve by name (CSV); repeatable.
     #[arg(long)]
     plot: Vec<String>,
+    /// Leave voxels out of the PNG overlays (anatomy shows through) unless their fit
+    /// converged without a quality flag (poor fit, at a bound, non-identifiable). The
+    /// NIfTI maps keep every voxel; status.nii.gz and flags.nii.gz mask them.
+    #[arg(long)]
+    hide_flagged: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -182,6 +199,7 @@ pub fn run(args: Args, device: &Device) -> anyhow::Result<()> {
             print_models();
             Ok(())
         }
+        Command::T1map(a) => super::perfusion_t1::run(&a),
     }
 }
 
@@ -259,38 +277,56 @@ fn options(a: &FitArgs) -> anyhow::Result<FitParams> {
     o.max_iterations = a.max_iterations;
     o.tol_fun = a.tol_fun;
     o.tol_x = a.tol_x;
-    o.delay_grid = parse_grid(&a.delay_grid)?;
+    o.start_search = parse_grid(&a.delay_grid)?;
     o.validate()?;
     Ok(o)
 }
 
-fn parse_grid(text: &str) -> anyhow::Result<Option<DelayGrid>> {
+fn parse_grid(text: &str) -> anyhow::Result<StartSearch> {
     if text.eq_ignore_ascii_case("none") {
-        return Ok(None);
+        return Ok(StartSearch::Off);
+    }
+    if text.eq_ignore_ascii_case("auto") {
+        return Ok(StartSearch::Auto);
     }
     let parts: Vec<&str> = text.split(':').collect();
     ensure!(
         parts.len() == 3,
-        "--delay-grid `{text}`: expected START:STOP:STEP seconds or none"
+        "--delay-grid `{text}`: expected auto, START:STOP:STEP seconds or none"
     );
     let v: Vec<f64> = parts
         .iter()
         .map(|p| number(p, "--delay-grid"))
         .collect::<anyhow::Result<_>>()?;
-    Ok(Some(DelayGrid::new(v[0], v[1], v[2])?))
+    Ok(StartSearch::Grid(DelayGrid::new(v[0], v[1], v[2])?))
 }
 
+/// The signal-to-concentration conversion of `--convert`. For spgr, the flip angle and TR
+/// not given are taken from the headers of a DICOM `--dce` (read here without the pixel
+/// data, since `load` converts as it reads); a given value that differs from the header's
+/// by more than 1% wins, with a warning.
 fn conversion(a: &FitArgs) -> anyhow::Result<Conversion> {
     Ok(match a.convert.to_ascii_lowercase().as_str() {
         "none" => Conversion::None,
-        "spgr" => Conversion::Spgr(Spgr {
-            flip_angle_deg: a
-                .flip_angle
-                .context("--convert spgr needs --flip-angle (degrees)")?,
-            tr_s: a.tr.context("--convert spgr needs --tr (seconds)")?,
-            relaxivity: a.relaxivity,
-            baseline_frames: a.baseline,
-        }),
+        "spgr" => {
+            let header = match &a.dce {
+                Some(dce) => perfusion_core::io::input::dce_acquisition(dce)?.unwrap_or_default(),
+                None => perfusion_core::io::dicom::Acquisition::default(),
+            };
+            let (flip, tr) = header.spgr_settings(a.flip_angle, a.tr);
+            Conversion::Spgr(Spgr {
+                flip_angle_deg: flip.context(
+                    "--convert spgr needs --flip-angle (degrees); a DICOM --dce gives it where \
+                     its headers have FlipAngle (0018,1314)",
+                )?,
+                tr_s: tr.context(
+                    "--convert spgr needs --tr (seconds); a DICOM --dce gives it where its \
+                     headers have RepetitionTime (0018,0080)",
+                )?,
+                relaxivity: a.relaxivity,
+                baseline_frames: a.baseline,
+            })
+        }
         "ct" => Conversion::Ct(Ct {
             hu_per_mm: a.hu_per_mm,
             baseline_frames: a.baseline,
@@ -352,10 +388,12 @@ fn run_fit(a: &FitArgs, device: &Device) -> anyhow::Result<()> {
     bar.finish_and_clear();
     write_fit_outputs(&out, a, &job, &fits)?;
     let counts = fits.status_counts();
+    let flagged = fits.flag_counts();
     let summary = serde_json::json!({
         "model": opts.model, "method": opts.method, "device": info.device, "precision": info.precision,
         "voxels": n, "time_points": job.problem.len(), "seconds": secs, "voxels_per_second": n as f64 / secs,
         "status": FitStatus::ALL.iter().map(|s| (s.name().to_string(), serde_json::json!(counts[*s as usize]))).collect::<serde_json::Map<_, _>>(),
+        "flags": Flags::ALL.iter().zip(flagged).map(|((bit, name), c)| (name.to_string(), serde_json::json!({"bit": bit, "voxels": c}))).collect::<serde_json::Map<_, _>>(),
         "median": opts.model.params().iter().enumerate().map(|(i, p)| {
             (p.name.to_string(), serde_json::json!(finite_median(fits.params.row(i).iter().copied())))
         }).collect::<serde_json::Map<_, _>>(),
@@ -363,7 +401,7 @@ fn run_fit(a: &FitArgs, device: &Device) -> anyhow::Result<()> {
         "options": {
             "start": opts.start, "lower": opts.lower, "upper": opts.upper, "fixed": opts.fixed,
             "max_iterations": opts.iterations(), "tol_fun": opts.tol_fun, "tol_x": opts.tol_x,
-            "delay_grid": opts.delay_grid,
+            "start_search": opts.start_search,
         },
     });
     out.write_json("summary.json", &summary)?;
@@ -385,6 +423,12 @@ fn run_fit(a: &FitArgs, device: &Device) -> anyhow::Result<()> {
             String::new()
         }
     );
+    if flagged.iter().any(|&c| c > 0) {
+        println!(
+            "flags: {} poor fit (R^2 < 0 or residual > {POOR_FIT_NOISE} x noise), {} at a bound, {} non-identifiable (flags.nii.gz / results.csv; --hide-flagged hides them in the PNGs)",
+            flagged[0], flagged[1], flagged[2]
+        );
+    }
     println!("outputs in {shown}");
     Ok(())
 }
@@ -406,7 +450,11 @@ fn fit_outputs(a: &FitArgs, job: &Job, model: Model) -> anyhow::Result<Vec<Strin
                 files.push(format!("{name}.nii.gz"));
                 files.push(format!("{name}_z{z}.png"));
             }
-            files.extend(["iterations.nii.gz".into(), "status.nii.gz".into()]);
+            files.extend([
+                "iterations.nii.gz".into(),
+                "status.nii.gz".into(),
+                "flags.nii.gz".into(),
+            ]);
         }
         None => files.push("results.csv".into()),
     }
@@ -452,14 +500,23 @@ fn write_fit_outputs(out: &OutDir, a: &FitArgs, job: &Job, fits: &Fits) -> anyho
             maps.push(("sse".into(), fits.sse.clone()));
             maps.push(("r2".into(), fits.r2.clone()));
             maps.push(("iterations".into(), fits.iterations.mapv(f64::from)));
+            let shown = trusted(fits);
             for (name, values) in &maps {
                 let map = pnii::scatter(values.view(), index, *shape);
                 pnii::write_map(&out.file(&format!("{name}.nii.gz"))?, map.view(), header)?;
                 if name != "iterations" {
+                    let drawn = if a.hide_flagged {
+                        let kept = ndarray::Zip::from(values)
+                            .and(&ndarray::ArrayView1::from(&shown))
+                            .map_collect(|&v, &ok| if ok { v } else { f64::NAN });
+                        pnii::scatter(kept.view(), index, *shape)
+                    } else {
+                        map
+                    };
                     ppng::write_overlay(
                         &out.file(&format!("{name}_z{z}.png"))?,
                         mean.index_axis(Axis(2), z),
-                        map.index_axis(Axis(2), z),
+                        drawn.index_axis(Axis(2), z),
                         None,
                     )?;
                 }
@@ -469,6 +526,11 @@ fn write_fit_outputs(out: &OutDir, a: &FitArgs, job: &Job, fits: &Fits) -> anyho
                 status[[x, y, zz]] = s;
             }
             pnii::write_map(&out.file("status.nii.gz")?, status.view(), header)?;
+            let mut flags = Array3::<u8>::zeros(*shape);
+            for (&f, &[x, y, zz]) in fits.flags.iter().zip(index) {
+                flags[[x, y, zz]] = f;
+            }
+            pnii::write_map(&out.file("flags.nii.gz")?, flags.view(), header)?;
         }
         None => pcsv::write_fits(&out.file("results.csv")?, &job.names, fits)?,
     }
@@ -495,6 +557,16 @@ fn write_fit_outputs(out: &OutDir, a: &FitArgs, job: &Job, fits: &Fits) -> anyho
         )?;
     }
     Ok(())
+}
+
+/// Voxels whose fit converged (also at a bound) with no quality flag.
+fn trusted(fits: &Fits) -> Vec<bool> {
+    (0..fits.len())
+        .map(|v| {
+            matches!(fits.status(v), FitStatus::Converged | FitStatus::AtBound)
+                && fits.flags[v] == 0
+        })
+        .collect()
 }
 
 fn truth_vector(model: Model, items: &[String]) -> anyhow::Result<Vec<f64>> {

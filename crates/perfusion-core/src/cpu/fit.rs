@@ -4,9 +4,9 @@
 use super::conv::{by_flags, normal, sse};
 use super::levenberg_marquardt::{LmEnd, levenberg_marquardt};
 use super::nelder_mead::nelder_mead;
+use super::start::lls_start;
 use crate::model::{
-    Bounds, Control, DelayGrid, FitStatus, Fits, MAX_PARAMS, Method, NO_DELAY, Problem, Setup,
-    VoxelFit, canonical, chain,
+    Control, FitStatus, Fits, MAX_PARAMS, Method, Problem, Setup, VoxelFit, canonical, chain,
 };
 use ndarray::ArrayView2;
 use rayon::prelude::*;
@@ -131,8 +131,12 @@ fn fit_voxel_impl<const TI: bool, const TE: bool, const VA: bool>(
     };
     let mut x0 = setup.start;
     b.project(&mut x0);
-    if let Some(g) = setup.grid {
-        x0 = delay_grid_start(&mut cost, &x0, b, &g, setup.delays);
+    if let Some(plan) = &setup.plan {
+        // The searched start where it fits better than the given one (ties: the given).
+        let seed = lls_start(plan, data, b, &x0);
+        if cost(&seed) < cost(&x0) {
+            x0 = seed;
+        }
     }
     let (x, f, iterations, end) = match setup.method {
         Method::NelderMead => {
@@ -175,37 +179,4 @@ fn fit_voxel_impl<const TI: bool, const TE: bool, const VA: bool>(
         iterations,
         status,
     }
-}
-
-/// The coarse delay search: `x0` first, then every grid combination in order (first delay
-/// outer); the strictly smallest cost wins.
-pub(crate) fn delay_grid_start(
-    cost: &mut impl FnMut(&[f64; MAX_PARAMS]) -> f64,
-    x0: &[f64; MAX_PARAMS],
-    b: &Bounds,
-    g: &DelayGrid,
-    delays: [usize; 2],
-) -> [f64; MAX_PARAMS] {
-    if delays[0] == NO_DELAY {
-        return *x0;
-    }
-    let mut best = *x0;
-    let mut best_f = cost(x0);
-    let inner = if delays[1] == NO_DELAY { 1 } else { g.count };
-    for a in 0..g.count {
-        for c in 0..inner {
-            let mut x = *x0;
-            x[delays[0]] = g.start + g.step * f64::from(a);
-            if delays[1] != NO_DELAY {
-                x[delays[1]] = g.start + g.step * f64::from(c);
-            }
-            b.project(&mut x);
-            let f = cost(&x);
-            if f < best_f {
-                best_f = f;
-                best = x;
-            }
-        }
-    }
-    best
 }

@@ -46,6 +46,16 @@ fn gradient_cosine(b: &Bounds, x: &[f64; MAX_PARAMS], nr: &Normal) -> f64 {
     worst
 }
 
+/// No step reduces the cost any more: a minimum if the fit is at the data's rounding floor
+/// or the gradient is about zero, else a failure.
+fn stalled(cost: f64, cosine: f64, s: &LmSettings) -> LmEnd {
+    if cost <= s.floor || cosine <= s.stall {
+        LmEnd::Converged
+    } else {
+        LmEnd::Failed
+    }
+}
+
 /// Minimise from `x0` (projected into the bounds); `normal` gives cost and normal equations,
 /// `cost` the cost alone (trial points).
 pub(crate) fn levenberg_marquardt(
@@ -94,7 +104,7 @@ pub(crate) fn levenberg_marquardt(
         if !solve_spd(&m, &rhs, &mut delta, np) {
             lambda *= 10.0;
             if lambda > LAMBDA_MAX {
-                end = LmEnd::Failed;
+                end = stalled(nr.cost, cosine, s);
                 break;
             }
             continue;
@@ -141,15 +151,16 @@ pub(crate) fn levenberg_marquardt(
         } else {
             lambda *= 10.0;
             if lambda > LAMBDA_MAX {
-                // No descent left: a minimum only if the gradient is about zero.
-                end = if nr.cost <= s.floor || cosine <= s.stall {
-                    LmEnd::Converged
-                } else {
-                    LmEnd::Failed
-                };
+                end = stalled(nr.cost, cosine, s);
                 break;
             }
         }
+    }
+    // The cap reached at a point that passes the stopping test is a converged fit.
+    if end == LmEnd::MaxIterations
+        && (nr.cost <= s.floor || gradient_cosine(b, &x, &nr) <= s.tol_grad)
+    {
+        end = LmEnd::Converged;
     }
     LmOutcome {
         x,

@@ -5,6 +5,7 @@ mod conv;
 mod fit;
 mod levenberg_marquardt;
 mod nelder_mead;
+mod start;
 
-pub(crate) use conv::predict;
+pub(crate) use conv::{Sampler, predict};
 pub(crate) use fit::{fit, mean_evaluations};

@@ -4,12 +4,15 @@
 
 use super::levenberg_marquardt::{F32_FLOOR_REL, F32_STALL, F32_TOL, F32_TOL_GRAD};
 use super::nelder_mead::CUBE_NM_F64_PERSISTENT;
+use crate::model::start::{DelayAxis, NO_TABLE, StartPlan};
 use crate::model::{
     DAMP_FLOOR, GpuTuning, LAMBDA_MAX, LAMBDA_MIN, LAMBDA_START, MAX_PARAMS, Method, NO_DELAY,
     Problem, Setup,
 };
-use gpu_kernels::perfusion::{self as kernels, CUBE_FIT, FitBuffers, KernelFloat, KernelParams};
-use gpu_runtime::{Gpu, KnownRuntime};
+use gpu_kernels::perfusion::{
+    self as kernels, CUBE_FIT, FitBuffers, KernelFloat, KernelParams, StartAxis, StartParams,
+};
+use gpu_runtime::{Gpu, GpuArray, KnownRuntime};
 
 /// A fit launch's counter: no voxel taken yet, `ready` voxels' curves on the device.
 pub(super) fn counter_words(ready: u32) -> [u32; kernels::COUNTER_WORDS] {
@@ -70,7 +73,6 @@ pub(super) fn params<F: KernelFloat>(
     } else {
         f64::EPSILON
     };
-    let delay = |d: usize| if d == NO_DELAY { u32::MAX } else { d as u32 };
     KernelParams {
         voxels: voxels as u32,
         stride: voxels as u32,
@@ -89,8 +91,7 @@ pub(super) fn params<F: KernelFloat>(
         max_delay_step: problem.mean_interval(),
         delay_mask,
         lambda: [LAMBDA_START, LAMBDA_MIN, LAMBDA_MAX, DAMP_FLOOR],
-        grid: setup.grid.map(|g| (g.start, g.step, g.count)),
-        delays: [delay(setup.delays[0]), delay(setup.delays[1])],
+        seeded: setup.plan.is_some(),
         uniform: problem.is_uniform(),
         inv_dt: problem.inv_dt,
         cube: cube_units(&setup.tuning, setup.method, !f32_path, persistent),
@@ -121,13 +122,51 @@ pub(super) fn setup_values<F: KernelFloat>(setup: &Setup) -> Vec<F> {
     v
 }
 
-/// Launch `method`'s kernel on `buffers` with the settings `p`.
+/// The start search of `plan` for the kernels: its axes and tables (intervals, then the
+/// basis tables, in `F`).
+pub(super) fn start_values<F: KernelFloat>(plan: &StartPlan) -> (Vec<F>, StartParams) {
+    let axis = |a: &DelayAxis| StartAxis {
+        start: a.start,
+        step: a.step,
+        count: a.count as u32,
+        stride: a.stride as u32,
+        first: a.first as u32,
+        param: if a.param == NO_DELAY {
+            u32::MAX
+        } else {
+            a.param as u32
+        },
+        free: a.free,
+    };
+    let offset = |t: usize| if t == NO_TABLE { u32::MAX } else { t as u32 };
+    let params = StartParams {
+        axes: [axis(&plan.axes[0]), axis(&plan.axes[1])],
+        tables: [plan.a1, plan.v1, plan.aa1, plan.a2].map(offset),
+        coarse: plan.coarse.map(|c| c as u32),
+        cross: offset(plan.cross),
+        norms: offset(plan.norms),
+    };
+    (
+        plan.tables.iter().map(|&v| F::from_f64(v)).collect(),
+        params,
+    )
+}
+
+/// The start search's device inputs: its tables and settings.
+pub(super) type StartInputs<'a, F> = Option<(&'a GpuArray<F>, &'a StartParams)>;
+
+/// Launch the start search (where the setup has one) and then `method`'s kernel on
+/// `buffers` with the settings `p`.
 pub(super) fn launch<R: KnownRuntime, F: KernelFloat>(
     gpu: &Gpu<R>,
     method: Method,
     buffers: &FitBuffers<'_, F>,
     p: &KernelParams,
+    start: StartInputs<'_, F>,
 ) -> gpu_runtime::Result<()> {
+    if let Some((tables, search)) = start {
+        kernels::start_search(gpu, buffers, tables, p, search)?;
+    }
     match method {
         Method::NelderMead => kernels::nelder_mead(gpu, buffers, p),
         Method::LevenbergMarquardt => kernels::levenberg_marquardt(gpu, buffers, p),

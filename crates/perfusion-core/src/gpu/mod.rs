@@ -16,7 +16,7 @@ use crate::error::Result;
 use crate::model::{Control, FitStatus, Fits, Problem, Setup};
 use gpu_kernels::perfusion::{FitBuffers, KernelFloat};
 use gpu_runtime::{Device, Gpu, GpuArray, HostStaging, KnownRuntime, with_gpu};
-use launch::{counter_words, grid_values, launch, params, setup_values};
+use launch::{StartInputs, counter_words, grid_values, launch, params, setup_values, start_values};
 use ndarray::{ArrayView2, Zip, s};
 use rayon::prelude::*;
 use std::ops::Range;
@@ -94,8 +94,10 @@ fn run<F: KernelFloat>(
     with_gpu!(device, |gpu| {
         let grid = gpu.upload(&grid_values::<F>(problem))?;
         let setup_dev = gpu.upload(&setup_values::<F>(setup))?;
+        let search = setup.plan.as_ref().map(start_values::<F>);
+        let tables = search.as_ref().map(|(t, _)| gpu.upload(t)).transpose()?;
         let per_voxel = nt as u64 * 4 + (np as u64 + 2) * fsize + 4;
-        let fixed = grid.len() as u64 * fsize + 1024;
+        let fixed = (grid.len() + tables.as_ref().map_or(0, GpuArray::len)) as u64 * fsize + 1024;
         // A round's buffers are all on the device at once; twice the bytes per voxel leave
         // room for the memory pool's rounding and earlier buffers.
         let round = gpu.budget().plan(n, 2 * per_voxel, fixed)?.chunk_len();
@@ -115,6 +117,7 @@ fn run<F: KernelFloat>(
                 setup,
                 grid: &grid,
                 setup_dev: &setup_dev,
+                start: tables.as_ref().zip(search.as_ref().map(|(_, s)| s)),
             };
             let queued = queue_round::<_, F>(gpu, curves, &chunks, &job, control)?;
             // The first round's results are allocated while its kernels run.
@@ -127,12 +130,13 @@ fn run<F: KernelFloat>(
 }
 
 /// What every launch of a job shares: the problem, the resolved setup, and their device
-/// copies (the grid and the start/bounds array).
+/// copies (the grid, the start/bounds array, the start search's tables).
 struct Job<'a, F: KernelFloat> {
     problem: &'a Problem,
     setup: &'a Setup,
     grid: &'a GpuArray<F>,
     setup_dev: &'a GpuArray<F>,
+    start: StartInputs<'a, F>,
 }
 
 /// One launch on the device: its voxels, curves, maps, statuses and counter.
@@ -164,6 +168,7 @@ fn queue_round<R: KnownRuntime, F: KernelFloat>(
         setup,
         grid,
         setup_dev,
+        start: search,
     } = *job;
     let _span = tracing::debug_span!("perfusion_round", launches = chunks.len()).entered();
     let nt = problem.len();
@@ -222,7 +227,7 @@ fn queue_round<R: KnownRuntime, F: KernelFloat>(
                 status: &status,
                 counter: &counter,
             };
-            launch::<R, F>(gpu, setup.method, &buffers, &p)
+            launch::<R, F>(gpu, setup.method, &buffers, &p, search)
         };
         let launched = match (data, ring.as_mut(), whole.as_mut()) {
             (Some(data), Some(ring), _) => {
@@ -231,8 +236,14 @@ fn queue_round<R: KnownRuntime, F: KernelFloat>(
                     nt,
                     voxels: piece_voxels,
                 };
-                stream_pieces(gpu, curves, &pieces, &data, &counter, ring, || start(&data))
-                    .map(|()| data)
+                // With a start search both kernels are queued after the last piece (the
+                // search's units, all launched at once, do not wait for pieces: streaming
+                // under it hung on an H200); without, after the first.
+                let after = if search.is_some() { usize::MAX } else { 1 };
+                stream_pieces(gpu, curves, &pieces, &data, &counter, ring, after, || {
+                    start(&data)
+                })
+                .map(|()| data)
             }
             (_, _, Some(staging)) => {
                 pack(curves, range.clone(), 0..nt, staging.as_bytes_mut());

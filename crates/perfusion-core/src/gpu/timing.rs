@@ -1,7 +1,7 @@
 //! Kernel time alone, for benchmarks: the curves stay on the device, each repetition is one
-//! launch and a sync.
+//! launch (the start search and the fit) and a sync.
 
-use super::launch::{counter_words, grid_values, launch, params, setup_values};
+use super::launch::{counter_words, grid_values, launch, params, setup_values, start_values};
 use super::upload::pack;
 use crate::error::Result;
 use crate::model::{Problem, Setup};
@@ -28,6 +28,9 @@ pub(crate) fn kernel_times<F: KernelFloat>(
         let data = gpu.upload_staged::<f32>(&staging, n * nt)?;
         let grid = gpu.upload(&grid_values::<F>(problem))?;
         let setup_dev = gpu.upload(&setup_values::<F>(setup))?;
+        let search = setup.plan.as_ref().map(start_values::<F>);
+        let tables = search.as_ref().map(|(t, _)| gpu.upload(t)).transpose()?;
+        let start = tables.as_ref().zip(search.as_ref().map(|(_, s)| s));
         let out = gpu.empty::<F>((np + 2) * n)?;
         let status = gpu.empty::<u32>(n)?;
         let p = params::<F>(setup, problem, n, gpu.info());
@@ -45,7 +48,7 @@ pub(crate) fn kernel_times<F: KernelFloat>(
                 status: &status,
                 counter: &counters[k],
             };
-            launch(gpu, setup.method, &buffers, &p)
+            launch(gpu, setup.method, &buffers, &p, start)
         };
         run(0)?;
         gpu.sync()?;

@@ -117,8 +117,8 @@ impl Pieces {
 /// piece by piece: piece j + 1 is packed on the other cores while piece j is copied (into
 /// its columns of every row), through the two page-locked `ring` buffers. Behind each
 /// piece, on the same stream, the ready word of `counter` (the voxels whose curves are up)
-/// is raised, and after the first piece `start` queues the launch, whose units wait for
-/// their voxels' pieces. The copies do not wait for the queue: `data` was allocated for
+/// is raised, and after the first `launch_after` pieces (at least one) `start` queues the
+/// launch, whose units wait for their voxels' pieces. The copies do not wait for the queue: `data` was allocated for
 /// this launch before any launch of the round, and the launch reads a voxel's curve only
 /// once its piece is up.
 pub(super) fn stream_pieces<R: KnownRuntime>(
@@ -128,6 +128,7 @@ pub(super) fn stream_pieces<R: KnownRuntime>(
     data: &GpuArray<f32>,
     counter: &GpuArray<u32>,
     ring: &mut [HostStaging; 2],
+    launch_after: usize,
     start: impl FnOnce() -> gpu_runtime::Result<()>,
 ) -> gpu_runtime::Result<()> {
     let _span = tracing::debug_span!("upload_curves", voxels = pieces.range.len()).entered();
@@ -174,7 +175,9 @@ pub(super) fn stream_pieces<R: KnownRuntime>(
         if result.is_err() {
             break;
         }
-        if let Some(start) = start.take() {
+        if j + 1 >= launch_after.min(list.len())
+            && let Some(start) = start.take()
+        {
             start()?;
         }
     }

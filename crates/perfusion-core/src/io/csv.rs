@@ -211,7 +211,8 @@ pub fn write_columns(path: &Path, names: &[&str], columns: &[&[f64]]) -> Result<
     w.flush().map_err(|e| err(e.to_string()))
 }
 
-/// One row per curve: name, parameters, SSE, R^2, iterations, status.
+/// One row per curve: name, parameters, SSE, R^2, iterations, status, quality flags (the
+/// names of the [`Flags`](crate::Flags) set, `+`-joined, empty for none).
 pub fn write_fits(path: &Path, names: &[String], fits: &Fits) -> Result<()> {
     let err = |e: csv::Error| Error::File {
         path: path.to_path_buf(),
@@ -226,7 +227,7 @@ pub fn write_fits(path: &Path, names: &[String], fits: &Fits) -> Result<()> {
             format!("{} ({})", p.name, p.unit)
         });
     }
-    header.extend(["sse", "r2", "iterations", "status"].map(String::from));
+    header.extend(["sse", "r2", "iterations", "status", "flags"].map(String::from));
     w.write_record(&header).map_err(err)?;
     for (v, name) in names.iter().enumerate() {
         let mut row = vec![name.clone()];
@@ -237,6 +238,12 @@ pub fn write_fits(path: &Path, names: &[String], fits: &Fits) -> Result<()> {
         row.push(format!("{}", fits.r2[v]));
         row.push(fits.iterations[v].to_string());
         row.push(fits.status(v).name().to_string());
+        let flags: Vec<&str> = crate::Flags::ALL
+            .iter()
+            .filter(|(bit, _)| fits.flags[v] & bit != 0)
+            .map(|(_, name)| *name)
+            .collect();
+        row.push(flags.join("+"));
         w.write_record(&row).map_err(err)?;
     }
     w.flush().map_err(|e| Error::File {

@@ -1,11 +1,16 @@
-//! A job's input assembled from files: tissue curves from a 4-D NIfTI series (with a mask)
-//! or a CSV of curves; times from a file, an interval, the series' header or the CSV's time
-//! column; input functions from CSV files or ROI masks over the series; signal converted to
-//! concentration. Messages name the `biogpu perfusion fit` options the fields stand for.
+//! A job's input assembled from files: tissue curves from a 4-D NIfTI series or a DICOM
+//! series (a folder, [`super::dicom`]) with a mask, or a CSV of curves; times from a file, an
+//! interval, the series' header (NIfTI: the frame interval; DICOM: the acquisition times) or
+//! the CSV's time column; input functions from CSV files or ROI masks over the series; signal
+//! converted to concentration. Masks, ROIs and T1 maps are NIfTI volumes on the series' grid.
+//! Messages name the `biogpu perfusion fit` options the fields stand for, and the file at
+//! fault.
 
+use super::dicom::{self, Acquisition};
 use super::{csv as pcsv, nifti as pnii};
 use crate::error::{Error, Result};
 use crate::model::convert::{Conversion, T10};
+use crate::model::population::{Compartment, PopulationInput};
 use crate::model::{Model, Problem};
 use ndarray::{Array2, Array3, Axis};
 use std::path::{Path, PathBuf};
@@ -15,7 +20,8 @@ use std::path::{Path, PathBuf};
 pub struct InputSpec {
     /// The model to fit (whether a portal-venous input is needed).
     pub model: Model,
-    /// 4-D DCE series (x, y, z, time) (`--dce`); else `curves`.
+    /// DCE series (`--dce`): a 4-D NIfTI file (x, y, z, time), or DICOM: a folder of one
+    /// series' files (read recursively) or one file of the series; else `curves`.
     pub dce: Option<PathBuf>,
     /// Voxels of the series to fit (non-zero) (`--mask`); default every voxel.
     pub mask: Option<PathBuf>,
@@ -62,6 +68,9 @@ pub struct Job {
     pub volume: Option<VolumeGrid>,
     /// Every file read.
     pub inputs: Vec<PathBuf>,
+    /// For DICOM input: the flip angle, TR and field strength of the headers (the defaults
+    /// of an SPGR conversion; see [`dce_acquisition`]).
+    pub acquisition: Option<Acquisition>,
 }
 
 fn input(why: impl Into<String>) -> Error {
@@ -106,8 +115,8 @@ fn times_column(path: &Path, table: &pcsv::Table, c: usize) -> Result<Vec<f64>> 
 
 /// A 3-D volume used as a mask: its voxels, non-zero = inside; NaN or infinite voxels are
 /// refused (they would be silently taken as inside).
-fn read_mask(path: &Path) -> Result<Array3<bool>> {
-    let (m, _) = pnii::read_volume(path)?;
+fn read_mask(path: &Path) -> Result<(Array3<bool>, pnii::NiftiHeader)> {
+    let (m, header) = pnii::read_volume(path)?;
     if let Some((idx, v)) = m.indexed_iter().find(|(_, v)| !v.is_finite()) {
         return Err(Error::File {
             path: path.to_path_buf(),
@@ -117,7 +126,90 @@ fn read_mask(path: &Path) -> Result<Array3<bool>> {
             ),
         });
     }
-    Ok(m.mapv(|v| v != 0.0))
+    Ok((m.mapv(|v| v != 0.0), header))
+}
+
+/// A DCE series read from `path`: NIfTI, or DICOM where [`dicom::is_dicom`] says so; with
+/// the frame times of a DICOM series (a NIfTI series gives its frame interval in its
+/// header) and its acquisition parameters.
+fn read_dce(path: &Path) -> Result<(pnii::Series, Option<Vec<f64>>, Option<Acquisition>)> {
+    if dicom::is_dicom(path) {
+        let d = dicom::read_series(path)?;
+        return Ok((d.series, Some(d.times), Some(d.acquisition)));
+    }
+    Ok((pnii::read_series(path)?, None, None))
+}
+
+/// The acquisition parameters in the headers of a DICOM series at `dce` (read without the
+/// pixel data, so that the options of a conversion can be settled before [`load`]); `None`
+/// for a NIfTI series, which has none.
+pub fn dce_acquisition(dce: &Path) -> Result<Option<Acquisition>> {
+    if dicom::is_dicom(dce) {
+        dicom::read_acquisition(dce).map(Some)
+    } else {
+        Ok(None)
+    }
+}
+
+/// Check that a volume read from `path` (a mask, an ROI, a T1 map) lies on the series'
+/// grid: the same shape (an error naming both files), and the same affine (a warning: the
+/// voxels are matched by index).
+fn check_grid(
+    path: &Path,
+    what: &str,
+    shape: &[usize],
+    header: &pnii::NiftiHeader,
+    (grid_shape, g): ((usize, usize, usize), &pnii::NiftiHeader),
+    dce: &Path,
+) -> Result<()> {
+    let want = [grid_shape.0, grid_shape.1, grid_shape.2];
+    if shape != want {
+        return Err(Error::File {
+            path: path.to_path_buf(),
+            why: format!(
+                "{what} of shape {shape:?}, but the DCE series {} is {want:?} (x, y, z; for DICOM x \
+                 runs along the rows (columns), y down the columns (rows), z over the slices \
+                 along the normal); the {what} must be on the series' grid",
+                dce.display()
+            ),
+        });
+    }
+    let rows = |h: &pnii::NiftiHeader| [h.srow_x, h.srow_y, h.srow_z];
+    let apart = rows(header)
+        .iter()
+        .zip(rows(g).iter())
+        .flat_map(|(a, b)| a.iter().zip(b).map(|(x, y)| (x - y).abs()))
+        .fold(0.0f32, f32::max);
+    if header.sform_code > 0 && g.sform_code > 0 && apart > 1e-2 {
+        tracing::warn!(
+            "{}: the {what}'s affine (sform) differs from the series' ({}) by up to {apart} mm; \
+             its voxels are taken by index, on the series' grid",
+            path.display(),
+            dce.display()
+        );
+    }
+    Ok(())
+}
+
+/// A population input function named by `spec` (`NAME` or `NAME:ARRIVAL_S`, e.g.
+/// `parker:12`) where no file of that name exists: `None` for a file, else the input and
+/// its bolus arrival time (s), or an error for a bad arrival.
+fn population_spec(spec: &str) -> Option<Result<(PopulationInput, Option<f64>)>> {
+    let (name, arrival) = match spec.split_once(':') {
+        Some((n, a)) => (n, Some(a)),
+        None => (spec, None),
+    };
+    if Path::new(name).exists() {
+        return None;
+    }
+    let which: PopulationInput = name.parse().ok()?;
+    Some(match arrival.map(|a| a.trim().parse::<f64>()) {
+        None => Ok((which, None)),
+        Some(Ok(t)) if t.is_finite() => Ok((which, Some(t))),
+        _ => Err(input(format!(
+            "`{spec}`: expected {name} or {name}:ARRIVAL with the bolus arrival time in seconds"
+        ))),
+    })
 }
 
 /// `FILE` or `FILE:COLUMN` of a CSV input function, with the file's times if it has them.
@@ -168,14 +260,25 @@ pub fn load(a: &InputSpec) -> Result<Job> {
         )));
     }
     let mut inputs = Vec::new();
+    let mut acquisition = None;
     let (curves, names, file_times, volume, series) = if let Some(path) = &a.dce {
         inputs.push(path.clone());
-        let s = pnii::read_series(path)?;
+        let (s, dicom_times, acq) = read_dce(path)?;
+        acquisition = acq;
         let (nx, ny, nz, _) = s.data.dim();
         let mask = match &a.mask {
             Some(m) => {
                 inputs.push(m.clone());
-                read_mask(m)?
+                let (mask, header) = read_mask(m)?;
+                check_grid(
+                    m,
+                    "mask",
+                    mask.shape(),
+                    &header,
+                    ((nx, ny, nz), &s.header),
+                    path,
+                )?;
+                mask
             }
             None => Array3::from_elem((nx, ny, nz), true),
         };
@@ -193,7 +296,7 @@ pub fn load(a: &InputSpec) -> Result<Job> {
             .map(|[x, y, z]| format!("{x},{y},{z}"))
             .collect();
         let nt = s.data.dim().3;
-        if nt > 1 && s.header.pixdim[4] < 0.0 {
+        if dicom_times.is_none() && nt > 1 && s.header.pixdim[4] < 0.0 {
             return Err(Error::File {
                 path: path.clone(),
                 why: format!(
@@ -202,8 +305,10 @@ pub fn load(a: &InputSpec) -> Result<Job> {
                 ),
             });
         }
-        let t = pnii::frame_interval_s(&s.header)
-            .map(|dt| (0..nt).map(|i| i as f64 * dt).collect::<Vec<_>>());
+        let t = dicom_times.or_else(|| {
+            pnii::frame_interval_s(&s.header)
+                .map(|dt| (0..nt).map(|i| i as f64 * dt).collect::<Vec<_>>())
+        });
         let mean = s.data.mean_axis(Axis(3)).ok_or_else(|| Error::File {
             path: path.clone(),
             why: "the series has no frame".into(),
@@ -279,18 +384,18 @@ pub fn load(a: &InputSpec) -> Result<Job> {
     let t1_map = match &a.t1_map {
         Some(p) => {
             inputs.push(p.clone());
-            let (m, _) = pnii::read_volume(p)?;
+            let (m, header) = pnii::read_volume(p)?;
             let g = volume
                 .as_ref()
                 .ok_or_else(|| input("--t1-map needs --dce"))?;
-            if m.dim() != g.shape {
-                return Err(input(format!(
-                    "--t1-map {}: shape {:?}, the series is {:?}",
-                    p.display(),
-                    m.shape(),
-                    g.shape
-                )));
-            }
+            check_grid(
+                p,
+                "T1 map (--t1-map)",
+                m.shape(),
+                &header,
+                (g.shape, &g.header),
+                a.dce.as_deref().unwrap_or(Path::new("")),
+            )?;
             Some(
                 g.index
                     .iter()
@@ -311,7 +416,17 @@ pub fn load(a: &InputSpec) -> Result<Job> {
         let s = series
             .as_ref()
             .ok_or_else(|| input("an ROI input needs --dce"))?;
-        let mask_voxels = read_mask(mask)?;
+        let (mask_voxels, header) = read_mask(mask)?;
+        if let (Some(g), Some(dce)) = (&volume, &a.dce) {
+            check_grid(
+                mask,
+                &format!("{what} ROI"),
+                mask_voxels.shape(),
+                &header,
+                (g.shape, &g.header),
+                dce,
+            )?;
+        }
         let mean = pnii::roi_mean(&s.data, &mask_voxels, what).map_err(|e| Error::File {
             path: mask.to_path_buf(),
             why: format!("as the {what} ROI: {e}"),
@@ -334,11 +449,27 @@ pub fn load(a: &InputSpec) -> Result<Job> {
         }
         None => 1.0,
     };
+    // An input function and the file it came from (for messages about its values).
     let mut get_input = |csv: &Option<String>,
                          roi: &Option<PathBuf>,
                          what: &'static str|
-     -> Result<Option<Vec<f64>>> {
+     -> Result<Option<(Vec<f64>, PathBuf)>> {
+        let population = csv.as_deref().and_then(population_spec).transpose()?;
         let v = match (csv, roi) {
+            (Some(_), _) if population.is_some() => {
+                let (which, arrival) = population.unwrap_or((PopulationInput::Parker, None));
+                // The bolus arrives at the first frame unless told; the fit's delay absorbs
+                // the rest (within its bounds).
+                let v = which.sample(&times, arrival.unwrap_or(times[0]));
+                // Plasma curves are not converted from blood (the division below is undone).
+                let undo = if which.compartment() == Compartment::Blood {
+                    1.0
+                } else {
+                    hct
+                };
+                let v: Vec<f64> = v.into_iter().map(|x| x * undo).collect();
+                (v, PathBuf::from(format!("population:{}", which.name())))
+            }
             (Some(spec), _) => {
                 let (path, v, t) = read_input_csv(spec)?;
                 if v.len() != times.len() {
@@ -365,16 +496,16 @@ pub fn load(a: &InputSpec) -> Result<Job> {
                         });
                     }
                 }
-                inputs.push(path);
-                v
+                inputs.push(path.clone());
+                (v, path)
             }
             (None, Some(mask)) => {
                 inputs.push(mask.clone());
-                roi_input(mask, what)?
+                (roi_input(mask, what)?, mask.clone())
             }
             (None, None) => return Ok(None),
         };
-        Ok(Some(v.into_iter().map(|x| x / hct).collect()))
+        Ok(Some((v.0.into_iter().map(|x| x / hct).collect(), v.1)))
     };
     let arterial = get_input(&a.aif, &a.aif_mask, "arterial")?.ok_or_else(|| {
         input("missing arterial input function: give --aif FILE.csv or --aif-mask ROI.nii.gz")
@@ -386,18 +517,54 @@ pub fn load(a: &InputSpec) -> Result<Job> {
         ));
     }
     let portal = if a.model.dual_input() { portal } else { None };
-    let problem = Problem::new(&times, &arterial, portal.as_deref()).map_err(|e| {
-        let read: Vec<String> = inputs.iter().map(|p| p.display().to_string()).collect();
-        input(format!(
-            "{e} (times: {times_from}; files read: {})",
-            read.join(", ")
-        ))
-    })?;
+    let problem = Problem::new(&times, &arterial.0, portal.as_ref().map(|p| p.0.as_slice()))
+        .map_err(|e| {
+            // Name the file at fault: the times' source for the time axis, the input's file for
+            // its values.
+            // --times, else --dt (no file), else the tissue file.
+            let times_file = match (&a.times, a.dt) {
+                (Some(p), _) => Some(p),
+                (None, Some(_)) => None,
+                (None, None) => a.dce.as_ref().or(a.curves.as_ref()),
+            };
+            match e {
+                Error::InvalidTimes { why } => match times_file {
+                    Some(p) => Error::File {
+                        path: p.clone(),
+                        why: format!("as the time vector ({times_from}): {why}"),
+                    },
+                    None => input(format!("time vector ({times_from}): {why}")),
+                },
+                Error::InvalidInputFunction { which, why } => {
+                    let from = if which == "arterial" {
+                        Some(&arterial.1)
+                    } else {
+                        portal.as_ref().map(|p| &p.1)
+                    };
+                    match from {
+                        Some(p) => Error::File {
+                            path: p.clone(),
+                            why: format!("as the {which} input function: {why}"),
+                        },
+                        None => Error::InvalidInputFunction { which, why },
+                    }
+                }
+                e => {
+                    let read: Vec<String> =
+                        inputs.iter().map(|p| p.display().to_string()).collect();
+                    input(format!(
+                        "{e} (times: {times_from}; files read: {})",
+                        read.join(", ")
+                    ))
+                }
+            }
+        })?;
     Ok(Job {
         curves,
         names,
         problem,
         volume,
         inputs,
+        acquisition,
     })
 }

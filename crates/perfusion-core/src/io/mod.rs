@@ -1,7 +1,8 @@
-//! File formats, one file each: NIfTI-1 and NIfTI-2 series and maps, CSV curves and results, PNG overlays
-//! and plots; and a job's input assembled from them ([`input`]).
+//! File formats, one file each: NIfTI-1 and NIfTI-2 series and maps, DICOM series in, CSV curves
+//! and results, PNG overlays and plots; and a job's input assembled from them ([`input`]).
 
 pub mod csv;
+pub mod dicom;
 pub mod input;
 pub mod nifti;
 mod nifti2;

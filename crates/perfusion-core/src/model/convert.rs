@@ -5,7 +5,9 @@
 //! (mean of the first frames) and the pre-contrast T1 (a map or one value) give `M0`; each
 //! frame then gives `E`, `R1 = -ln(E) / TR`, and `C = (R1 - 1/T10) / r1` with relaxivity
 //! `r1` in 1/(mM s). Signals above the model's maximum (`E <= 0`) have no concentration:
-//! NaN, which makes the voxel's fit report invalid input.
+//! NaN, which makes the voxel's fit report invalid input. With a B1 map (relative flip-angle
+//! scale per voxel, as from a B1 mapping sequence), the actual flip angle is the nominal one
+//! times B1 ([`Spgr::concentration_b1`], [`Conversion::apply_b1`]); without one, B1 = 1.
 
 use crate::error::{Error, Result};
 use ndarray::{Array2, ArrayView2, Zip};
@@ -92,9 +94,32 @@ impl Spgr {
     /// assert!(c[0].abs() < 1e-12 && (c[2] - 1.0).abs() < 1e-9);
     /// ```
     pub fn concentration(&self, signal: &[f64], t10_s: f64) -> Vec<f64> {
+        self.concentration_b1(signal, t10_s, 1.0)
+    }
+
+    /// [`Spgr::concentration`] where the actual flip angle is the nominal one times `b1`
+    /// (relative, 1 = nominal). An actual angle outside (0, 180) degrees, or a non-finite
+    /// `b1`, gives NaN.
+    ///
+    /// ```
+    /// use perfusion_core::convert::Spgr;
+    /// let p = Spgr { flip_angle_deg: 20.0, tr_s: 0.005, relaxivity: 4.5, baseline_frames: 2 };
+    /// // Acquired at 90% of the nominal angle (B1 = 0.9): C = 0, 0, 1 mM with T10 = 1 s.
+    /// let s = |r1: f64| { let e = (-0.005 * r1).exp(); let a = 18f64.to_radians(); a.sin() * (1.0 - e) / (1.0 - a.cos() * e) };
+    /// let signal = [s(1.0), s(1.0), s(1.0 + 4.5)];
+    /// assert!((p.concentration_b1(&signal, 1.0, 0.9)[2] - 1.0).abs() < 1e-9);
+    /// assert!((p.concentration(&signal, 1.0)[2] - 1.0).abs() > 0.05); // B1 ignored
+    /// ```
+    pub fn concentration_b1(&self, signal: &[f64], t10_s: f64, b1: f64) -> Vec<f64> {
+        if signal.is_empty() {
+            return Vec::new();
+        }
         let nb = self.baseline_frames.min(signal.len()).max(1);
         let s0 = signal[..nb].iter().sum::<f64>() / nb as f64;
-        let a = self.flip_angle_deg.to_radians();
+        let a = (self.flip_angle_deg * b1).to_radians();
+        if !(a > 0.0 && a < std::f64::consts::PI) {
+            return vec![f64::NAN; signal.len()];
+        }
         let (sin, cos) = (a.sin(), a.cos());
         let r10 = 1.0 / t10_s;
         let e0 = (-self.tr_s * r10).exp();
@@ -151,11 +176,36 @@ impl Conversion {
     /// Convert every curve (`(voxels, time)`), in parallel. `t10` is used by SPGR only; a
     /// map has one value per voxel.
     pub fn apply(&self, curves: ArrayView2<f32>, t10: T10) -> Result<Array2<f32>> {
+        self.apply_b1(curves, t10, None)
+    }
+
+    /// [`Conversion::apply`] with an optional B1 map for SPGR (one relative flip-angle scale
+    /// per voxel, each finite and > 0; ignored by the other conversions).
+    ///
+    /// ```
+    /// use ndarray::array;
+    /// use perfusion_core::convert::{Conversion, Spgr, T10};
+    /// let p = Spgr { flip_angle_deg: 20.0, tr_s: 0.005, relaxivity: 4.5, baseline_frames: 1 };
+    /// let curves = array![[100.0f32, 150.0], [100.0, 150.0]];
+    /// let c = Conversion::Spgr(p).apply_b1(curves.view(), T10::Fixed(1.0), Some(&[1.0, 0.8])).unwrap();
+    /// assert!(c[[1, 1]] != c[[0, 1]]); // same signal, other actual angle
+    /// let e = Conversion::Spgr(p).apply_b1(curves.view(), T10::Fixed(1.0), Some(&[1.0, 0.0]));
+    /// assert!(e.unwrap_err().to_string().contains("`b1` = 0"));
+    /// ```
+    pub fn apply_b1(
+        &self,
+        curves: ArrayView2<f32>,
+        t10: T10,
+        b1: Option<&[f64]>,
+    ) -> Result<Array2<f32>> {
         let (nv, nt) = curves.dim();
         match self {
             Conversion::None => return Ok(curves.to_owned()),
             Conversion::Spgr(p) => {
                 p.validate(nt)?;
+                if let Some(map) = b1 {
+                    super::t1::check_b1(map, nv)?;
+                }
                 match t10 {
                     T10::Fixed(t) if !(t.is_finite() && t > 0.0) => {
                         return Err(bad("t10", t, "pre-contrast T1 in seconds, > 0 (e.g. 1.4)"));
@@ -183,7 +233,7 @@ impl Conversion {
                             T10::Fixed(t) => t,
                             T10::Map(m) => m[v],
                         };
-                        p.concentration(&s, t)
+                        p.concentration_b1(&s, t, b1.map_or(1.0, |m| m[v]))
                     }
                     Conversion::Ct(ct) => ct.concentration(&s),
                     Conversion::None => s,
@@ -228,6 +278,54 @@ mod tests {
         // A signal above the model's maximum has no concentration.
         let c = p.concentration(&[100.0, 100.0, 100.0, 1e9], 1.0);
         assert!(c[3].is_nan());
+    }
+
+    #[test]
+    fn spgr_with_a_b1_map_uses_the_actual_flip_angle_per_voxel() {
+        let p = Spgr {
+            flip_angle_deg: 15.0,
+            tr_s: 4.0e-3,
+            relaxivity: 4.5,
+            baseline_frames: 2,
+        };
+        let conc = [0.0, 0.0, 0.5, 2.0, 1.0];
+        let b1 = [1.0, 0.7, 1.25];
+        // Voxel v acquired with the actual angle 15 x b1[v], T10 1.1 s.
+        let curves = Array2::from_shape_fn((3, conc.len()), |(v, t)| {
+            let actual = Spgr {
+                flip_angle_deg: 15.0 * b1[v],
+                ..p
+            };
+            spgr_signal(&actual, 800.0, 1.0 / 1.1 + 4.5 * conc[t]) as f32
+        });
+        let conv = Conversion::Spgr(p);
+        let c = conv
+            .apply_b1(curves.view(), T10::Fixed(1.1), Some(&b1))
+            .unwrap();
+        for v in 0..3 {
+            for (t, want) in conc.iter().enumerate() {
+                assert!(
+                    (f64::from(c[[v, t]]) - want).abs() < 1e-3,
+                    "{v} {t}: {}",
+                    c[[v, t]]
+                );
+            }
+        }
+        // No map, or a map of ones, is the plain conversion.
+        let plain = conv.apply(curves.view(), T10::Fixed(1.1)).unwrap();
+        let ones = conv
+            .apply_b1(curves.view(), T10::Fixed(1.1), Some(&[1.0; 3]))
+            .unwrap();
+        assert_eq!(plain, ones);
+        assert_eq!(plain.row(0), c.row(0));
+        assert!((f64::from(plain[[1, 3]]) - 2.0).abs() > 0.1);
+        // An actual angle past 180 degrees has no concentration; an empty curve none at all.
+        assert!(p.concentration_b1(&[1.0, 1.0, 2.0], 1.0, 12.5)[2].is_nan());
+        assert!(p.concentration(&[], 1.0).is_empty());
+        let e = conv
+            .apply_b1(curves.view(), T10::Fixed(1.1), Some(&[1.0]))
+            .unwrap_err();
+        assert!(e.to_string().contains("B1 map"), "{e}");
     }
 
     #[test]

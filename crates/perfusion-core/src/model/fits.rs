@@ -2,8 +2,9 @@
 //! computed ([`FitInfo`]); progress and interruption ([`Control`]).
 
 use super::kinetics::{MAX_PARAMS, Model};
-use super::params::{Method, Setup};
+use super::params::{Bounds, Method, Setup};
 use ndarray::{Array1, Array2};
+use rayon::prelude::*;
 use serde::Serialize;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -65,7 +66,36 @@ pub struct Fits {
     pub iterations: Array1<u32>,
     /// [`FitStatus`] codes.
     pub status: Array1<u8>,
+    /// Quality flags ([`Flags`] bits), set whatever the status: a poor fit, a parameter at
+    /// a bound, a parameter the fit cannot determine.
+    pub flags: Array1<u8>,
 }
+
+/// Quality flags of a fit, as bits of [`Fits::flags`] (status.nii.gz holds the status,
+/// flags.nii.gz these bits; mask with `flags & BIT == 0`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Flags;
+
+impl Flags {
+    /// R^2 < 0, or the residual RMS more than [`POOR_FIT_NOISE`] times the curve's noise
+    /// estimate (from its second differences): the model does not describe the curve.
+    pub const POOR_FIT: u8 = 1;
+    /// A free parameter within 1e-4 of its range from a bound.
+    pub const AT_BOUND: u8 = 2;
+    /// A parameter the fitted values leave undetermined: a delay or rate of an input whose
+    /// inflow is ~0, ve with Ktrans (PS) ~0, Fp with vp ~0, any delay of a flat curve.
+    pub const NON_IDENTIFIABLE: u8 = 4;
+    pub const ALL: [(u8, &'static str); 3] = [
+        (Flags::POOR_FIT, "poor-fit"),
+        (Flags::AT_BOUND, "at-bound"),
+        (Flags::NON_IDENTIFIABLE, "non-identifiable"),
+    ];
+}
+
+/// Residual RMS over noise estimate above which a fit is flagged poor.
+pub const POOR_FIT_NOISE: f64 = 3.0;
+/// A rate or volume below this fraction of its range counts as ~0 for identifiability.
+const NEGLIGIBLE: f64 = 1e-3;
 
 /// Where and how a fit ran.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -87,6 +117,19 @@ impl Fits {
 
     pub fn status(&self, voxel: usize) -> FitStatus {
         FitStatus::from_code(self.status[voxel]).unwrap_or(FitStatus::Failed)
+    }
+
+    /// Voxels with each flag, in [`Flags::ALL`] order.
+    pub fn flag_counts(&self) -> [usize; 3] {
+        let mut c = [0; 3];
+        for &f in &self.flags {
+            for (k, (bit, _)) in Flags::ALL.iter().enumerate() {
+                if f & bit != 0 {
+                    c[k] += 1;
+                }
+            }
+        }
+        c
     }
 
     /// Voxels per status, in [`FitStatus::ALL`] order.
@@ -114,7 +157,82 @@ impl Fits {
             r2: Array1::from_elem(n, f64::NAN),
             iterations: Array1::zeros(n),
             status: Array1::from_elem(n, FitStatus::NotFitted as u8),
+            flags: Array1::zeros(n),
         }
+    }
+
+    /// Set the quality flags of every fitted voxel of `curves` (one per row) under `setup`.
+    pub(crate) fn set_flags(&mut self, curves: ndarray::ArrayView2<f32>, setup: &Setup) {
+        let model = self.model;
+        let b = &setup.bounds;
+        let n_free = b.n_free;
+        let flags: Vec<u8> = (0..self.len())
+            .into_par_iter()
+            .map(|v| {
+                let status = FitStatus::from_code(self.status[v]);
+                if matches!(
+                    status,
+                    Some(FitStatus::InvalidInput | FitStatus::NotFitted) | None
+                ) {
+                    return 0;
+                }
+                let x: [f64; MAX_PARAMS] = std::array::from_fn(|p| {
+                    if p < model.n_params() {
+                        self.params[[p, v]]
+                    } else {
+                        0.0
+                    }
+                });
+                let mut f = 0;
+                let data: Vec<f64> = curves.row(v).iter().map(|&c| f64::from(c)).collect();
+                let dof = (data.len().saturating_sub(n_free)).max(1) as f64;
+                let rms = (self.sse[v] / dof).sqrt();
+                if !(self.r2[v] >= 0.0) || rms > POOR_FIT_NOISE * noise_estimate(&data) {
+                    f |= Flags::POOR_FIT;
+                }
+                if b.at_bound(&x) {
+                    f |= Flags::AT_BOUND;
+                }
+                if non_identifiable(model, &x, b) {
+                    f |= Flags::NON_IDENTIFIABLE;
+                }
+                f
+            })
+            .collect();
+        self.flags = Array1::from(flags);
+    }
+}
+
+/// Noise SD of a curve from its second differences (robust: the median absolute value,
+/// scaled for Gaussian noise, whose second differences have variance 6 sigma^2). Smooth
+/// curves without noise give ~0.
+fn noise_estimate(data: &[f64]) -> f64 {
+    if data.len() < 3 {
+        return 0.0;
+    }
+    let mut d2: Vec<f64> = data
+        .windows(3)
+        .map(|w| (w[0] - 2.0 * w[1] + w[2]).abs())
+        .collect();
+    d2.sort_by(f64::total_cmp);
+    d2[d2.len() / 2] / (0.674_489_75 * 6f64.sqrt())
+}
+
+/// Whether a free parameter is left undetermined by the others' fitted values.
+fn non_identifiable(model: Model, x: &[f64; MAX_PARAMS], b: &Bounds) -> bool {
+    let small = |p: usize| x[p] <= b.lo[p] + NEGLIGIBLE * (b.hi[p] - b.lo[p]);
+    let free = |p: usize| b.free[p];
+    match model {
+        // ka ~ 0: tau_a free but unseen; kp ~ 0: tau_p; both: kl.
+        Model::DualInput => {
+            (small(0) && free(3)) || (small(1) && free(4)) || (small(0) && small(1) && free(2))
+        }
+        // Ktrans ~ 0: ve (and the delay).
+        Model::Tofts => small(0) && (free(1) || free(2)),
+        Model::ExtendedTofts => (small(0) && free(1)) || (small(0) && small(2) && free(3)),
+        Model::Patlak => small(0) && small(1) && free(2),
+        // PS ~ 0: ve; vp ~ 0: Fp (no plasma compartment to fill).
+        Model::TwoCompartmentExchange => (small(1) && free(2)) || (small(3) && free(0)),
     }
 }
 

@@ -7,14 +7,18 @@ pub mod convert;
 mod fits;
 mod kinetics;
 mod params;
+pub mod population;
 mod problem;
+pub(crate) mod start;
+pub mod t1;
 mod tuning;
 pub(crate) mod weights;
 
-pub use fits::{Control, FitInfo, FitStatus, Fits, finite_median};
+pub use fits::{Control, FitInfo, FitStatus, Fits, Flags, POOR_FIT_NOISE, finite_median};
 pub use kinetics::{MAX_PARAMS, Model, ParamInfo};
 pub use params::{DelayGrid, FitParams, Method, Precision};
 pub use problem::Problem;
+pub use start::StartSearch;
 pub use tuning::{CUBE_ENV, GpuTuning, PERSISTENT_ENV, UNITS_ENV};
 
 pub(crate) use fits::VoxelFit;

@@ -4,6 +4,8 @@
 //! alike.
 
 use super::kinetics::{MAX_PARAMS, Model, names};
+use super::problem::Problem;
+use super::start::{StartPlan, StartSearch, plan};
 use super::tuning::GpuTuning;
 use crate::error::{Error, Result};
 use serde::Serialize;
@@ -77,9 +79,8 @@ impl std::str::FromStr for Precision {
     }
 }
 
-/// A coarse grid of delays (s) evaluated before the optimiser starts, when delays are free:
-/// every combination of `start + k step`, `k < count`, for each free delay; the best one
-/// (with the other parameters at their start) becomes the starting point.
+/// The delays (s) the start search scans for each free delay: `start + k step`, `k < count`
+/// (then refined to a quarter step around the best; see [`StartSearch`]).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct DelayGrid {
     pub start: f64,
@@ -103,11 +104,14 @@ impl DelayGrid {
             });
         }
         let count = ((stop - start) / step + 1e-9).floor() as u32 + 1;
-        if count > 256 {
+        if count > gpu_kernels::perfusion::MAX_COARSE {
             return Err(Error::InvalidOption {
                 name: "delay-grid",
                 value: format!("{start}:{stop}:{step}"),
-                why: format!("{count} delays per axis; use at most 256 (a coarser step)"),
+                why: format!(
+                    "{count} delays per axis; use at most {} (a coarser step)",
+                    gpu_kernels::perfusion::MAX_COARSE
+                ),
             });
         }
         Ok(DelayGrid { start, step, count })
@@ -147,7 +151,9 @@ pub struct FitParams {
     pub tol_x: f64,
     /// Levenberg-Marquardt: relative step and cost decrease that count as converged.
     pub tolerance: f64,
-    pub delay_grid: Option<DelayGrid>,
+    /// How the start is found: linear least squares over a delay grid (default: each
+    /// free delay's bounds, one frame apart), or the start values as given.
+    pub start_search: StartSearch,
     /// Arithmetic of the GPU path.
     pub precision: Precision,
     /// Launch shape of the GPU path (default: chosen per device).
@@ -176,7 +182,7 @@ impl FitParams {
             tol_fun: 1e-8,
             tol_x: 1e-4,
             tolerance: 1e-10,
-            delay_grid: None,
+            start_search: StartSearch::Auto,
             precision: Precision::Auto,
             gpu: GpuTuning::default(),
         }
@@ -197,8 +203,8 @@ impl FitParams {
         self
     }
 
-    pub fn with_delay_grid(mut self, grid: Option<DelayGrid>) -> Self {
-        self.delay_grid = grid;
+    pub fn with_start_search(mut self, search: StartSearch) -> Self {
+        self.start_search = search;
         self
     }
 
@@ -363,16 +369,6 @@ impl FitParams {
                 why: "must be >= 0 (infinite to disable)".into(),
             });
         }
-        let mut delays = [NO_DELAY; 2];
-        if self.delay_grid.is_some() {
-            let mut k = 0;
-            for (i, info) in model.params().iter().enumerate() {
-                if info.delay && free[i] && k < 2 {
-                    delays[k] = i;
-                    k += 1;
-                }
-            }
-        }
         Ok(Setup {
             model,
             method: self.method,
@@ -394,18 +390,19 @@ impl FitParams {
                 max_delay_step: f64::INFINITY,
             },
             floor_rel: LM_FLOOR_REL,
-            grid: self.delay_grid,
-            delays,
+            search: self.start_search,
+            plan: None,
             tuning: self.gpu,
         })
     }
 }
 
 /// LM defaults in f64: gradient cosine at a minimum, stall cosine, rounding floor of the
-/// residual relative to the data.
+/// residual relative to the data: the curves are f32, so a fit within their rounding
+/// (relative 2^-23 per sample) is as exact as the data allow.
 const LM_TOL_GRAD: f64 = 1e-8;
 const LM_STALL: f64 = 1e-3;
-const LM_FLOOR_REL: f64 = 1e-14;
+const LM_FLOOR_REL: f64 = f32::EPSILON as f64;
 pub(crate) const NO_DELAY: usize = usize::MAX;
 /// A fitted parameter this close to a bound, relative to its range, is reported at the bound.
 pub(crate) const AT_BOUND: f64 = 1e-4;
@@ -508,11 +505,19 @@ pub(crate) struct Setup {
     pub nm: NmSettings,
     pub lm: LmSettings,
     pub floor_rel: f64,
-    pub grid: Option<DelayGrid>,
-    /// Indices of the (up to two) free delays the grid searches, or [`NO_DELAY`].
-    pub delays: [usize; 2],
+    pub search: StartSearch,
+    /// The start search resolved for the problem ([`Setup::with_plan`]).
+    pub plan: Option<StartPlan>,
     /// The GPU path's launch shape.
     pub tuning: GpuTuning,
+}
+
+impl Setup {
+    /// Resolve the start search for `problem`.
+    pub fn with_plan(mut self, problem: &Problem) -> Self {
+        self.plan = plan(self.search, self.model, problem, &self.bounds, &self.start);
+        self
+    }
 }
 
 /// Stopping rule.

@@ -10,16 +10,9 @@ use ndarray::{Array2, Array3, Array4};
 use rayon::prelude::*;
 
 /// Parker et al. (2006) population arterial input function (mM, whole blood) at `t` seconds
-/// after injection.
+/// after injection ([`population::parker`](crate::population::parker), not cut at 0).
 pub fn parker_aif(t: f64) -> f64 {
-    let m = t / 60.0;
-    let gauss = |a: f64, mu: f64, sigma: f64| {
-        a / (sigma * (2.0 * std::f64::consts::PI).sqrt())
-            * (-(m - mu) * (m - mu) / (2.0 * sigma * sigma)).exp()
-    };
-    gauss(0.809, 0.17046, 0.0563)
-        + gauss(0.330, 0.365, 0.132)
-        + 1.050 * (-0.1685 * m).exp() / (1.0 + (-38.078 * (m - 0.483)).exp())
+    crate::model::population::parker(t / 60.0)
 }
 
 /// Portal-venous input: the arterial input passed through the gut, modelled as a delay of
