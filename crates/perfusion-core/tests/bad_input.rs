@@ -288,6 +288,7 @@ fn spec(curves: PathBuf, aif: &Path) -> InputSpec {
         conversion: Conversion::None,
         t10: None,
         t1_map: None,
+        b1_map: None,
     }
 }
 

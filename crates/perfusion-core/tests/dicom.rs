@@ -372,6 +372,7 @@ fn spec(dce: &Path, aif: &Path) -> InputSpec {
         conversion: Conversion::None,
         t10: None,
         t1_map: None,
+        b1_map: None,
     }
 }
 

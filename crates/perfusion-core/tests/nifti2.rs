@@ -266,6 +266,7 @@ fn a_fit_of_a_nifti2_series_writes_nifti2_maps() {
         conversion: Conversion::None,
         t10: None,
         t1_map: None,
+        b1_map: None,
     })
     .unwrap();
     let (fits, _) = fit(

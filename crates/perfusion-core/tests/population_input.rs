@@ -38,6 +38,7 @@ fn spec(curves: PathBuf, aif: &str, hematocrit: Option<f64>) -> InputSpec {
         conversion: Conversion::None,
         t10: None,
         t1_map: None,
+        b1_map: None,
     }
 }
 

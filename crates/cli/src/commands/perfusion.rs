@@ -95,6 +95,10 @@ struct FitArgs {
     /// Pre-contrast T1 map (s), same grid as the series.
     #[arg(long)]
     t1_map: Option<PathBuf>,
+    /// Relative flip-angle map (actual / nominal, e.g. from a B1 scan), same grid as the
+    /// series, for spgr: each voxel converted with its actual angle.
+    #[arg(long, requires = "dce")]
+    b1_map: Option<PathBuf>,
     /// Flip angle (degrees) for spgr; default: FlipAngle of a DICOM --dce's headers.
     #[arg(long)]
     flip_angle: Option<f64>,
@@ -352,6 +356,7 @@ fn input_spec(a: &FitArgs) -> anyhow::Result<InputSpec> {
         conversion: conversion(a)?,
         t10: a.t10,
         t1_map: a.t1_map.clone(),
+        b1_map: a.b1_map.clone(),
     })
 }
 

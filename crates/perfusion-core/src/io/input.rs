@@ -45,6 +45,9 @@ pub struct InputSpec {
     /// Pre-contrast T1 (s) (`--t10`) or T1 map on the series' grid (`--t1-map`).
     pub t10: Option<f64>,
     pub t1_map: Option<PathBuf>,
+    /// Relative flip angle (actual / nominal) on the series' grid, for spgr (`--b1-map`):
+    /// each tissue voxel converted with its actual angle (ROI inputs keep the nominal one).
+    pub b1_map: Option<PathBuf>,
 }
 
 /// Where NIfTI voxels came from: indices, grid shape, header, mean image (for overlays).
@@ -381,36 +384,38 @@ pub fn load(a: &InputSpec) -> Result<Job> {
         file_times.ok_or_else(|| input(format!("no time vector for {tissue}: give --dt SECONDS or --times FILE (the NIfTI header has no frame interval, or the CSV no `time` column)")))?
     };
     // Tissue curves to concentration.
-    let t1_map = match &a.t1_map {
-        Some(p) => {
-            inputs.push(p.clone());
-            let (m, header) = pnii::read_volume(p)?;
-            let g = volume
-                .as_ref()
-                .ok_or_else(|| input("--t1-map needs --dce"))?;
-            check_grid(
-                p,
-                "T1 map (--t1-map)",
-                m.shape(),
-                &header,
-                (g.shape, &g.header),
-                a.dce.as_deref().unwrap_or(Path::new("")),
-            )?;
-            Some(
-                g.index
-                    .iter()
-                    .map(|&[x, y, z]| f64::from(m[[x, y, z]]))
-                    .collect::<Vec<_>>(),
-            )
-        }
-        None => None,
+    let mut voxel_map = |path: &Option<PathBuf>, what: &str| -> Result<Option<Vec<f64>>> {
+        let Some(p) = path else {
+            return Ok(None);
+        };
+        inputs.push(p.clone());
+        let (m, header) = pnii::read_volume(p)?;
+        let g = volume
+            .as_ref()
+            .ok_or_else(|| input(format!("{what} needs --dce")))?;
+        check_grid(
+            p,
+            what,
+            m.shape(),
+            &header,
+            (g.shape, &g.header),
+            a.dce.as_deref().unwrap_or(Path::new("")),
+        )?;
+        Ok(Some(
+            g.index
+                .iter()
+                .map(|&[x, y, z]| f64::from(m[[x, y, z]]))
+                .collect(),
+        ))
     };
+    let t1_map = voxel_map(&a.t1_map, "T1 map (--t1-map)")?;
+    let b1_map = voxel_map(&a.b1_map, "B1 map (--b1-map)")?;
     let t10 = match (&t1_map, a.t10) {
         (Some(m), _) => T10::Map(m),
         (None, Some(t)) => T10::Fixed(t),
         (None, None) => T10::Fixed(1.0),
     };
-    let curves = conv.apply(curves.view(), t10)?;
+    let curves = conv.apply_b1(curves.view(), t10, b1_map.as_deref())?;
     // Inputs: CSV (concentration) or ROI over the series (converted like the tissue).
     let roi_input = |mask: &Path, what: &'static str| -> Result<Vec<f64>> {
         let s = series
