@@ -293,15 +293,7 @@ fn dual_grid<F: Float>(
             work.rhs[2] = -qd;
             work.rhs[3] = F::new(0.0);
             let r = nnls::<F>(work, dd, 3u32);
-            if r < best.residual {
-                best.residual = r;
-                best.index0 = a * grids.stride0;
-                best.index1 = p * grids.stride1;
-                #[unroll]
-                for j in 0..4u32 {
-                    best.theta[j as usize] = work.theta[j as usize];
-                }
-            }
+            keep::<F>(best, work, r, a * grids.stride0, p * grids.stride1);
         }
     }
 }
@@ -352,6 +344,13 @@ fn candidate<F: Float>(
         model,
     );
     let r = nnls::<F>(work, dd, comptime!(n_coefficients(model)));
+    keep::<F>(best, work, r, i0, i1);
+}
+
+/// Keep the candidate at `i0`, `i1` (coefficients in `work.theta`) if its residual `r` is
+/// strictly the smallest so far (perfusion-core's `Scan::keep`).
+#[cube]
+fn keep<F: Float>(best: &mut Best<F>, work: &Work<F>, r: F, i0: u32, i1: u32) {
     if r < best.residual {
         best.residual = r;
         best.index0 = i0;

@@ -1,7 +1,7 @@
 //! The linear least-squares start of one voxel (f64): the delay scan of
 //! [`crate::model::start`] over its basis tables.
 
-use crate::model::start::{StartPlan, n_coefficients, nnls, parameters};
+use crate::model::start::{StartPlan, n_coefficients, nnls, parameters, running_integral};
 use crate::model::{Bounds, MAX_PARAMS, Model};
 
 /// The best start for `data` under `plan`: coefficients solved for every scanned delay, the
@@ -53,7 +53,7 @@ fn dual_grid(scan: &mut Scan) {
     let (nt, t, data) = (plan.nt, &plan.tables, scan.data);
     let [ax0, ax1] = plan.axes;
     let (c0, c1) = (plan.coarse[0], plan.coarse[1]);
-    let q = running_integral_of(t, data);
+    let q = running_integral(&t[..nt], data);
     let (qq, qd) = q
         .iter()
         .zip(data)
@@ -81,25 +81,9 @@ fn dual_grid(scan: &mut Scan) {
             g[2][2] = qq;
             let rhs = [ad, pd, -qd, 0.0];
             let (theta, r) = nnls(&g, &rhs, scan.dd, 3);
-            if r < scan.best {
-                scan.best = r;
-                scan.theta = theta;
-                scan.index = [a * ax0.stride, p * ax1.stride];
-            }
+            scan.keep(r, theta, [a * ax0.stride, p * ax1.stride]);
         }
     }
-}
-
-/// Trapezoid running integral of `data` with the intervals at the start of `tables`.
-fn running_integral_of(tables: &[f64], data: &[f64]) -> Vec<f64> {
-    let mut q = Vec::with_capacity(data.len());
-    let mut acc = 0.0;
-    q.push(0.0);
-    for i in 1..data.len() {
-        acc += 0.5 * tables[i - 1] * (data[i - 1] + data[i]);
-        q.push(acc);
-    }
-    q
 }
 
 /// The search's state: the best residual so far, its coefficients and delay indices.
@@ -120,6 +104,11 @@ impl Scan<'_> {
         at[axis] = k;
         let (g, rhs) = normal_equations(self.plan, self.data, at);
         let (theta, r) = nnls(&g, &rhs, self.dd, n_coefficients(self.plan.model));
+        self.keep(r, theta, at);
+    }
+
+    /// Keep the candidate at `at` if its residual `r` is strictly the smallest so far.
+    fn keep(&mut self, r: f64, theta: [f64; 4], at: [usize; 2]) {
         if r < self.best {
             self.best = r;
             self.theta = theta;

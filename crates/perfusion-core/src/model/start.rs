@@ -174,7 +174,7 @@ pub(crate) fn plan(
         &mut tables,
         arterial
             .iter()
-            .map(|f| running_integral(problem, f))
+            .map(|f| running_integral(&problem.dt, f))
             .collect(),
     );
     let (v1, aa1, a2) = match model {
@@ -182,7 +182,7 @@ pub(crate) fn plan(
         Model::TwoCompartmentExchange => {
             let aa = arterial
                 .iter()
-                .map(|f| running_integral(problem, &running_integral(problem, f)))
+                .map(|f| running_integral(&problem.dt, &running_integral(&problem.dt, f)))
                 .collect();
             (NO_TABLE, push(&mut tables, aa), NO_TABLE)
         }
@@ -192,7 +192,7 @@ pub(crate) fn plan(
                 &mut tables,
                 portal
                     .iter()
-                    .map(|f| running_integral(problem, f))
+                    .map(|f| running_integral(&problem.dt, f))
                     .collect(),
             );
             (NO_TABLE, NO_TABLE, a2)
@@ -284,13 +284,13 @@ fn delayed_input(p: &Problem, u: &[f64], s: &[f64], tau: f64) -> Vec<f64> {
         .collect()
 }
 
-/// Trapezoid running integral of samples `f` from `t_0` (0 at `t_0`).
-pub(crate) fn running_integral(p: &Problem, f: &[f64]) -> Vec<f64> {
+/// Trapezoid running integral of samples `f` from `t_0` (0 at `t_0`), intervals `dt`.
+pub(crate) fn running_integral(dt: &[f64], f: &[f64]) -> Vec<f64> {
     let mut acc = 0.0;
     let mut out = Vec::with_capacity(f.len());
     out.push(0.0);
     for i in 1..f.len() {
-        acc += 0.5 * p.dt[i - 1] * (f[i - 1] + f[i]);
+        acc += 0.5 * dt[i - 1] * (f[i - 1] + f[i]);
         out.push(acc);
     }
     out
