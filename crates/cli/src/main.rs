@@ -120,8 +120,15 @@ fn init_logging(verbose: u8) {
         _ => "debug,wgpu_core=warn,wgpu_hal=warn,naga=warn,cubecl=info",
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    // From -vv on, each span's busy and idle time when it closes: where the wall time goes.
+    let spans = if verbose >= 2 {
+        tracing_subscriber::fmt::format::FmtSpan::CLOSE
+    } else {
+        tracing_subscriber::fmt::format::FmtSpan::NONE
+    };
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_span_events(spans)
         .with_writer(std::io::stderr)
         .try_init();
 }

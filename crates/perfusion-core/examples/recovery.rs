@@ -90,7 +90,7 @@ fn main() {
                         }
                     })
                     .fold(0.0, f64::max);
-                if err > 1e-2
+                if err > 1e-3
                     && std::env::var("SHOW").is_ok()
                     && method == Method::LevenbergMarquardt
                 {

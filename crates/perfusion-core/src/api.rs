@@ -72,11 +72,18 @@ pub fn fit_with(
     let setup = params.setup()?;
     input.check(params.model)?;
     let FitInput { curves, problem } = input;
-    let setup = setup.with_plan(problem);
+    let setup = {
+        let _span = tracing::debug_span!("start_plan").entered();
+        setup.with_plan(problem)
+    };
+    let flag = |fits: &mut Fits| {
+        let _span = tracing::debug_span!("quality_flags").entered();
+        fits.set_flags(curves, &setup);
+    };
     if device.is_gpu() {
         let use_f64 = gpu_f64(params.precision, device)?;
         let mut fits = gpu::fit(curves, problem, &setup, device, use_f64, control)?;
-        fits.set_flags(curves, &setup);
+        flag(&mut fits);
         let info = FitInfo {
             device: device.info().id.clone(),
             precision: if use_f64 { "f64" } else { "f32" },
@@ -84,7 +91,7 @@ pub fn fit_with(
         return Ok((fits, info));
     }
     let mut fits = cpu::fit(curves, problem, &setup, control);
-    fits.set_flags(curves, &setup);
+    flag(&mut fits);
     let info = FitInfo {
         device: "cpu".into(),
         precision: "f64",

@@ -3,8 +3,10 @@
 //! (tests/common/independent.rs: fine-grid integration, not the models' recursion), with
 //! parameters spread +-30% and delays anywhere from 0 to 15 s. Measured over 200 curves
 //! per model (`examples/recovery.rs`, docs/perfusion.md): Tofts, extended Tofts, Patlak
-//! and the 2CXM 200/200 within 1e-3; the dual-input model 182/200 (its portal input is a
-//! delayed, dispersed copy of the arterial one, so ka, kp and the delays trade off).
+//! and the 2CXM 200/200 within 1e-3; the dual-input model 196/200 (its portal input is a
+//! delayed, dispersed copy of the arterial one, so ka, kp and the delays trade off along
+//! shallow valleys; LM restarts from the search's other candidates and from the delays'
+//! kinks).
 
 mod common;
 
@@ -103,11 +105,9 @@ fn single_input_models_recover_every_noise_free_curve_to_1e_minus_3() {
 #[test]
 fn the_dual_input_model_recovers_most_noise_free_curves() {
     let (good, converged) = recovered(Model::DualInput, &[20.0, 100.0, 400.0], 1e-3);
-    assert!(good * 10 >= CURVES * 7, "{good}/{CURVES} within 1e-3");
-    assert!(
-        converged * 10 >= CURVES * 9,
-        "{converged}/{CURVES} converged"
-    );
+    // 37/40 on these curves (196/200 over the 200 of examples/recovery.rs).
+    assert!(good * 10 >= CURVES * 9, "{good}/{CURVES} within 1e-3");
+    assert_eq!(converged, CURVES, "{converged}/{CURVES} converged");
 }
 
 #[test]

@@ -1,15 +1,15 @@
 //! The bounded Levenberg-Marquardt fit kernel (perfusion-core's
-//! `cpu/levenberg_marquardt.rs`, with the start comparison first), its launch wrapper and its
-//! configuration.
+//! `cpu/levenberg_marquardt.rs`, with the start comparison first and the restarts of
+//! `cpu/fit.rs` after), its launch wrapper and its configuration.
 
 use super::model::{self, Ctx, canonical, chain, chain_len, chain_small, n_params, normal, tri};
 use super::voxel::{
-    Voxel, copy, finish_fit, first_voxel, is_free, load_shared_inputs, nm_cost, project,
-    start_point, take_valid_voxel,
+    Voxel, copy, first_voxel, is_free, load_shared_inputs, next_voxel, nm_cost, project,
+    record_fit, start_point, take_valid_voxel,
 };
 use super::{
-    COUNTER_WORDS, FitBuffers, KernelFloat, KernelParams, LM_STASH, STATUS_CONVERGED,
-    STATUS_FAILED, STATUS_MAX_ITERATIONS, cube_word, shared_inputs_len,
+    CANDIDATES, COUNTER_WORDS, FitBuffers, KINK_ESCAPE, KINK_NEAR, KernelFloat, KernelParams,
+    LM_STASH, STATUS_CONVERGED, STATUS_FAILED, STATUS_MAX_ITERATIONS, cube_word, shared_inputs_len,
 };
 use crate::configured::{array, settings_1d};
 use crate::linalg::cholesky_solve;
@@ -88,6 +88,7 @@ pub fn levenberg_marquardt_kernel<F: Float + CubeElement>(
     grid: &Array<F>,
     setup: &Array<F>,
     out: &mut Array<F>,
+    starts: &Array<F>,
     status: &mut Array<u32>,
     counter: &mut Array<Atomic<u32>>,
     nvox: u32,
@@ -109,6 +110,8 @@ pub fn levenberg_marquardt_kernel<F: Float + CubeElement>(
     lambda_max: F,
     damp_floor: F,
     seeded: u32,
+    kink_near: F,
+    kink_escape: F,
     inf: F,
     nan: F,
     big: F,
@@ -184,6 +187,12 @@ pub fn levenberg_marquardt_kernel<F: Float + CubeElement>(
     let mut lambda = cfg.lambda_start;
     let mut cosine = F::new(0.0);
     let mut floor = F::new(0.0);
+    // The run of the voxel's fit (0 the first, then restarts), the searched start it began
+    // from (0: the given one) and the cost of the fit recorded so far.
+    let mut run = 0u32;
+    let mut chosen = 0u32;
+    let mut best_cost = inf;
+    let escapes = comptime!(2 * n_params(model));
     // The evaluation at hand is the fit's start (else a trial point).
     let mut first = true;
     let mut active = true;
@@ -202,19 +211,25 @@ pub fn levenberg_marquardt_kernel<F: Float + CubeElement>(
                     x[p as usize] = setup[p as usize];
                 }
                 project::<F>(&mut x, setup, mask, np);
-                // The given start, then the searched one (seeded launches); strictly better wins.
+                // The given start, then the searched ones (seeded launches); strictly better
+                // wins.
+                run = 0u32;
+                chosen = 0u32;
                 if total > 0 {
                     copy::<F>(&mut trial, &x, np);
                     let mut best = nm_cost::<F>(
                         data, &curve, &inputs, grid, setup, ctx, &trial, mask, inf, model,
                     );
                     for g in 1..total + 1 {
-                        start_point::<F>(&mut delta, &trial, out, setup, mask, voxel, nvox, g, np);
+                        start_point::<F>(
+                            &mut delta, &trial, starts, setup, mask, voxel, nvox, g, np,
+                        );
                         let f = nm_cost::<F>(
                             data, &curve, &inputs, grid, setup, ctx, &delta, mask, inf, model,
                         );
                         if f < best {
                             best = f;
+                            chosen = g;
                             copy::<F>(&mut x, &delta, np);
                         }
                     }
@@ -352,14 +367,82 @@ pub fn levenberg_marquardt_kernel<F: Float + CubeElement>(
                 }
             }
             if done {
-                voxel = finish_fit::<F>(
-                    out, status, counter, &x, setup, cost, stats, result, it, voxel, nvox, mask,
-                    inf, nan, np, persistent,
-                );
-                fresh = true;
+                // A run that stalls on a kink of a delay's cost ended at a minimum.
+                if result == STATUS_FAILED
+                    && cost < inf
+                    && on_kink::<F>(&x, cfg.delay_mask & mask, inv_dt, kink_near, np)
+                {
+                    result = STATUS_CONVERGED;
+                }
+                // The first run is recorded, a restart only with a strictly lower cost.
+                if run == 0u32 || cost < best_cost {
+                    record_fit::<F>(
+                        out, status, &x, setup, cost, stats, result, it, voxel, nvox, mask, inf,
+                        nan, np,
+                    );
+                    best_cost = cost;
+                }
+                // The next restart: the other searched starts, then either side of each
+                // kink that a free delay of the recorded fit sits on.
+                let mut again = false;
+                while !again && run < total + escapes {
+                    run += 1u32;
+                    if run <= total {
+                        if run != chosen {
+                            start_point::<F>(
+                                &mut x, &trial, starts, setup, mask, voxel, nvox, run, np,
+                            );
+                            again = true;
+                        }
+                    } else {
+                        let e = run - total - 1u32;
+                        let u = e / 2u32;
+                        if ((cfg.delay_mask & mask) >> u) & 1u32 == 1u32 && inv_dt > F::new(0.0) {
+                            let frames = out[(u * nvox + voxel) as usize] * inv_dt;
+                            let kink = F::floor(frames + F::new(0.5));
+                            if F::abs(frames - kink) < kink_near {
+                                #[unroll]
+                                for p in 0..np {
+                                    x[p as usize] = out[(p * nvox + voxel) as usize];
+                                }
+                                let side = select((e & 1u32) == 0u32, -kink_escape, kink_escape);
+                                x[u as usize] = (kink + side) / inv_dt;
+                                project::<F>(&mut x, setup, mask, np);
+                                again = true;
+                            }
+                        }
+                    }
+                }
+                if again {
+                    copy::<F>(&mut trial, &x, np);
+                    lambda = cfg.lambda_start;
+                    result = STATUS_MAX_ITERATIONS;
+                    it = 0;
+                    first = true;
+                } else {
+                    voxel = next_voxel(counter, nvox, persistent);
+                    fresh = true;
+                }
             }
         }
     }
+}
+
+/// Whether a delay of `x` among `delays` (bits) lies within `near` sampling intervals of a
+/// whole number of them, `inv_dt` > 0 (perfusion-core's `model::start::on_kink`).
+#[cube]
+fn on_kink<F: Float>(x: &Array<F>, delays: u32, inv_dt: F, near: F, #[comptime] np: u32) -> bool {
+    let mut on = false;
+    #[unroll]
+    for u in 0..np {
+        if (delays >> u) & 1u32 == 1u32 && inv_dt > F::new(0.0) {
+            let frames = x[u as usize] * inv_dt;
+            if F::abs(frames - F::floor(frames + F::new(0.5))) < near {
+                on = true;
+            }
+        }
+    }
+    on
 }
 
 /// The damped, bounded Gauss-Newton step from `x`: the normal equations with Marquardt's
@@ -484,6 +567,9 @@ pub(crate) fn definition<R: Runtime, F: KernelFloat>(
         array(),
         array(),
         array(),
+        array(),
+        (),
+        (),
         (),
         (),
         (),
@@ -538,6 +624,7 @@ pub fn levenberg_marquardt<R: Runtime, F: KernelFloat>(
                 b.grid.arg(),
                 b.setup.arg(),
                 b.out.arg(),
+                b.starts.arg(),
                 b.status.arg(),
                 ArrayArg::from_raw_parts(b.counter.handle().clone(), COUNTER_WORDS),
                 p.voxels,
@@ -558,7 +645,9 @@ pub fn levenberg_marquardt<R: Runtime, F: KernelFloat>(
                 f(p.lambda[1]),
                 f(p.lambda[2]),
                 f(p.lambda[3]),
-                u32::from(p.seeded),
+                u32::from(p.seeded) * CANDIDATES,
+                f(KINK_NEAR),
+                f(KINK_ESCAPE),
                 f(f64::INFINITY),
                 f(f64::NAN),
                 f(f64::from(f32::MAX)),

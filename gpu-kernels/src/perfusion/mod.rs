@@ -61,6 +61,16 @@ pub const STATUS_FAILED: u32 = 4;
 /// Default units per cube: a register-heavy kernel, so fewer units than `CUBE_1D`.
 pub const CUBE_FIT: u32 = 128;
 
+/// Searched starts per voxel (perfusion-core's `CANDIDATES`): the dual-input search's best
+/// distinct candidates; the other models' searches fill the first and mark the rest absent
+/// (NaN).
+pub const CANDIDATES: u32 = 3;
+/// Levenberg-Marquardt restarts from either side of a kink of the cost where a fitted
+/// delay lies within `KINK_NEAR` sampling intervals of a whole number of them, at
+/// `KINK_ESCAPE` intervals from it (perfusion-core's `model::start`).
+pub const KINK_NEAR: f64 = 0.05;
+pub const KINK_ESCAPE: f64 = 0.5;
+
 /// Units per cube the fit kernels take. On CUDA the cube also caps registers per unit
 /// (`__launch_bounds__(cube)`: 65,536 / cube, at most 255): 384 gives 170 (12 warps per
 /// multiprocessor), 512 gives 128 (16 warps).
@@ -174,8 +184,9 @@ pub struct KernelParams {
     pub delay_mask: u32,
     /// LM damping schedule (start, floor, ceiling, diagonal floor).
     pub lambda: [f64; 4],
-    /// Whether [`start_search`] left each voxel's searched start in its parameter slots of
-    /// the output, to be compared with the given start.
+    /// Whether [`start_search`] left each voxel's [`CANDIDATES`] searched starts in
+    /// [`FitBuffers::starts`], to be compared with the given start (and, under
+    /// Levenberg-Marquardt, restarted from).
     pub seeded: bool,
     /// Whether the grid is uniform, and 1 / its interval.
     pub uniform: bool,
@@ -251,6 +262,9 @@ pub struct FitBuffers<'a, F: KernelFloat> {
     pub setup: &'a GpuArray<F>,
     /// Receives `np + 2` planes of `voxels` values: parameters, SSE, R^2.
     pub out: &'a GpuArray<F>,
+    /// The searched starts: [`CANDIDATES`] x `np` planes of `voxels` values, candidate
+    /// major (written by [`start_search`]; any length where the launch is not seeded).
+    pub starts: &'a GpuArray<F>,
     /// Receives one word per voxel: status | iterations << 8.
     pub status: &'a GpuArray<u32>,
     /// [`COUNTER_WORDS`] words: word 0 the next voxel for persistent units (zero at launch)
@@ -290,6 +304,7 @@ impl<F: KernelFloat> FitBuffers<'_, F> {
             || setup.len() < SETUP_LEN
             || out.len() < (np + 2) * v
             || status.len() < v
+            || (p.seeded && self.starts.len() < CANDIDATES as usize * np * v)
         {
             return Err(Error::invalid_launch(
                 name,

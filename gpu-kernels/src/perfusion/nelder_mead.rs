@@ -7,8 +7,8 @@ use super::voxel::{
     project, start_point, take_valid_voxel,
 };
 use super::{
-    COUNTER_WORDS, FitBuffers, KernelFloat, KernelParams, STATUS_CONVERGED, STATUS_MAX_ITERATIONS,
-    cube_word, shared_inputs_len,
+    CANDIDATES, COUNTER_WORDS, FitBuffers, KernelFloat, KernelParams, STATUS_CONVERGED,
+    STATUS_MAX_ITERATIONS, cube_word, shared_inputs_len,
 };
 use crate::configured::{array, settings_1d};
 use cubecl::prelude::*;
@@ -107,6 +107,7 @@ pub fn nelder_mead_kernel<F: Float + CubeElement>(
     grid: &Array<F>,
     setup: &Array<F>,
     out: &mut Array<F>,
+    starts: &Array<F>,
     status: &mut Array<u32>,
     counter: &mut Array<Atomic<u32>>,
     nvox: u32,
@@ -239,7 +240,7 @@ pub fn nelder_mead_kernel<F: Float + CubeElement>(
                 }
                 j += 1;
                 if j <= total {
-                    start_point::<F>(&mut pt, &vtx, out, setup, mask, voxel, nvox, j, np);
+                    start_point::<F>(&mut pt, &vtx, starts, setup, mask, voxel, nvox, j, np);
                 } else {
                     // The best grid point becomes x0 (row 0 at j = 0 of the simplex).
                     #[unroll]
@@ -526,6 +527,7 @@ pub(crate) fn definition<R: Runtime, F: KernelFloat>(
         array(),
         array(),
         array(),
+        array(),
         (),
         (),
         (),
@@ -576,6 +578,7 @@ pub fn nelder_mead<R: Runtime, F: KernelFloat>(
                 b.grid.arg(),
                 b.setup.arg(),
                 b.out.arg(),
+                b.starts.arg(),
                 b.status.arg(),
                 ArrayArg::from_raw_parts(b.counter.handle().clone(), COUNTER_WORDS),
                 p.voxels,
@@ -589,7 +592,7 @@ pub fn nelder_mead<R: Runtime, F: KernelFloat>(
                 f(p.tol_fun),
                 f(p.tol_x),
                 f(p.ten_eps),
-                u32::from(p.seeded),
+                u32::from(p.seeded) * CANDIDATES,
                 f(f64::INFINITY),
                 f(f64::NAN),
                 f(f64::from(f32::MAX)),

@@ -1,14 +1,15 @@
 //! The start search kernel (perfusion-core's `model/start.rs` and `cpu/start.rs`): per
-//! voxel, linear least squares on the model's integral form over a grid of delays, the
-//! best coefficients turned into parameters and left in the voxel's parameter slots of the
-//! fit's output, where the fit kernel then compares them with the given start.
+//! voxel, linear least squares on the model's integral form over a grid of delays; the
+//! best distinct candidates ([`CANDIDATES`] for the dual-input model, one otherwise) are
+//! refined, turned into parameters and left in the fit's `starts` buffer, where the fit
+//! kernel compares them with the given start (and Levenberg-Marquardt restarts from them).
 //! One unit per voxel; the voxel-independent basis tables are read by every unit alike.
 
 use super::model::n_params;
 use super::voxel::{await_curve, project};
 use super::{
-    COUNTER_WORDS, FitBuffers, KernelFloat, KernelParams, MODEL_DUAL_INPUT, MODEL_EXTENDED_TOFTS,
-    MODEL_PATLAK, MODEL_TOFTS,
+    CANDIDATES, COUNTER_WORDS, FitBuffers, KernelFloat, KernelParams, MODEL_DUAL_INPUT,
+    MODEL_EXTENDED_TOFTS, MODEL_PATLAK, MODEL_TOFTS,
 };
 use crate::configured::{array, settings_1d};
 use crate::linalg::cholesky_solve;
@@ -73,7 +74,7 @@ pub fn start_kernel<F: Float + CubeElement>(
     data: &Array<f32>,
     tables: &Array<F>,
     setup: &Array<F>,
-    out: &mut Array<F>,
+    starts: &mut Array<F>,
     counter: &mut Array<Atomic<u32>>,
     nvox: u32,
     stride: u32,
@@ -102,6 +103,7 @@ pub fn start_kernel<F: Float + CubeElement>(
     cross: u32,
     norms: u32,
     inf: F,
+    nan: F,
     #[comptime] model: u32,
 ) {
     let first = ABSOLUTE_POS_X + ABSOLUTE_POS_Y * CUBE_COUNT_X * CUBE_DIM_X;
@@ -138,6 +140,23 @@ pub fn start_kernel<F: Float + CubeElement>(
             y: Array::<F>::new(4usize),
             theta: Array::<F>::new(4usize),
         };
+        let mut kept = Kept::<F> {
+            residual: Array::<F>::new(comptime!(CANDIDATES as usize)),
+            theta: Array::<F>::new(comptime!(4 * CANDIDATES as usize)),
+            index0: Array::<u32>::new(comptime!(CANDIDATES as usize)),
+            index1: Array::<u32>::new(comptime!(CANDIDATES as usize)),
+            n: 0u32,
+        };
+        #[unroll]
+        for c in 0..CANDIDATES {
+            kept.residual[c as usize] = inf;
+            kept.index0[c as usize] = first0;
+            kept.index1[c as usize] = first1;
+            #[unroll]
+            for j in 0..4u32 {
+                kept.theta[(4 * c + j) as usize] = F::new(0.0);
+            }
+        }
         let mut best = Best::<F> {
             residual: inf,
             theta: Array::<F>::new(4usize),
@@ -149,7 +168,7 @@ pub fn start_kernel<F: Float + CubeElement>(
             best.theta[j as usize] = F::new(0.0);
         }
         if comptime!(model & 0xF == MODEL_DUAL_INPUT) {
-            dual_grid::<F>(data, tables, reads, grids, dd, &mut work, &mut best);
+            dual_grid::<F>(data, tables, reads, grids, dd, &mut work, &mut kept);
         } else {
             let mut k = 0u32;
             while k < count0 {
@@ -158,41 +177,69 @@ pub fn start_kernel<F: Float + CubeElement>(
                 );
                 k += stride0;
             }
-        }
-        // Refinement around the best, a quarter step at a time, on each free axis.
-        for axis in 0..2u32 {
-            let on1 = axis == 1u32;
-            let count = select(on1, count1, count0);
-            let step = select(on1, stride1, stride0);
-            let centre = select(on1, best.index1, best.index0);
-            if ((free_axes >> axis) & 1u32) == 1u32 {
-                let lo = select(centre >= step - 1u32, centre - (step - 1u32), 0u32);
-                let up = centre + step - 1u32;
-                let hi = select(up < count - 1u32, up, count - 1u32);
-                for k in lo..hi + 1u32 {
-                    let i0 = select(on1, best.index0, k);
-                    let i1 = select(on1, k, best.index1);
-                    candidate::<F>(data, tables, reads, i0, i1, dd, &mut work, &mut best, model);
-                }
+            kept.residual[0] = best.residual;
+            kept.index0[0] = best.index0;
+            kept.index1[0] = best.index1;
+            #[unroll]
+            for j in 0..4u32 {
+                kept.theta[j as usize] = best.theta[j as usize];
             }
+            kept.n = select(best.residual < inf, 1u32, 0u32);
         }
         let mut x = Array::<F>::new(5usize);
-        #[unroll]
-        for p in 0..np {
-            x[p as usize] = setup[p as usize];
-        }
-        project::<F>(&mut x, setup, mask, np);
-        parameters::<F>(&mut x, &best.theta, rate_scale, model);
-        if param0 < 5u32 {
-            x[param0 as usize] = start0 + step0 * F::cast_from(best.index0);
-        }
-        if param1 < 5u32 {
-            x[param1 as usize] = start1 + step1 * F::cast_from(best.index1);
-        }
-        project::<F>(&mut x, setup, mask, np);
-        #[unroll]
-        for p in 0..np {
-            out[(p * nvox + voxel) as usize] = x[p as usize];
+        for c in 0..comptime!(CANDIDATES) {
+            if c < kept.n {
+                best.residual = kept.residual[c as usize];
+                best.index0 = kept.index0[c as usize];
+                best.index1 = kept.index1[c as usize];
+                #[unroll]
+                for j in 0..4u32 {
+                    best.theta[j as usize] = kept.theta[(4 * c + j) as usize];
+                }
+                // Refinement around the candidate, a quarter step at a time, on each free
+                // axis.
+                for axis in 0..2u32 {
+                    let on1 = axis == 1u32;
+                    let count = select(on1, count1, count0);
+                    let step = select(on1, stride1, stride0);
+                    let centre = select(on1, best.index1, best.index0);
+                    if ((free_axes >> axis) & 1u32) == 1u32 {
+                        let lo = select(centre >= step - 1u32, centre - (step - 1u32), 0u32);
+                        let up = centre + step - 1u32;
+                        let hi = select(up < count - 1u32, up, count - 1u32);
+                        for k in lo..hi + 1u32 {
+                            let i0 = select(on1, best.index0, k);
+                            let i1 = select(on1, k, best.index1);
+                            candidate::<F>(
+                                data, tables, reads, i0, i1, dd, &mut work, &mut best, model,
+                            );
+                        }
+                    }
+                }
+                #[unroll]
+                for p in 0..np {
+                    x[p as usize] = setup[p as usize];
+                }
+                project::<F>(&mut x, setup, mask, np);
+                parameters::<F>(&mut x, &best.theta, rate_scale, model);
+                if param0 < 5u32 {
+                    x[param0 as usize] = start0 + step0 * F::cast_from(best.index0);
+                }
+                if param1 < 5u32 {
+                    x[param1 as usize] = start1 + step1 * F::cast_from(best.index1);
+                }
+                project::<F>(&mut x, setup, mask, np);
+            } else {
+                // No candidate: a start whose cost is NaN, never taken.
+                #[unroll]
+                for p in 0..np {
+                    x[p as usize] = nan;
+                }
+            }
+            #[unroll]
+            for p in 0..np {
+                starts[((c * np + p) * nvox + voxel) as usize] = x[p as usize];
+            }
         }
     }
 }
@@ -251,7 +298,7 @@ fn dual_grid<F: Float>(
     grids: DualGrid,
     dd: F,
     work: &mut Work<F>,
-    best: &mut Best<F>,
+    kept: &mut Kept<F>,
 ) {
     let nt = reads.nt;
     let half = F::new(0.5);
@@ -293,7 +340,7 @@ fn dual_grid<F: Float>(
             work.rhs[2] = -qd;
             work.rhs[3] = F::new(0.0);
             let r = nnls::<F>(work, dd, 3u32);
-            keep::<F>(best, work, r, a * grids.stride0, p * grids.stride1);
+            keep_distinct::<F>(kept, work, r, a * grids.stride0, p * grids.stride1, grids);
         }
     }
 }
@@ -316,6 +363,86 @@ struct Best<F: Float> {
     theta: Array<F>,
     index0: u32,
     index1: u32,
+}
+
+/// The best candidates of the coarse scan, ascending residual, pairwise not neighbours on
+/// the coarse grid (perfusion-core's `Scan::kept`); `n` of them found.
+#[derive(CubeType)]
+struct Kept<F: Float> {
+    residual: Array<F>,
+    theta: Array<F>,
+    index0: Array<u32>,
+    index1: Array<u32>,
+    n: u32,
+}
+
+/// Keep the coarse candidate at `i0`, `i1` (coefficients in `work.theta`) among the distinct
+/// best (perfusion-core's `Scan::keep_distinct`): it replaces a kept neighbour it beats (else
+/// it is dropped), or the worst kept one it beats; one pass of swaps from the end restores
+/// the order.
+#[cube]
+fn keep_distinct<F: Float>(
+    kept: &mut Kept<F>,
+    work: &Work<F>,
+    r: F,
+    i0: u32,
+    i1: u32,
+    grids: DualGrid,
+) {
+    let none = u32::new(CANDIDATES as i64);
+    let mut slot = u32::new(CANDIDATES as i64);
+    let mut near = false;
+    for j in 0..kept.n {
+        let k0 = kept.index0[j as usize];
+        let k1 = kept.index1[j as usize];
+        let d0 = select(k0 > i0, k0 - i0, i0 - k0);
+        let d1 = select(k1 > i1, k1 - i1, i1 - k1);
+        if !near && d0 <= grids.stride0 && d1 <= grids.stride1 {
+            near = true;
+            if r < kept.residual[j as usize] {
+                slot = j;
+            }
+        }
+    }
+    if !near {
+        if kept.n < none {
+            slot = kept.n;
+            kept.n += 1u32;
+        } else if r < kept.residual[(none - 1u32) as usize] {
+            slot = none - 1u32;
+        }
+    }
+    if slot < none {
+        kept.residual[slot as usize] = r;
+        kept.index0[slot as usize] = i0;
+        kept.index1[slot as usize] = i1;
+        #[unroll]
+        for q in 0..4u32 {
+            kept.theta[(4u32 * slot + q) as usize] = work.theta[q as usize];
+        }
+        let mut j = none - 1u32;
+        while j > 0u32 {
+            let i = j - 1u32;
+            if kept.residual[j as usize] < kept.residual[i as usize] {
+                let r0 = kept.residual[j as usize];
+                kept.residual[j as usize] = kept.residual[i as usize];
+                kept.residual[i as usize] = r0;
+                let a = kept.index0[j as usize];
+                kept.index0[j as usize] = kept.index0[i as usize];
+                kept.index0[i as usize] = a;
+                let b = kept.index1[j as usize];
+                kept.index1[j as usize] = kept.index1[i as usize];
+                kept.index1[i as usize] = b;
+                #[unroll]
+                for q in 0..4u32 {
+                    let t = kept.theta[(4u32 * j + q) as usize];
+                    kept.theta[(4u32 * j + q) as usize] = kept.theta[(4u32 * i + q) as usize];
+                    kept.theta[(4u32 * i + q) as usize] = t;
+                }
+            }
+            j -= 1u32;
+        }
+    }
 }
 
 /// Solve at delay indices `i0`, `i1`; keep the candidate in `best` if its residual is
@@ -609,12 +736,13 @@ pub(crate) fn definition<R: Runtime, F: KernelFloat>(
         (),
         (),
         (),
+        (),
         p.model_word(),
     )
 }
 
-/// Launch [`start_kernel`] over the voxels of `b` (curves, setup, and the parameter planes
-/// of `out`, which receive the starts) with the search `s` and its `tables`.
+/// Launch [`start_kernel`] over the voxels of `b` (curves, setup, and `starts`, which
+/// receives [`CANDIDATES`] starts per voxel) with the search `s` and its `tables`.
 pub fn start_search<R: Runtime, F: KernelFloat>(
     gpu: &Gpu<R>,
     b: &FitBuffers<'_, F>,
@@ -644,6 +772,8 @@ pub fn start_search<R: Runtime, F: KernelFloat>(
     if needed.iter().any(|&n| n > tables.len())
         || s.axes.iter().any(|a| a.count == 0 || a.stride == 0)
         || s.coarse.iter().any(|&c| c > MAX_COARSE)
+        || b.starts.len()
+            < CANDIDATES as usize * super::model::n_params(p.model) as usize * p.voxels as usize
     {
         return Err(Error::invalid_launch(
             name,
@@ -659,7 +789,7 @@ pub fn start_search<R: Runtime, F: KernelFloat>(
     gpu.launch(name, count, |count| {
         // SAFETY: unit v < voxels reads data[t * stride + v] for t < nt (stride >= voxels,
         // checked with the fit's buffers), table rows checked above, setup[..15], and
-        // writes out[q * voxels + v] for q < np.
+        // writes starts[q * voxels + v] for q < CANDIDATES np (checked above).
         unsafe {
             start_kernel::launch_unchecked::<F, R>(
                 gpu.client(),
@@ -668,7 +798,7 @@ pub fn start_search<R: Runtime, F: KernelFloat>(
                 b.data.arg(),
                 tables.arg(),
                 b.setup.arg(),
-                b.out.arg(),
+                b.starts.arg(),
                 ArrayArg::from_raw_parts(b.counter.handle().clone(), COUNTER_WORDS),
                 p.voxels,
                 p.stride,
@@ -697,6 +827,7 @@ pub fn start_search<R: Runtime, F: KernelFloat>(
                 s.cross,
                 s.norms,
                 f(f64::INFINITY),
+                f(f64::NAN),
                 p.model_word(),
             );
         };

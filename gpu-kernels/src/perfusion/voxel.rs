@@ -151,15 +151,15 @@ pub(crate) fn nm_cost<F: Float>(
     f
 }
 
-/// Point `g` of the start comparison into `x`: 0 the given start `x0`, 1 the voxel's
-/// searched start, left in its parameter slots of `out` by the start kernel
-/// ([`super::start`]), projected (perfusion-core's `cpu::fit` compares the same two).
+/// Point `g` of the start comparison into `x`: 0 the given start `x0`, `g >= 1` the voxel's
+/// searched start `g - 1`, left in `starts` by the start kernel ([`super::start`]),
+/// projected (perfusion-core's `cpu::fit` compares the same).
 #[cube]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn start_point<F: Float>(
     x: &mut Array<F>,
     x0: &Array<F>,
-    out: &Array<F>,
+    starts: &Array<F>,
     setup: &Array<F>,
     mask: u32,
     voxel: u32,
@@ -174,7 +174,7 @@ pub(crate) fn start_point<F: Float>(
     if g > 0 {
         #[unroll]
         for p in 0..np {
-            x[p as usize] = out[(p * nvox + voxel) as usize];
+            x[p as usize] = starts[(((g - 1u32) * np + p) * nvox + voxel) as usize];
         }
         project::<F>(x, setup, mask, np);
     }
@@ -216,6 +216,31 @@ pub(crate) fn finish_fit<F: Float>(
     #[comptime] np: u32,
     #[comptime] persistent: bool,
 ) -> u32 {
+    record_fit::<F>(
+        out, status, x, setup, cost, stats, result, iterations, voxel, nvox, mask, inf, nan, np,
+    );
+    next_voxel(counter, nvox, persistent)
+}
+
+/// Write the fit of `voxel` as [`finish_fit`] does, leaving the unit on it.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn record_fit<F: Float>(
+    out: &mut Array<F>,
+    status: &mut Array<u32>,
+    x: &Array<F>,
+    setup: &Array<F>,
+    cost: F,
+    stats: Voxel<F>,
+    result: u32,
+    iterations: u32,
+    voxel: u32,
+    nvox: u32,
+    mask: u32,
+    inf: F,
+    nan: F,
+    #[comptime] np: u32,
+) {
     let mut code = result;
     if !(cost < inf) {
         code = STATUS_FAILED;
@@ -227,6 +252,16 @@ pub(crate) fn finish_fit<F: Float>(
     write_result::<F>(
         out, status, x, cost, stats, code, iterations, voxel, nvox, nan, np,
     );
+}
+
+/// The unit's next voxel once it has written one: from `counter[0]` for persistent units,
+/// else none (`nvox`).
+#[cube]
+pub(crate) fn next_voxel(
+    counter: &mut Array<Atomic<u32>>,
+    nvox: u32,
+    #[comptime] persistent: bool,
+) -> u32 {
     let mut next = nvox;
     if comptime!(persistent) {
         next = counter[0].fetch_add(1u32);

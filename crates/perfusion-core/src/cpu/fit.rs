@@ -4,7 +4,8 @@
 use super::conv::{by_flags, normal, sse};
 use super::levenberg_marquardt::{LmEnd, levenberg_marquardt};
 use super::nelder_mead::nelder_mead;
-use super::start::lls_start;
+use super::start::lls_starts;
+use crate::model::start::{kink_escape, on_kink};
 use crate::model::{
     Control, FitStatus, Fits, MAX_PARAMS, Method, Problem, Setup, VoxelFit, canonical, chain,
 };
@@ -131,12 +132,23 @@ fn fit_voxel_impl<const TI: bool, const TE: bool, const VA: bool>(
     };
     let mut x0 = setup.start;
     b.project(&mut x0);
-    if let Some(plan) = &setup.plan {
-        // The searched start where it fits better than the given one (ties: the given).
-        let seed = lls_start(plan, data, b, &x0);
-        if cost(&seed) < cost(&x0) {
-            x0 = seed;
+    // The searched starts; the fit begins at the one that fits best where it beats the given
+    // start (ties: the earlier, the given first).
+    let seeds = setup
+        .plan
+        .as_ref()
+        .map_or_else(Vec::new, |plan| lls_starts(plan, data, b, &x0));
+    let mut chosen = None;
+    let mut best = cost(&x0);
+    for (g, seed) in seeds.iter().enumerate() {
+        let f = cost(seed);
+        if f < best {
+            best = f;
+            chosen = Some(g);
         }
+    }
+    if let Some(g) = chosen {
+        x0 = seeds[g];
     }
     let (x, f, iterations, end) = match setup.method {
         Method::NelderMead => {
@@ -157,7 +169,38 @@ fn fit_voxel_impl<const TI: bool, const TE: bool, const VA: bool>(
             let mut s = setup.lm;
             s.floor = setup.floor_rel * setup.floor_rel * sumsq;
             s.max_delay_step = problem.mean_interval();
-            let o = levenberg_marquardt(&mut nrm, &mut cost, &x0, b, &s);
+            let inv_dt = problem.inv_dt;
+            // A run that stalls on a kink of a delay's cost ended at a minimum.
+            let mut lm = |x0: &[f64; MAX_PARAMS]| {
+                let mut o = levenberg_marquardt(&mut nrm, &mut cost, x0, b, &s);
+                if o.end == LmEnd::Failed && o.f < f64::INFINITY && on_kink(model, &o.x, b, inv_dt)
+                {
+                    o.end = LmEnd::Converged;
+                }
+                o
+            };
+            // Restarts from the other searched starts, then from either side of the kinks
+            // the best fit's delays sit on; a restart wins only with a strictly lower cost.
+            let mut o = lm(&x0);
+            let others = seeds
+                .iter()
+                .enumerate()
+                .filter(|&(g, _)| Some(g) != chosen)
+                .map(|(_, seed)| *seed);
+            for seed in others.collect::<Vec<_>>() {
+                let r = lm(&seed);
+                if r.f < o.f {
+                    o = r;
+                }
+            }
+            for e in 0..2 * np {
+                if let Some(seed) = kink_escape(model, &o.x, b, inv_dt, e) {
+                    let r = lm(&seed);
+                    if r.f < o.f {
+                        o = r;
+                    }
+                }
+            }
             (o.x, o.f, o.iterations, o.end)
         }
     };

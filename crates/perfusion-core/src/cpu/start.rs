@@ -1,48 +1,44 @@
 //! The linear least-squares start of one voxel (f64): the delay scan of
 //! [`crate::model::start`] over its basis tables.
 
-use crate::model::start::{StartPlan, n_coefficients, nnls, parameters, running_integral};
+use crate::model::start::{
+    CANDIDATES, StartPlan, n_coefficients, nnls, parameters, running_integral,
+};
 use crate::model::{Bounds, MAX_PARAMS, Model};
 
-/// The best start for `data` under `plan`: coefficients solved for every scanned delay, the
-/// smallest residual's parameters (projected into `b`; undetermined ones keep `start`).
-pub(crate) fn lls_start(
+/// The searched starts for `data` under `plan`, best residual first: the dual-input model's
+/// [`CANDIDATES`] distinct minima of the coarse scan (the integral form's residual is not
+/// the model's, so the fit ranks them by its own cost), one for the other models; each
+/// refined on the fine grid and turned into parameters (projected into `b`; undetermined
+/// ones keep `start`).
+pub(crate) fn lls_starts(
     plan: &StartPlan,
     data: &[f64],
     b: &Bounds,
     start: &[f64; MAX_PARAMS],
-) -> [f64; MAX_PARAMS] {
+) -> Vec<[f64; MAX_PARAMS]> {
     let dd: f64 = data.iter().map(|d| d * d).sum();
-    let new_scan = || Scan {
-        plan,
-        data,
-        dd,
-        index: [plan.axes[0].first, plan.axes[1].first],
-        best: f64::INFINITY,
-        theta: [0.0; 4],
-    };
-    let mut scan = new_scan();
+    let mut coarse = Scan::new(plan, data, dd);
     if plan.model == Model::DualInput {
-        dual_grid(&mut scan);
+        dual_grid(&mut coarse);
     } else {
         let a = plan.axes[0];
         for k in (0..a.count).step_by(a.stride) {
-            scan.candidate(0, k);
+            coarse.candidate(0, k);
         }
     }
-    for axis in 0..2 {
-        let a = plan.axes[axis];
-        if a.free {
-            let centre = scan.index[axis];
-            let lo = centre.saturating_sub(a.stride - 1);
-            let hi = (centre + a.stride - 1).min(a.count - 1);
-            for k in lo..=hi {
-                scan.candidate(axis, k);
-            }
-        }
-    }
-    let delays = [0, 1].map(|a| plan.axes[a].delay(scan.index[a]));
-    parameters(plan, &scan.theta, delays, b, start)
+    coarse.kept[..coarse.n]
+        .iter()
+        .map(|kept| {
+            let mut scan = Scan::new(plan, data, dd);
+            scan.kept[0] = *kept;
+            scan.n = 1;
+            scan.refine();
+            let best = scan.kept[0];
+            let delays = [0, 1].map(|a| plan.axes[a].delay(best.index[a]));
+            parameters(plan, &best.theta, delays, b, start)
+        })
+        .collect()
 }
 
 /// The dual-input model's coarse search: every pair of arterial and portal delays. The
@@ -81,38 +77,100 @@ fn dual_grid(scan: &mut Scan) {
             g[2][2] = qq;
             let rhs = [ad, pd, -qd, 0.0];
             let (theta, r) = nnls(&g, &rhs, scan.dd, 3);
-            scan.keep(r, theta, [a * ax0.stride, p * ax1.stride]);
+            scan.keep_distinct(r, theta, [a * ax0.stride, p * ax1.stride]);
         }
     }
 }
 
-/// The search's state: the best residual so far, its coefficients and delay indices.
+/// One solved candidate: residual of the integral form, coefficients, delay indices.
+#[derive(Debug, Clone, Copy)]
+struct Candidate {
+    residual: f64,
+    theta: [f64; 4],
+    index: [usize; 2],
+}
+
+/// The search's state: the best candidates so far, ascending residual.
 struct Scan<'a> {
     plan: &'a StartPlan,
     data: &'a [f64],
     dd: f64,
-    index: [usize; 2],
-    best: f64,
-    theta: [f64; 4],
+    kept: [Candidate; CANDIDATES],
+    n: usize,
 }
 
-impl Scan<'_> {
-    /// Solve at delay index `k` of `axis` (the other axis at its best); keep it if strictly
-    /// better.
+impl<'a> Scan<'a> {
+    fn new(plan: &'a StartPlan, data: &'a [f64], dd: f64) -> Self {
+        let none = Candidate {
+            residual: f64::INFINITY,
+            theta: [0.0; 4],
+            index: [plan.axes[0].first, plan.axes[1].first],
+        };
+        Scan {
+            plan,
+            data,
+            dd,
+            kept: [none; CANDIDATES],
+            n: 0,
+        }
+    }
+
+    /// Solve at delay index `k` of `axis` (the other axis at the best's); keep it if
+    /// strictly better than the best.
     fn candidate(&mut self, axis: usize, k: usize) {
-        let mut at = self.index;
+        let mut at = self.kept[0].index;
         at[axis] = k;
         let (g, rhs) = normal_equations(self.plan, self.data, at);
         let (theta, r) = nnls(&g, &rhs, self.dd, n_coefficients(self.plan.model));
-        self.keep(r, theta, at);
+        if r < self.kept[0].residual {
+            self.kept[0] = Candidate {
+                residual: r,
+                theta,
+                index: at,
+            };
+            self.n = 1;
+        }
     }
 
-    /// Keep the candidate at `at` if its residual `r` is strictly the smallest so far.
-    fn keep(&mut self, r: f64, theta: [f64; 4], at: [usize; 2]) {
-        if r < self.best {
-            self.best = r;
-            self.theta = theta;
-            self.index = at;
+    /// Each free axis in turn, every fine point within a coarse step of the best.
+    fn refine(&mut self) {
+        for axis in 0..2 {
+            let a = self.plan.axes[axis];
+            if a.free {
+                let centre = self.kept[0].index[axis];
+                let lo = centre.saturating_sub(a.stride - 1);
+                let hi = (centre + a.stride - 1).min(a.count - 1);
+                for k in lo..=hi {
+                    self.candidate(axis, k);
+                }
+            }
+        }
+    }
+
+    /// Keep the coarse candidate at `at` among the best [`CANDIDATES`] that are pairwise
+    /// not neighbours on the coarse grid: it replaces a kept neighbour it beats (else it is
+    /// dropped), or the worst kept one it beats.
+    fn keep_distinct(&mut self, r: f64, theta: [f64; 4], at: [usize; 2]) {
+        let strides = [self.plan.axes[0].stride, self.plan.axes[1].stride];
+        let near = |c: &Candidate| (0..2).all(|a| c.index[a].abs_diff(at[a]) <= strides[a]);
+        let slot = match self.kept[..self.n].iter().position(near) {
+            Some(j) if r < self.kept[j].residual => j,
+            None if self.n < CANDIDATES => {
+                self.n += 1;
+                self.n - 1
+            }
+            None if r < self.kept[CANDIDATES - 1].residual => CANDIDATES - 1,
+            Some(_) | None => return,
+        };
+        self.kept[slot] = Candidate {
+            residual: r,
+            theta,
+            index: at,
+        };
+        let mut j = slot;
+        while j > 0 && self.kept[j].residual < self.kept[j - 1].residual {
+            self.kept.swap(j, j - 1);
+            j -= 1;
         }
     }
 }

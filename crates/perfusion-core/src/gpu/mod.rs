@@ -13,6 +13,7 @@ mod upload;
 pub(crate) use timing::kernel_times;
 
 use crate::error::Result;
+use crate::model::start::CANDIDATES;
 use crate::model::{Control, FitStatus, Fits, Problem, Setup};
 use gpu_kernels::perfusion::{FitBuffers, KernelFloat};
 use gpu_runtime::{Device, Gpu, GpuArray, HostStaging, KnownRuntime, with_gpu};
@@ -33,6 +34,16 @@ const PIPELINE_CHUNKS: usize = 4;
 /// Launches are not made smaller than this for the pipeline (a launch must still fill the
 /// GPU); an explicit launch count (benchmarks, tests) is taken as given.
 const MIN_PIPELINE_CHUNK: usize = 1 << 16;
+
+/// Values of the searched starts' buffer for `voxels` voxels: [`CANDIDATES`] parameter
+/// vectors each with a start search, else one value (unused).
+pub(super) fn starts_len(setup: &Setup, np: usize, voxels: usize) -> usize {
+    if setup.plan.is_some() {
+        CANDIDATES * np * voxels
+    } else {
+        1
+    }
+}
 
 /// Fit every voxel on the GPU `device` in f64 (`use_f64`) or f32; the tuning's `launches`
 /// overrides the kernel launches per round (benchmarks, tests).
@@ -96,7 +107,8 @@ fn run<F: KernelFloat>(
         let setup_dev = gpu.upload(&setup_values::<F>(setup))?;
         let search = setup.plan.as_ref().map(start_values::<F>);
         let tables = search.as_ref().map(|(t, _)| gpu.upload(t)).transpose()?;
-        let per_voxel = nt as u64 * 4 + (np as u64 + 2) * fsize + 4;
+        let per_voxel =
+            nt as u64 * 4 + (np as u64 + 2) * fsize + starts_len(setup, np, 1) as u64 * fsize + 4;
         let fixed = (grid.len() + tables.as_ref().map_or(0, GpuArray::len)) as u64 * fsize + 1024;
         // A round's buffers are all on the device at once; twice the bytes per voxel leave
         // room for the memory pool's rounding and earlier buffers.
@@ -144,6 +156,7 @@ struct Launched<F: KernelFloat> {
     range: Range<usize>,
     /// Held until the maps are down, so that their memory is not reused under the kernel.
     _data: GpuArray<f32>,
+    _starts: GpuArray<F>,
     out: GpuArray<F>,
     status: GpuArray<u32>,
     _counter: GpuArray<u32>,
@@ -185,13 +198,14 @@ fn queue_round<R: KnownRuntime, F: KernelFloat>(
                 None
             };
             let out = gpu.empty::<F>((np + 2) * len)?;
+            let starts = gpu.empty::<F>(starts_len(setup, np, len))?;
             let status = gpu.empty::<u32>(len)?;
             // The next voxel for persistent units and the voxels whose curves are up (raised
             // piece by piece with raw copies). (A new upload waits for the queue: made now,
             // before any launch of the round.)
             let ready = if raw { 0 } else { len as u32 };
             let counter = gpu.upload(&counter_words(ready))?;
-            bufs.push((data, out, status, counter));
+            bufs.push((data, out, starts, status, counter));
         }
     }
     let longest = chunks.iter().map(ExactSizeIterator::len).max().unwrap_or(0);
@@ -208,7 +222,7 @@ fn queue_round<R: KnownRuntime, F: KernelFloat>(
     let mut whole = (!raw).then(|| staging_cache::take(gpu, 2, longest * nt * 4));
     let mut queued = Vec::with_capacity(chunks.len());
     let mut result = Ok(());
-    for (range, (data, out, status, counter)) in chunks.iter().zip(bufs) {
+    for (range, (data, out, starts, status, counter)) in chunks.iter().zip(bufs) {
         if control.stopped() {
             break;
         }
@@ -224,6 +238,7 @@ fn queue_round<R: KnownRuntime, F: KernelFloat>(
                 grid,
                 setup: setup_dev,
                 out: &out,
+                starts: &starts,
                 status: &status,
                 counter: &counter,
             };
@@ -255,6 +270,7 @@ fn queue_round<R: KnownRuntime, F: KernelFloat>(
         let launched = launched.map(|data| Launched {
             range: range.clone(),
             _data: data,
+            _starts: starts,
             out,
             status,
             _counter: counter,

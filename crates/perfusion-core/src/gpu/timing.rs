@@ -2,6 +2,7 @@
 //! launch (the start search and the fit) and a sync.
 
 use super::launch::{counter_words, grid_values, launch, params, setup_values, start_values};
+use super::starts_len;
 use super::upload::pack;
 use crate::error::Result;
 use crate::model::{Problem, Setup};
@@ -32,6 +33,7 @@ pub(crate) fn kernel_times<F: KernelFloat>(
         let tables = search.as_ref().map(|(t, _)| gpu.upload(t)).transpose()?;
         let start = tables.as_ref().zip(search.as_ref().map(|(_, s)| s));
         let out = gpu.empty::<F>((np + 2) * n)?;
+        let starts = gpu.empty::<F>(starts_len(setup, np, n))?;
         let status = gpu.empty::<u32>(n)?;
         let p = params::<F>(setup, problem, n, gpu.info());
         // One counter per launch (no voxel taken, all curves up), made before the timed
@@ -45,6 +47,7 @@ pub(crate) fn kernel_times<F: KernelFloat>(
                 grid: &grid,
                 setup: &setup_dev,
                 out: &out,
+                starts: &starts,
                 status: &status,
                 counter: &counters[k],
             };

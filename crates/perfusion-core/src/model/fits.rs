@@ -168,7 +168,7 @@ impl Fits {
         let n_free = b.n_free;
         let flags: Vec<u8> = (0..self.len())
             .into_par_iter()
-            .map(|v| {
+            .map_init(Vec::new, |scratch, v| {
                 let status = FitStatus::from_code(self.status[v]);
                 if matches!(
                     status,
@@ -184,10 +184,10 @@ impl Fits {
                     }
                 });
                 let mut f = 0;
-                let data: Vec<f64> = curves.row(v).iter().map(|&c| f64::from(c)).collect();
-                let dof = (data.len().saturating_sub(n_free)).max(1) as f64;
+                let row = curves.row(v);
+                let dof = (row.len().saturating_sub(n_free)).max(1) as f64;
                 let rms = (self.sse[v] / dof).sqrt();
-                if !(self.r2[v] >= 0.0) || rms > POOR_FIT_NOISE * noise_estimate(&data) {
+                if !(self.r2[v] >= 0.0) || rms > POOR_FIT_NOISE * noise_estimate(row, scratch) {
                     f |= Flags::POOR_FIT;
                 }
                 if b.at_bound(&x) {
@@ -205,17 +205,20 @@ impl Fits {
 
 /// Noise SD of a curve from its second differences (robust: the median absolute value,
 /// scaled for Gaussian noise, whose second differences have variance 6 sigma^2). Smooth
-/// curves without noise give ~0.
-fn noise_estimate(data: &[f64]) -> f64 {
+/// curves without noise give ~0. `scratch` holds the differences (reused across curves).
+fn noise_estimate(data: ndarray::ArrayView1<f32>, scratch: &mut Vec<f64>) -> f64 {
     if data.len() < 3 {
         return 0.0;
     }
-    let mut d2: Vec<f64> = data
-        .windows(3)
-        .map(|w| (w[0] - 2.0 * w[1] + w[2]).abs())
-        .collect();
-    d2.sort_by(f64::total_cmp);
-    d2[d2.len() / 2] / (0.674_489_75 * 6f64.sqrt())
+    scratch.clear();
+    scratch.extend(
+        data.windows(3)
+            .into_iter()
+            .map(|w| (f64::from(w[0]) - 2.0 * f64::from(w[1]) + f64::from(w[2])).abs()),
+    );
+    let mid = scratch.len() / 2;
+    let (_, median, _) = scratch.select_nth_unstable_by(mid, f64::total_cmp);
+    *median / (0.674_489_75 * 6f64.sqrt())
 }
 
 /// Whether a free parameter is left undetermined by the others' fitted values.

@@ -161,19 +161,21 @@ pub struct FitParams {
 }
 
 impl Default for FitParams {
-    /// The paper's fit: the dual-input model by Nelder-Mead from its default start.
+    /// The paper's model, the dual-input one, fitted as [`FitParams::new`] does.
     fn default() -> Self {
         FitParams::new(Model::DualInput)
     }
 }
 
 impl FitParams {
-    /// Defaults of `model`: its start values and bounds, every parameter free, Nelder-Mead.
+    /// Defaults of `model`: its start values and bounds, every parameter free, the start
+    /// searched by linear least squares, bounded Levenberg-Marquardt (the method that
+    /// recovers noise-free curves most often, docs/perfusion.md).
     pub fn new(model: Model) -> Self {
         let p = model.params();
         FitParams {
             model,
-            method: Method::NelderMead,
+            method: Method::LevenbergMarquardt,
             start: p.iter().map(|p| p.start).collect(),
             lower: p.iter().map(|p| p.lower).collect(),
             upper: p.iter().map(|p| p.upper).collect(),

@@ -44,6 +44,55 @@ pub enum StartSearch {
     Grid(DelayGrid),
 }
 
+/// Distinct minima of the dual-input coarse scan handed to the fit: it starts from the one
+/// (or the given start) the model's own cost ranks best and, under Levenberg-Marquardt,
+/// restarts from each other one (the arterial and portal terms trade off along shallow
+/// valleys whose minima the integral form's residual does not rank reliably).
+pub const CANDIDATES: usize = gpu_kernels::perfusion::CANDIDATES as usize;
+
+/// A fitted delay within this many sampling intervals of a whole number of them sits on
+/// a kink of the cost (the delayed input is linear between samples, so its slope jumps
+/// there): Levenberg-Marquardt restarts from [`KINK_ESCAPE`] intervals either side.
+pub const KINK_NEAR: f64 = gpu_kernels::perfusion::KINK_NEAR;
+/// Offset of the restarts from a kink, in sampling intervals.
+pub const KINK_ESCAPE: f64 = gpu_kernels::perfusion::KINK_ESCAPE;
+
+/// Whether a free delay of `x` sits on a kink of the cost (as [`kink_escape`] finds them):
+/// there a fit that no step improves is at a minimum of the piecewise-smooth cost although
+/// the one-sided gradient is not zero.
+pub(crate) fn on_kink(model: Model, x: &[f64; MAX_PARAMS], b: &Bounds, inv_dt: f64) -> bool {
+    (0..2 * b.np).any(|e| kink_escape(model, x, b, inv_dt, e).is_some())
+}
+
+/// Restart `e` (of `2 np`) from a kink of `x`'s delays: parameter `e / 2` moved to the
+/// earlier (`e` even) or later side of the kink it sits on, projected into `b`; `None` where
+/// it is not a free delay, sits on no kink, or the sampling is not uniform (`inv_dt`, the
+/// reciprocal sampling interval, 0). The kernel's restarts enumerate the same.
+pub(crate) fn kink_escape(
+    model: Model,
+    x: &[f64; MAX_PARAMS],
+    b: &Bounds,
+    inv_dt: f64,
+    e: usize,
+) -> Option<[f64; MAX_PARAMS]> {
+    let u = e / 2;
+    let frames = x[u] * inv_dt;
+    let kink = (frames + 0.5).floor();
+    let delay = model.params().get(u).is_some_and(|p| p.delay);
+    if !(delay && b.free[u] && inv_dt > 0.0 && (frames - kink).abs() < KINK_NEAR) {
+        return None;
+    }
+    let side = if e.is_multiple_of(2) {
+        -KINK_ESCAPE
+    } else {
+        KINK_ESCAPE
+    };
+    let mut y = *x;
+    y[u] = (kink + side) / inv_dt;
+    b.project(&mut y);
+    Some(y)
+}
+
 /// Fine grid points per coarse step: the refinement's resolution.
 pub(crate) const REFINE: usize = 4;
 /// Most coarse points per delay axis under [`StartSearch::Auto`] (a coarser step beyond).
