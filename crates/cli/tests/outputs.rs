@@ -213,6 +213,8 @@ fn speckle_commands_follow_the_output_policy() {
             &one,
             "--exposure",
             "0.005",
+            "--beta",
+            "0.5",
             "--out",
             &s(out),
         ])

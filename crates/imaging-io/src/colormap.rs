@@ -478,6 +478,8 @@ struct Layout {
     scale: usize,
     font: i64,
     margin: i64,
+    /// Canvas row of the map's first row (below the title, if any).
+    top: i64,
     bar_x: i64,
     bar_w: i64,
     label_x: i64,
@@ -485,7 +487,7 @@ struct Layout {
     height: usize,
 }
 
-fn layout(h: usize, w: usize, labels: &[String], show_nan: bool) -> Layout {
+fn layout(h: usize, w: usize, labels: &[String], show_nan: bool, title: Option<&str>) -> Layout {
     // Small maps are enlarged (nearest neighbour) so the bar and its labels stay legible,
     // but never beyond 16x or 4096 pixels wide.
     let scale = if h < 192 {
@@ -509,15 +511,20 @@ fn layout(h: usize, w: usize, labels: &[String], show_nan: bool) -> Layout {
         .max()
         .unwrap_or(0);
     let extra = if show_nan { 12 * font } else { 0 };
+    let (title_h, title_w) = match title {
+        Some(t) => (12 * font, 2 * margin + text_width(t, font)),
+        None => (0, 0),
+    };
     Layout {
         scale,
         font,
         margin,
+        top: margin + title_h,
         bar_x,
         bar_w,
         label_x,
-        width: (label_x + widest + margin) as usize,
-        height: (hs + 2 * margin + extra) as usize,
+        width: ((label_x + widest + margin).max(title_w)) as usize,
+        height: (hs + 2 * margin + extra + title_h) as usize,
     }
 }
 
@@ -530,18 +537,35 @@ pub(crate) fn render_indexed(
     hi: f32,
     show_nan: bool,
 ) -> Indexed {
-    let (h, w) = map.dim();
+    let h = map.dim().0;
     let target = (h.max(48) / 24).clamp(3, 8);
     let (ticks, step) = nice_ticks(f64::from(lo), f64::from(hi), target);
-    let labels: Vec<String> = ticks.iter().map(|&t| format_tick(t, step)).collect();
-    let l = layout(h, w, &labels, show_nan);
+    let ticks: Vec<(f64, String)> = ticks.iter().map(|&t| (t, format_tick(t, step))).collect();
+    render_indexed_with(map, cmap, lo, hi, show_nan, &ticks, None)
+}
+
+/// [`render_indexed`] with given ticks (positions in map values, labels) and an optional
+/// title line above the map.
+#[allow(clippy::needless_pass_by_value)] // views are passed by value throughout the crate
+pub(crate) fn render_indexed_with(
+    map: ArrayView2<'_, f32>,
+    cmap: Colormap,
+    lo: f32,
+    hi: f32,
+    show_nan: bool,
+    ticks: &[(f64, String)],
+    title: Option<&str>,
+) -> Indexed {
+    let (h, w) = map.dim();
+    let labels: Vec<String> = ticks.iter().map(|(_, l)| l.clone()).collect();
+    let l = layout(h, w, &labels, show_nan, title);
     let mut c = Canvas::new(l.width, l.height, BACKGROUND_INDEX);
     let s = l.scale;
-    let m = l.margin as usize;
+    let (m, top) = (l.margin as usize, l.top as usize);
     ndarray::Zip::indexed(map).for_each(|(r, col), &v| {
         let idx = level(v, lo, hi);
         for dy in 0..s {
-            let row = (m + r * s + dy) * l.width + m + col * s;
+            let row = (top + r * s + dy) * l.width + m + col * s;
             c.pixels[row..row + s].fill(idx);
         }
     });
@@ -553,27 +577,24 @@ pub(crate) fn render_indexed(
             1.0
         };
         let idx = (t * (LEVELS - 1) as f64).round() as u8;
-        c.fill_rect(l.bar_x, l.margin + y, l.bar_w, 1, idx);
+        c.fill_rect(l.bar_x, l.top + y, l.bar_w, 1, idx);
     }
-    c.outline(
-        l.bar_x - 1,
-        l.margin - 1,
-        l.bar_w + 2,
-        bar_h + 2,
-        TEXT_INDEX,
-    );
+    c.outline(l.bar_x - 1, l.top - 1, l.bar_w + 2, bar_h + 2, TEXT_INDEX);
     let f = l.font;
-    for (t, label) in ticks.iter().zip(&labels) {
+    if let Some(t) = title {
+        c.text(l.margin, l.margin, t, f, TEXT_INDEX);
+    }
+    for (t, label) in ticks {
         let frac = (t - f64::from(lo)) / (f64::from(hi) - f64::from(lo));
         if !(-1e-9..=1.0 + 1e-9).contains(&frac) {
             continue;
         }
-        let y = l.margin + ((1.0 - frac) * (bar_h - 1) as f64).round() as i64;
+        let y = l.top + ((1.0 - frac) * (bar_h - 1) as f64).round() as i64;
         c.fill_rect(l.bar_x + l.bar_w, y - f / 2, 3 * f, f, TEXT_INDEX);
         c.text(l.label_x, y - GLYPH_HEIGHT * f / 2, label, f, TEXT_INDEX);
     }
     if show_nan {
-        let y = l.margin + bar_h + 5 * f;
+        let y = l.top + bar_h + 5 * f;
         c.fill_rect(l.bar_x, y, l.bar_w, 7 * f, NAN_INDEX);
         c.outline(l.bar_x - 1, y - 1, l.bar_w + 2, 7 * f + 2, TEXT_INDEX);
         c.text(l.label_x, y, "NAN", f, TEXT_INDEX);
@@ -696,6 +717,222 @@ pub fn render_weighted(
             }
         });
     Ok((img, (lo, hi)))
+}
+
+/// How values map to colours along a colour bar.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Scale {
+    /// Colour proportional to the value.
+    #[default]
+    Linear,
+    /// Colour proportional to log10 of the value (non-positive values are drawn as NaN);
+    /// ticks at 1-2-5 multiples of powers of ten.
+    Log,
+}
+
+impl FromStr for Scale {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "linear" | "lin" => Ok(Scale::Linear),
+            "log" | "log10" => Ok(Scale::Log),
+            _ => Err(Error::InvalidParameter {
+                name: "scale",
+                value: s.to_string(),
+                why: "expected linear or log".into(),
+            }),
+        }
+    }
+}
+
+impl fmt::Display for Scale {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Scale::Linear => "linear",
+            Scale::Log => "log",
+        })
+    }
+}
+
+/// How a map is drawn as a figure: its colour scale and the title naming the quantity and
+/// its unit (e.g. "tau_c (ms)"), written above the map.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Figure {
+    pub scale: Scale,
+    pub title: Option<String>,
+}
+
+impl Figure {
+    /// A figure titled `title` on `scale`.
+    pub fn new(title: impl Into<String>, scale: Scale) -> Self {
+        Self {
+            scale,
+            title: Some(title.into()),
+        }
+    }
+}
+
+/// The value limits of `data` for `range` on `scale` (log: over the finite positive values;
+/// fixed limits must then be > 0).
+pub(crate) fn figure_limits<'a>(
+    data: impl Iterator<Item = &'a f32>,
+    range: Range,
+    scale: Scale,
+) -> Result<(f32, f32)> {
+    match scale {
+        Scale::Linear => {
+            let v: Vec<f32> = data.copied().collect();
+            range.resolve(&ndarray::ArrayView1::from(&v[..]))
+        }
+        Scale::Log => {
+            if let Range::Fixed(lo, _) = range
+                && lo <= 0.0
+            {
+                return Err(Error::InvalidParameter {
+                    name: "range",
+                    value: format!("{range:?}"),
+                    why: "a log scale needs limits > 0 (or use percentiles, e.g. p1,p99)".into(),
+                });
+            }
+            let v: Vec<f32> = data
+                .copied()
+                .filter(|&x| x > 0.0 && x.is_finite())
+                .collect();
+            if v.is_empty() {
+                return Ok((1.0, 10.0));
+            }
+            range.resolve(&ndarray::ArrayView1::from(&v[..]))
+        }
+    }
+}
+
+/// A tick label for a log axis: up to three significant digits, no trailing zeros.
+fn log_label(v: f64) -> String {
+    if (1e-3..1e5).contains(&v.abs()) {
+        let digits = (2 - v.abs().log10().floor() as i64).clamp(0, 6) as usize;
+        let s = format!("{v:.digits$}");
+        if s.contains('.') {
+            s.trim_end_matches('0').trim_end_matches('.').to_string()
+        } else {
+            s
+        }
+    } else {
+        format!("{v:.0e}")
+    }
+}
+
+/// Ticks of a log axis over `lo..hi` (> 0): powers of ten, with 2 and 5 multiples when
+/// fewer than three decades fit; positions in log10 units.
+fn log_ticks(lo: f64, hi: f64) -> Vec<(f64, String)> {
+    let (a, b) = (lo.log10(), hi.log10());
+    let mut out = Vec::new();
+    for mults in [
+        &[1.0][..],
+        &[1.0, 2.0, 5.0],
+        &[1.0, 1.5, 2.0, 3.0, 5.0, 7.0],
+    ] {
+        out.clear();
+        for e in (a.floor() as i64 - 1)..=(b.ceil() as i64) {
+            for m in mults {
+                let v = m * 10f64.powi(e as i32);
+                let p = v.log10();
+                if p >= a - 1e-9 && p <= b + 1e-9 {
+                    out.push((p, log_label(v)));
+                }
+            }
+        }
+        if out.len() >= 3 {
+            return out;
+        }
+    }
+    // A narrow range: linear ticks in value, placed on the log axis.
+    let (ticks, step) = nice_ticks(lo, hi, 4);
+    ticks
+        .into_iter()
+        .filter(|&t| t > 0.0)
+        .map(|t| (t.log10(), format_tick(t, step)))
+        .collect()
+}
+
+/// One figure frame as palette indices, with limits `lo < hi` in value units.
+pub(crate) fn figure_indexed(
+    map: ArrayView2<'_, f32>,
+    cmap: Colormap,
+    (lo, hi): (f32, f32),
+    show_nan: bool,
+    fig: &Figure,
+) -> Indexed {
+    let title = fig.title.as_deref();
+    match fig.scale {
+        Scale::Linear => {
+            let h = map.dim().0;
+            let target = (h.max(48) / 24).clamp(3, 8);
+            let (ticks, step) = nice_ticks(f64::from(lo), f64::from(hi), target);
+            let ticks: Vec<(f64, String)> =
+                ticks.iter().map(|&t| (t, format_tick(t, step))).collect();
+            render_indexed_with(map, cmap, lo, hi, show_nan, &ticks, title)
+        }
+        Scale::Log => {
+            let logs = map.mapv(|v| if v > 0.0 { v.log10() } else { f32::NAN });
+            let (a, b) = (lo.max(f32::MIN_POSITIVE), hi.max(f32::MIN_POSITIVE));
+            let ticks = log_ticks(f64::from(a), f64::from(b));
+            render_indexed_with(
+                logs.view(),
+                cmap,
+                a.log10(),
+                b.log10(),
+                show_nan,
+                &ticks,
+                title,
+            )
+        }
+    }
+}
+
+/// Render `map` as a figure: colour bar on `fig.scale` (log ticks at 1-2-5 multiples of
+/// powers of ten), the title (quantity and unit) above the map, NaN (and, on a log scale,
+/// non-positive values) in [`NAN_COLOUR`] with a "NAN" swatch. Returns the image and the
+/// value limits used (in the map's units).
+///
+/// ```
+/// use ndarray::Array2;
+/// use imaging_io::{Colormap, Figure, Range, Scale, render_figure};
+/// let tau = Array2::from_shape_fn((40, 40), |(r, c)| 0.01 * 10f32.powf((r + c) as f32 / 40.0));
+/// let fig = Figure::new("tau_c (ms)", Scale::Log);
+/// let (img, (lo, hi)) = render_figure(tau.view(), Colormap::Inferno, Range::Percentile(0.0, 100.0), &fig)?;
+/// assert!(lo > 0.0 && hi > 50.0 * lo && img.width > 40);
+/// # Ok::<_, imaging_io::Error>(())
+/// ```
+#[allow(clippy::needless_pass_by_value)] // views are passed by value throughout the crate
+pub fn render_figure(
+    map: ArrayView2<'_, f32>,
+    cmap: Colormap,
+    range: Range,
+    fig: &Figure,
+) -> Result<(RgbImage, (f32, f32))> {
+    check_map(&map)?;
+    let limits = figure_limits(map.iter(), range, fig.scale)?;
+    let show_nan = map
+        .iter()
+        .any(|v| v.is_nan() || (fig.scale == Scale::Log && *v <= 0.0));
+    Ok((
+        figure_indexed(map, cmap, limits, show_nan, fig).to_rgb(),
+        limits,
+    ))
+}
+
+/// [`render_figure`] written as an RGB PNG at exactly `path`; returns the limits used.
+#[allow(clippy::needless_pass_by_value)] // views are passed by value throughout the crate
+pub fn render_figure_png(
+    map: ArrayView2<'_, f32>,
+    cmap: Colormap,
+    range: Range,
+    fig: &Figure,
+    path: impl AsRef<Path>,
+) -> Result<(f32, f32)> {
+    let (img, limits) = render_figure(map, cmap, range, fig)?;
+    img.write_png(path)?;
+    Ok(limits)
 }
 
 #[cfg(test)]
@@ -874,5 +1111,43 @@ mod tests {
             assert!((i32::from(half[ch]) - (i32::from(full[ch]) + 1) / 2).abs() <= 1);
         }
         assert!(render_weighted(map.view(), weight.t(), Colormap::Grey, Range::default()).is_err());
+    }
+
+    #[test]
+    fn figures_without_title_on_a_linear_scale_equal_the_plain_rendering() {
+        let map = Array2::from_shape_fn((30, 50), |(r, c)| (r * c) as f32 / 100.0);
+        let range = Range::Percentile(1.0, 99.0);
+        let (a, la) = render(map.view(), Colormap::Viridis, range).unwrap();
+        let (b, lb) =
+            render_figure(map.view(), Colormap::Viridis, range, &Figure::default()).unwrap();
+        assert_eq!((a, la), (b, lb));
+    }
+
+    #[test]
+    fn log_figures_have_a_title_and_decade_ticks() {
+        let map = Array2::from_shape_fn((64, 64), |(r, _)| 10f32.powf(r as f32 / 16.0 - 2.0));
+        let fig = Figure::new("1/tau_c (1/ms)", Scale::Log);
+        let (img, (lo, hi)) = render_figure(
+            map.view(),
+            Colormap::Inferno,
+            Range::Percentile(0.0, 100.0),
+            &fig,
+        )
+        .unwrap();
+        assert!((lo - 0.01).abs() < 1e-6 && hi > 50.0, "{lo} {hi}");
+        let (plain, _) =
+            render(map.view(), Colormap::Inferno, Range::Percentile(0.0, 100.0)).unwrap();
+        assert!(img.height > plain.height, "the title adds a row");
+        let ticks = log_ticks(0.01, 60.0);
+        let labels: Vec<&str> = ticks.iter().map(|(_, l)| l.as_str()).collect();
+        assert_eq!(labels, ["0.01", "0.1", "1", "10"]);
+        let narrow = log_ticks(2.0, 9.0);
+        assert!(narrow.len() >= 3, "{narrow:?}");
+        assert!(matches!(
+            render_figure(map.view(), Colormap::Grey, Range::Fixed(0.0, 1.0), &fig),
+            Err(Error::InvalidParameter { .. })
+        ));
+        assert_eq!("log".parse::<Scale>().unwrap(), Scale::Log);
+        assert!("cubic".parse::<Scale>().is_err());
     }
 }

@@ -14,10 +14,11 @@ mod test_util;
 mod tiff_writer;
 
 pub use self::colormap::{
-    Colormap, Lut, NAN_COLOUR, Range, RgbImage, render, render_png, render_weighted,
+    Colormap, Figure, Lut, NAN_COLOUR, Range, RgbImage, Scale, render, render_figure,
+    render_figure_png, render_png, render_weighted,
 };
 pub use self::error::{Error, Result};
-pub use self::gif_writer::write_gif;
+pub use self::gif_writer::{GifLimits, GifPreview, write_gif, write_gif_preview};
 pub use self::stack_axes::StackAxes;
 pub use self::tiff_writer::{
     GraySample, TiffStackWriter, write_gray_stack, write_map_tiff, write_stack_tiff,

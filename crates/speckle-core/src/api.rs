@@ -8,7 +8,9 @@ use crate::cpu;
 use crate::error::{Error, Result};
 use crate::gpu;
 use crate::io::FrameSource;
+use crate::model::beta::{Calibration, CalibrationInfo, CalibrationParams};
 use crate::model::contrast::{ContrastInfo, ContrastMaps, ContrastParams, Mode};
+use crate::model::flags;
 use crate::model::flow::{FlowInfo, FlowParams, TauMap, check_beta, check_exposure};
 use crate::model::frame::Frame;
 use crate::model::mesi::{MesiInfo, MesiInput, MesiMaps, MesiOptions, check_inputs};
@@ -86,22 +88,21 @@ pub fn flow(
 ) -> Result<(TauMap, FlowInfo)> {
     if !device.is_gpu() {
         let map = cpu::tau_c::tau_c_map(k, params.exposure_s, params.beta, params.model)?;
-        let info = FlowInfo {
-            backend: Backend::Cpu,
-        };
+        let info = FlowInfo::of(&map, Backend::Cpu);
         return Ok((map, info));
     }
     let t = check_exposure(params.exposure_s)?;
     let beta = check_beta(params.beta)?;
     let map = gpu::tau_c::tau_c_map(k, t, beta, params.model, device)?;
-    let info = FlowInfo {
-        backend: device.backend(),
-    };
+    let info = FlowInfo::of(&map, device.backend());
     Ok((map, info))
 }
 
 /// MESI fit of every pixel of a multi-exposure K stack: one GPU thread per pixel (f32,
-/// `gpu_kernels::speckle::mesi_fit`) on a GPU, the f64 CPU reference otherwise.
+/// `gpu_kernels::speckle::mesi_fit`) on a GPU, the f64 CPU reference otherwise. Every
+/// pixel has a [`crate::FitStatus`] (`maps.status`) and a residual (`maps.rss`,
+/// [`MesiMaps::residual_rms`]); [`MesiMaps::masked`] blanks the fits that did not converge,
+/// and `info.status_counts` counts each status.
 pub fn mesi(
     input: MesiInput<'_>,
     params: &MesiOptions,
@@ -111,6 +112,7 @@ pub fn mesi(
         let maps = cpu::mesi::fit_mesi_map(input.k, input.exposures_s, params)?;
         let info = MesiInfo {
             backend: Backend::Cpu,
+            status_counts: maps.status_counts(),
         };
         return Ok((maps, info));
     }
@@ -118,8 +120,134 @@ pub fn mesi(
     let maps = gpu::mesi::fit_mesi_map(input.k, input.exposures_s, params, device)?;
     let info = MesiInfo {
         backend: device.backend(),
+        status_counts: maps.status_counts(),
     };
     Ok((maps, info))
+}
+
+/// Coherence factor beta from a recording of a static target (paper, a fixed phantom):
+/// the mean K^2 over the static pixels (`params.region`, or the whole frame), skipping
+/// undefined and saturated windows, with the spread, the optics' maximum for the measured
+/// speckle size and warnings (see [`crate::model::beta`]). Spatial mode only: temporal K
+/// of a static target is near 0. Write the result with [`Calibration::write`] and give it to
+/// flow maps as their beta.
+///
+/// ```
+/// use speckle_core::sim::StaticSpeckle;
+/// use speckle_core::{CalibrationParams, ContrastParams, RawStack, Window, calibrate};
+/// let frame = StaticSpeckle::new(96, 96).with_speckle_size(3.0).with_seed(2).simulate()?;
+/// let stack = RawStack::U16(frame.mapv(|v| (v * 1000.0).min(65535.0) as u16).insert_axis(ndarray::Axis(0)));
+/// let params = CalibrationParams::new(ContrastParams::spatial(Window::new(7)?));
+/// let (cal, _) = calibrate(&stack, &params, &gpu_runtime::Device::cpu())?;
+/// assert!(cal.beta > 0.3 && cal.beta < 1.0, "{cal:?}");
+/// assert_eq!(cal.window, Some(7));
+/// # Ok::<(), speckle_core::Error>(())
+/// ```
+pub fn calibrate(
+    stack: &RawStack,
+    params: &CalibrationParams,
+    device: &Device,
+) -> Result<(Calibration, CalibrationInfo)> {
+    let p = &params.contrast;
+    if p.mode != Mode::Spatial {
+        return Err(Error::InvalidParameter {
+            name: "mode",
+            value: format!("{:?}", p.mode).to_lowercase(),
+            why: "beta is calibrated with spatial contrast: the temporal K of a static target \
+                  is near 0; use --mode spatial with the window of the flow maps"
+                .into(),
+        });
+    }
+    let (maps, info) = contrast(stack, p, device)?;
+    let k = cpu::rms_over_frames(maps.k.view());
+    let (h, w) = k.dim();
+    let saturated = maps.flags.map_axis(ndarray::Axis(0), |f| {
+        f.iter().any(|&f| f & flags::SATURATED != 0)
+    });
+    let chosen: Vec<usize> = match &params.region {
+        Some(r) => r.pixels(h, w)?,
+        None => (0..h * w).collect(),
+    };
+    let (ks, sat) = (k.as_slice().expect("standard layout"), saturated.iter());
+    let sat: Vec<bool> = sat.copied().collect();
+    let mut k2 = Vec::with_capacity(chosen.len());
+    let mut n_sat = 0usize;
+    for &i in &chosen {
+        if sat[i] {
+            n_sat += 1;
+        } else if ks[i].is_finite() {
+            k2.push(f64::from(ks[i]) * f64::from(ks[i]));
+        }
+    }
+    if k2.is_empty() {
+        return Err(Error::InvalidParameter {
+            name: "calibration region",
+            value: format!("{} pixels", chosen.len()),
+            why: "no pixel there has a finite, unsaturated K; choose a lit, unsaturated static \
+                  region (or lower the exposure)"
+                .into(),
+        });
+    }
+    let n = k2.len() as f64;
+    let beta = k2.iter().sum::<f64>() / n;
+    let beta_sd = (k2.iter().map(|v| (v - beta) * (v - beta)).sum::<f64>() / n).sqrt();
+    let lag1 = cpu::beta::stack_lag1_correlation(stack);
+    let beta_max = lag1.map(|c| cpu::beta::beta_max_for(c, Some(p.window.size())));
+    let saturated_fraction = n_sat as f64 / chosen.len() as f64;
+    let mut warnings = Vec::new();
+    if saturated_fraction > 0.01 {
+        warnings.push(format!(
+            "{:.1}% of the region's windows hold saturated pixels and were left out; lower the \
+             exposure or the laser power",
+            100.0 * saturated_fraction
+        ));
+    }
+    if let Some(max) = beta_max
+        && beta < cpu::beta::FAR_BELOW_BETA_MAX * max
+    {
+        warnings.push(format!(
+            "beta {beta:.4} is far below the {max:.3} the optics allow for this speckle size: \
+             is the target really static (no vibration, no scattering liquid)?"
+        ));
+    }
+    if beta_sd > 0.5 * beta {
+        warnings.push(format!(
+            "K^2 varies by {:.0}% over the region: it may not be one static material",
+            100.0 * beta_sd / beta
+        ));
+    }
+    let cal = Calibration {
+        beta,
+        beta_sd,
+        method: format!(
+            "mean K^2 over {} static pixels (spatial {}x{} window, {:?} border, K^2 averaged \
+             over {} frame(s))",
+            k2.len(),
+            p.window.size(),
+            p.window.size(),
+            p.border,
+            stack.dim().0
+        ),
+        pixels: k2.len(),
+        frames: stack.dim().0,
+        mode: "spatial".into(),
+        window: Some(p.window.size()),
+        temporal_frames: None,
+        border: format!("{:?}", p.border).to_lowercase(),
+        exposure_s: p.exposure_s,
+        bit_depth: None,
+        saturated_fraction,
+        lag1_correlation: lag1,
+        beta_max,
+        source: params.source.clone(),
+        warnings,
+    };
+    Ok((
+        cal,
+        CalibrationInfo {
+            backend: info.backend,
+        },
+    ))
 }
 
 /// Mean of each ROI in each frame of `stack` (frame, row, column), see

@@ -36,8 +36,9 @@ pub mod io;
 pub mod model;
 pub mod sim;
 
-pub use api::{contrast, flow, mesi, roi, stream};
+pub use api::{calibrate, contrast, flow, mesi, roi, stream};
 pub use error::{Error, Result};
+pub use model::beta::{BetaEstimate, BetaOrigin, Calibration, CalibrationInfo, CalibrationParams};
 pub use model::contrast::{ContrastInfo, ContrastMaps, ContrastParams, Mode};
 pub use model::flags;
 pub use model::flow::{BetaSource, FlowInfo, FlowModel, FlowParams, TauMap};

@@ -290,3 +290,72 @@ fn mesi_bad_input_is_an_error_or_a_pixel_status_on_the_gpu(device) {
     assert!(err.to_string().contains("exposure"), "{err}");
 }
 }
+
+gpu_test! {
+fn tau_c_flag_counts_match_the_cpu(device) {
+    // Above beta (no motion), exactly 0 (no contrast), NaN (undefined) and ordinary K.
+    let k = Array2::from_shape_fn((8, 16), |(y, x)| match (y * 16 + x) % 8 {
+        0 => 0.9f32,
+        1 => 0.0,
+        2 => f32::NAN,
+        i => 0.05 * i as f32,
+    });
+    let params = FlowParams::new(5e-3, 0.5);
+    let (want, wi) = flow(k.view(), &params, &Device::cpu()).unwrap();
+    let (got, gi) = flow(k.view(), &params, device).unwrap();
+    assert_eq!(got.flags, want.flags);
+    assert_eq!(
+        (gi.no_motion, gi.no_contrast, gi.undefined, gi.pixels),
+        (wi.no_motion, wi.no_contrast, wi.undefined, wi.pixels)
+    );
+    assert_eq!((wi.no_motion, wi.no_contrast, wi.undefined), (16, 16, 16));
+    // Masked maps blank exactly the flagged pixels on both paths.
+    let (mg, mc) = (got.masked_tau_c(), want.masked_tau_c());
+    for (g, c) in mg.iter().zip(mc.iter()) {
+        assert_eq!(g.is_nan(), c.is_nan());
+        assert!(!g.is_infinite());
+    }
+}
+}
+
+gpu_test! {
+fn mesi_statuses_and_residuals_match_the_cpu(device) {
+    // Clean curves must converge with a tiny residual on both paths; garbage curves (K^2
+    // rising with exposure, random) must not be called converged on either.
+    let mut k = Array3::<f32>::zeros((EXPOSURES.len(), 1, 10));
+    for x in 0..8 {
+        let p = MesiParams {
+            tau_c: [3e-4, 1e-3, 3e-3, 6e-4][x % 4],
+            rho: [0.7, 0.85][x / 4],
+            v_noise: 1e-3,
+            beta: 0.5,
+        };
+        for (e, kv) in simulate_mesi(&p, &EXPOSURES, 0.0, 1).into_iter().enumerate() {
+            k[[e, 0, x]] = kv as f32;
+        }
+    }
+    let random = [0.3f32, 0.02, 0.45, 0.01, 0.2, 0.4];
+    for (e, &t) in EXPOSURES.iter().enumerate() {
+        k[[e, 0, 8]] = (0.05 + 2.0 * t.powf(0.3)).sqrt() as f32;
+        k[[e, 0, 9]] = random[e].sqrt();
+    }
+    let opts = MesiOptions::fixed_beta(0.5).with_max_residual_rms(0.05);
+    let want = fit_mesi_map_on(k.view(), &EXPOSURES, &opts, &Device::cpu()).unwrap();
+    let got = fit_mesi_map_on(k.view(), &EXPOSURES, &opts, device).unwrap();
+    let (rw, rg) = (want.residual_rms(6), got.residual_rms(6));
+    let converged = FitStatus::Converged as u8;
+    for x in 0..8 {
+        assert_eq!(want.status[[0, x]], converged, "CPU pixel {x}");
+        assert_eq!(got.status[[0, x]], converged, "GPU pixel {x}");
+        assert!(rw[[0, x]] < 1e-3 && rg[[0, x]] < 1e-3, "pixel {x}: {} {}", rw[[0, x]], rg[[0, x]]);
+    }
+    for x in [8, 9] {
+        assert_ne!(want.status[[0, x]], converged, "CPU garbage pixel {x}");
+        assert_ne!(got.status[[0, x]], converged, "GPU garbage pixel {x}");
+    }
+    let (mw, mg) = (want.masked(), got.masked());
+    for x in 0..10 {
+        assert_eq!(mw.tau_c[[0, x]].is_nan(), mg.tau_c[[0, x]].is_nan(), "pixel {x}");
+    }
+}
+}

@@ -1,17 +1,22 @@
 //! `biogpu speckle`: laser speckle contrast, flow, MESI and ROI time courses.
 
-use super::output::OutDir;
+use super::output::{OutDir, split_file};
 use anyhow::{Context, bail};
 use gpu_runtime::Device;
 use indicatif::{ProgressBar, ProgressStyle};
 use ndarray::{Array3, Axis, s};
-use speckle_core::cpu::{calibrate_beta, correct, rms_over_frames};
-use speckle_core::io::output::{Colormap, Range, render_png, write_gif, write_stack_tiff};
+use speckle_core::cpu::{
+    calibrate_beta, correct, estimate_beta, rms_over_frames, stack_lag1_correlation,
+};
+use speckle_core::io::output::{
+    Colormap, Figure, GifLimits, ImageJMeta, Range, Scale, render_figure_png, write_gif_preview,
+    write_imagej_tiff,
+};
 use speckle_core::io::{LoadOptions, RawSpec, StackPick, load_frame, load_stack};
 use speckle_core::{
-    BetaSource, Border, CameraInfo, ContrastInfo, ContrastMaps, ContrastParams, FlowModel,
-    FlowParams, MesiInput, MesiOptions, Mode, RawStack, Roi, RoiParams, Window, contrast, flow,
-    mesi, roi,
+    BetaOrigin, BetaSource, Border, Calibration, CalibrationParams, CameraInfo, ContrastInfo,
+    ContrastMaps, ContrastParams, FitStatus, FlowModel, FlowParams, MesiInput, MesiOptions, Mode,
+    RawStack, Roi, RoiParams, Window, calibrate, contrast, flags, flow, mesi, roi,
 };
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -32,6 +37,8 @@ enum Command {
     Mesi(MesiArgs),
     /// Mean K (or SFI) per region of interest per frame: CSV and a PNG plot.
     Roi(RoiArgs),
+    /// Measure beta on a recording of a static target; writes a JSON file for `flow --calibration`.
+    Calibrate(CalibrateArgs),
 }
 
 /// Input file and how to read it.
@@ -96,9 +103,17 @@ struct OutputOpts {
     /// PNG colour range: "lo,hi" fixed or "p1,p99" percentiles.
     #[arg(long, default_value = "p1,p99")]
     range: Range,
-    /// Also write an animated GIF preview of stacks.
+    /// Also write an animated GIF preview of stacks (at most 100 frames, maps averaged down
+    /// to 512 pixels per side, a few MB; every n-th frame of longer stacks).
     #[arg(long)]
     gif: bool,
+    /// Colour scale of the PNG/GIF figures: auto (log for tau_c, 1/tau_c, SFI and 1/K^2,
+    /// linear for K and the rest), linear or log.
+    #[arg(long, default_value = "auto")]
+    scale: String,
+    /// Pixel size in micrometres, written to the TIFFs for ImageJ/Fiji (unit=micron).
+    #[arg(long)]
+    pixel_um: Option<f64>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -122,12 +137,50 @@ struct FlowArgs {
     /// lorentzian (unordered motion) or gaussian (ordered flow).
     #[arg(long, default_value = "lorentzian")]
     model: String,
-    /// Coherence factor beta; default: calibrated as the 99th percentile of K^2.
+    /// Coherence factor beta: a value (e.g. 0.45), or `estimate` to estimate it from this
+    /// recording (an upper K^2 population, else the 99th percentile of K^2, with warnings).
+    /// One beta source is required: --beta, --calibration, --static-frame or --static-region.
     #[arg(long)]
-    beta: Option<f64>,
+    beta: Option<String>,
+    /// Beta calibration file written by `biogpu speckle calibrate` on a static target.
+    #[arg(long, conflicts_with_all = ["beta", "static_frame", "static_region"])]
+    calibration: Option<PathBuf>,
     /// Static-scatter calibration recording: beta = its mean K^2.
-    #[arg(long, conflicts_with = "beta")]
+    #[arg(long, conflicts_with_all = ["beta", "static_region"])]
     static_frame: Option<PathBuf>,
+    /// A static region of this recording ("x,y,w,h" or "circle:cx,cy,r"): beta = its mean K^2.
+    #[arg(long, conflicts_with = "beta")]
+    static_region: Option<Roi>,
+    /// Keep +inf (K^2 >= beta) and 0 (K = 0) in the tau_c maps instead of NaN.
+    #[arg(long)]
+    keep_flagged: bool,
+}
+
+#[derive(Debug, clap::Args)]
+struct CalibrateArgs {
+    #[command(flatten)]
+    input: Input,
+    /// Spatial window side: odd, 3 to 31 (use the window of the flow maps).
+    #[arg(long, default_value_t = 7)]
+    window: usize,
+    /// Border rule: reflect, zero or valid (as for the flow maps).
+    #[arg(long, default_value = "reflect")]
+    border: Border,
+    /// Exposure of the static recording in seconds (recorded in the file).
+    #[arg(long)]
+    exposure: Option<f64>,
+    /// Static pixels to average ("x,y,w,h" or "circle:cx,cy,r"); default the whole frame.
+    #[arg(long)]
+    roi: Option<Roi>,
+    /// Free text stored in the file: camera, lens, laser, date.
+    #[arg(long, default_value = "")]
+    note: String,
+    /// Calibration file to write.
+    #[arg(long, default_value = "beta.json")]
+    out: PathBuf,
+    /// Overwrite an existing file.
+    #[arg(long)]
+    force: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -143,6 +196,14 @@ struct MesiArgs {
     beta: Option<f64>,
     #[arg(long, default_value_t = 7)]
     window: usize,
+    /// Largest RMS relative K^2 residual of a kept fit (e.g. 0.1); worse converged fits get
+    /// status 4 (poor fit). Default: no limit.
+    #[arg(long)]
+    max_residual: Option<f64>,
+    /// Keep the parameters of fits that did not converge in the maps (default: NaN there;
+    /// status.tif says why).
+    #[arg(long)]
+    keep_failed: bool,
     #[command(flatten)]
     output: OutputOpts,
 }
@@ -175,6 +236,7 @@ pub fn run(args: Args, device: &Device) -> anyhow::Result<()> {
         Command::Flow(a) => run_flow(&a, device),
         Command::Mesi(a) => run_mesi(&a, device),
         Command::Roi(a) => run_roi(&a, device),
+        Command::Calibrate(a) => run_calibrate(&a, device),
     }
 }
 
@@ -191,6 +253,31 @@ fn params(opts: &ContrastOpts, camera: CameraInfo) -> anyhow::Result<ContrastPar
         Some(t) => p.with_exposure(t)?,
         None => p,
     })
+}
+
+/// Read the input (and subtract the dark frame). A single frame that is a vertical strip of
+/// square tiles (e.g. 64x64000: 1000 frames of 64x64) is detected: with `need_frames` (time
+/// series) it is an error that names `--frame-height`, otherwise a note.
+fn load_split(input: &Input, need_frames: bool) -> anyhow::Result<(RawStack, CameraInfo)> {
+    let (stack, camera) = load(input)?;
+    let (f, h, w) = stack.dim();
+    if f != 1 || input.frame_height.is_some() || w == 0 || h < 2 * w || h % w != 0 {
+        return Ok((stack, camera));
+    }
+    let n = h / w;
+    if need_frames {
+        bail!(
+            "{} is one {w}x{h} image, but a time series needs a stack of frames; if it holds \
+             {n} square frames of {w}x{w} stacked vertically, pass --frame-height {w}",
+            input.path.display()
+        );
+    }
+    eprintln!(
+        "note: {} is one {w}x{h} image; if it holds {n} frames of {w}x{w} stacked \
+         vertically, pass --frame-height {w}",
+        input.path.display()
+    );
+    Ok((stack, camera))
 }
 
 /// Read the input (and subtract the dark frame).
@@ -245,56 +332,177 @@ fn contrast_with_progress(
     Ok((maps, info))
 }
 
-/// A single tall PNG asked for a temporal window is most likely frames tiled in a strip
-/// (as `temporal.png` in the shared data): say how to read it as a stack.
-fn check_tiled_strip(stack: &RawStack, p: &ContrastParams, input: &Input) -> anyhow::Result<()> {
-    let (frames, h, w) = stack.dim();
-    let png = input
-        .path
-        .extension()
-        .is_some_and(|e| e.eq_ignore_ascii_case("png"));
-    if !png || p.mode == Mode::Spatial || frames != 1 || input.frame_height.is_some() {
-        return Ok(());
+/// A quantity written as a map: file stem, figure title (quantity and unit), ImageJ
+/// quantity and unit, and whether its figures default to a log scale.
+#[derive(Debug, Clone, Copy)]
+struct Quantity {
+    stem: &'static str,
+    title: &'static str,
+    name: &'static str,
+    unit: &'static str,
+    log: bool,
+}
+
+const K: Quantity = Quantity {
+    stem: "k",
+    title: "K",
+    name: "K",
+    unit: "1",
+    log: false,
+};
+const K_MEAN: Quantity = Quantity {
+    stem: "k_mean",
+    title: "K (rms over frames)",
+    name: "K",
+    unit: "1",
+    log: false,
+};
+const SFI: Quantity = Quantity {
+    stem: "sfi",
+    title: "SFI (1/s)",
+    name: "SFI",
+    unit: "1/s",
+    log: true,
+};
+const INV_K2: Quantity = Quantity {
+    stem: "inv_k2",
+    title: "1/K^2",
+    name: "1/K^2",
+    unit: "1",
+    log: true,
+};
+const TAU_C: Quantity = Quantity {
+    stem: "tau_c_ms",
+    title: "tau_c (ms)",
+    name: "tau_c",
+    unit: "ms",
+    log: true,
+};
+const INV_TAU: Quantity = Quantity {
+    stem: "inv_tau_c",
+    title: "1/tau_c (1/ms)",
+    name: "1/tau_c",
+    unit: "1/ms",
+    log: true,
+};
+const FLAGS: Quantity = Quantity {
+    stem: "flags",
+    title: "flags (bits)",
+    name: "flags",
+    unit: "bits",
+    log: false,
+};
+const RHO: Quantity = Quantity {
+    stem: "rho",
+    title: "rho",
+    name: "rho",
+    unit: "1",
+    log: false,
+};
+const V_NOISE: Quantity = Quantity {
+    stem: "v_noise",
+    title: "v_noise",
+    name: "v_noise",
+    unit: "1",
+    log: false,
+};
+const BETA: Quantity = Quantity {
+    stem: "beta",
+    title: "beta",
+    name: "beta",
+    unit: "1",
+    log: false,
+};
+const STATUS: Quantity = Quantity {
+    stem: "status",
+    title: "fit status",
+    name: "status",
+    unit: "code",
+    log: false,
+};
+const RESIDUAL: Quantity = Quantity {
+    stem: "residual_rms",
+    title: "RMS rel. residual",
+    name: "residual_rms",
+    unit: "1",
+    log: true,
+};
+
+fn figure(o: &OutputOpts, q: Quantity) -> anyhow::Result<Figure> {
+    let scale = match o.scale.as_str() {
+        "auto" => {
+            if q.log {
+                Scale::Log
+            } else {
+                Scale::Linear
+            }
+        }
+        other => other
+            .parse::<Scale>()
+            .map_err(|_| anyhow::anyhow!("--scale {other}: expected auto, linear or log"))?,
+    };
+    Ok(Figure::new(q.title, scale))
+}
+
+fn summary_mode(p: &ContrastParams) -> serde_json::Value {
+    let mut v = serde_json::json!({ "mode": format!("{:?}", p.mode).to_lowercase() });
+    if p.mode != Mode::Temporal {
+        v["window"] = p.window.size().into();
     }
-    if w > 0 && h >= 2 * w && h % w == 0 {
-        anyhow::bail!(
-            "{} is one {w}x{h} image, but {} contrast needs a stack of frames; if it holds {} \
-             square frames stacked vertically, pass --frame-height {w}",
-            input.path.display(),
-            format!("{:?}", p.mode).to_lowercase(),
-            h / w
-        );
+    if p.mode != Mode::Spatial {
+        v["temporal_frames"] = p.frames.into();
     }
-    Ok(())
+    v
+}
+
+fn merge(mut a: serde_json::Value, b: serde_json::Value) -> serde_json::Value {
+    if let (Some(a), serde_json::Value::Object(b)) = (a.as_object_mut(), b) {
+        a.extend(b);
+    }
+    a
 }
 
 fn run_contrast(a: &ContrastArgs, device: &Device) -> anyhow::Result<()> {
-    let (stack, camera) = load(&a.input)?;
+    let temporal = a.contrast.mode != Mode::Spatial;
+    let (stack, camera) = load_split(&a.input, temporal)?;
     let p = params(&a.contrast, camera)?;
-    check_tiled_strip(&stack, &p, &a.input)?;
-    let mut planned = map_files(&a.output, "k");
+    let (f, h, w) = stack.dim();
+    if temporal && f < p.frames {
+        bail!(
+            "{} has {f} frame(s) but --frames {} asks for a temporal window of {} frames; use \
+             a longer recording or a smaller --frames{}",
+            a.input.path.display(),
+            p.frames,
+            p.frames,
+            if f == 1 {
+                " (frames tiled in one image? pass --frame-height ROWS)"
+            } else {
+                ""
+            }
+        );
+    }
+    let mut planned = map_files(&a.output, K.stem);
     if p.exposure_s.is_some() {
-        planned.extend(map_files(&a.output, "sfi"));
+        planned.extend(map_files(&a.output, SFI.stem));
     }
     planned.push("summary.json".into());
     let out = OutDir::create(&a.output.out, a.output.force, &[&a.input.path], planned)?;
     let t0 = Instant::now();
     let (r, info) = contrast_with_progress(&stack, &p, device)?;
     let secs = t0.elapsed().as_secs_f64();
-    write_maps(&out, &a.output, "k", &r.k)?;
+    write_maps(&out, &a.output, K, &r.k)?;
     if let Some(sfi) = &r.sfi {
-        write_maps(&out, &a.output, "sfi", sfi)?;
+        write_maps(&out, &a.output, SFI, sfi)?;
     }
-    let (f, h, w) = stack.dim();
     let summary = serde_json::json!({
         "input": a.input.path, "frames": f, "width": w, "height": h, "dtype": stack.dtype(),
-        "mode": format!("{:?}", p.mode), "window": p.window.size(), "temporal_frames": p.frames,
-        "border": format!("{:?}", p.border), "exposure_s": p.exposure_s, "device": device.info().id,
+        "border": format!("{:?}", p.border).to_lowercase(), "exposure_s": p.exposure_s, "device": device.info().id,
         "backend": info.backend.to_string(), "seconds": secs, "frames_per_second": f as f64 / secs,
         "k_mean": nan_mean(r.k.iter().copied()), "undefined_pixels": r.flags.iter().filter(|&&x| x & 1 != 0).count(),
         "saturated_pixels": r.flags.iter().filter(|&&x| x & 2 != 0).count(),
+        "output_frames": r.k.dim().0,
     });
-    out.write_json("summary.json", &summary)?;
+    out.write_json("summary.json", &merge(summary, summary_mode(&p)))?;
     let shown = out.path().display().to_string();
     out.commit()?;
     println!(
@@ -308,6 +516,95 @@ fn run_contrast(a: &ContrastArgs, device: &Device) -> anyhow::Result<()> {
     Ok(())
 }
 
+const NO_BETA_SOURCE: &str = "tau_c needs the coherence factor beta, and no beta source was \
+    given. Measure it on a static target (`biogpu speckle calibrate static.tif --out \
+    beta.json`, then --calibration beta.json), or give --static-frame FILE, --static-region \
+    x,y,w,h (a static part of this field), --beta VALUE, or --beta estimate to estimate it from \
+    this recording (unreliable without static tissue in view; see docs/speckle.md)";
+
+/// The beta of a flow run, from the one source the user gave.
+fn flow_beta(
+    a: &FlowArgs,
+    p: &ContrastParams,
+    stack: &RawStack,
+    k_avg: &ndarray::Array2<f32>,
+    device: &Device,
+) -> anyhow::Result<BetaOrigin> {
+    if let Some(path) = &a.calibration {
+        let cal = Calibration::read(path)?;
+        let here = (p.mode == Mode::Spatial).then(|| p.window.size());
+        if cal.window != here || cal.border != format!("{:?}", p.border).to_lowercase() {
+            eprintln!(
+                "warning: the calibration was measured with window {:?} and border {}, these \
+                 maps use window {here:?} and border {:?}: beta depends on the window",
+                cal.window, cal.border, p.border
+            );
+        }
+        return Ok(BetaOrigin::CalibrationFile {
+            beta: cal.beta,
+            path: path.display().to_string(),
+        });
+    }
+    if let Some(path) = &a.static_frame {
+        let (s, cam) = load(&Input {
+            path: path.clone(),
+            raw: a.input.raw,
+            bit_depth: a.input.bit_depth,
+            frame_height: a.input.frame_height,
+            channel: a.input.channel,
+            slice: a.input.slice,
+            dark: None,
+        })?;
+        let cp = params(&a.contrast, cam)?;
+        let cp = if cp.mode == Mode::Spatial {
+            cp
+        } else {
+            ContrastParams::spatial(cp.window).with_border(cp.border)
+        };
+        let (rs, _) = contrast(&s, &cp, device)?;
+        let ks = rms_over_frames(rs.k.view());
+        let all = ndarray::Array2::from_elem(ks.dim(), true);
+        let beta = calibrate_beta(ks.view(), BetaSource::Static(all.view()))?;
+        return Ok(BetaOrigin::StaticRecording {
+            beta,
+            path: path.display().to_string(),
+        });
+    }
+    if let Some(region) = &a.static_region {
+        let (h, w) = k_avg.dim();
+        let mut mask = ndarray::Array2::from_elem((h, w), false);
+        for i in region.pixels(h, w)? {
+            mask[[i / w, i % w]] = true;
+        }
+        let beta = calibrate_beta(k_avg.view(), BetaSource::Static(mask.view()))?;
+        return Ok(BetaOrigin::StaticRegion {
+            beta,
+            region: region.to_string(),
+        });
+    }
+    match a.beta.as_deref() {
+        Some("estimate") => {
+            let temporal = p.mode == Mode::Temporal;
+            let window = (p.mode != Mode::Temporal).then(|| p.window.size());
+            let e = estimate_beta(
+                k_avg.view(),
+                stack_lag1_correlation(stack),
+                window,
+                temporal,
+            )?;
+            Ok(BetaOrigin::Estimated(e))
+        }
+        Some(v) => {
+            let beta: f64 = v.parse().map_err(|_| {
+                anyhow::anyhow!("--beta {v}: expected a number such as 0.45, or `estimate`")
+            })?;
+            speckle_core::model::flow::check_beta(beta)?;
+            Ok(BetaOrigin::Given { beta })
+        }
+        None => bail!(NO_BETA_SOURCE),
+    }
+}
+
 fn run_flow(a: &FlowArgs, device: &Device) -> anyhow::Result<()> {
     let Some(exposure) = a.contrast.exposure else {
         bail!("--exposure (seconds) is required to compute tau_c")
@@ -317,68 +614,139 @@ fn run_flow(a: &FlowArgs, device: &Device) -> anyhow::Result<()> {
         "gaussian" => FlowModel::Gaussian,
         other => bail!("--model {other}: expected lorentzian or gaussian"),
     };
-    let (stack, camera) = load(&a.input)?;
+    if a.beta.is_none()
+        && a.calibration.is_none()
+        && a.static_frame.is_none()
+        && a.static_region.is_none()
+    {
+        // Say so before reading anything.
+        bail!(NO_BETA_SOURCE);
+    }
+    let (stack, camera) = load_split(&a.input, a.contrast.mode != Mode::Spatial)?;
     let p = params(&a.contrast, camera)?;
     let mut inputs = vec![a.input.path.as_path()];
     inputs.extend(a.static_frame.as_deref());
-    let mut planned: Vec<String> = ["tau_c_ms", "k_mean", "inv_k2", "sfi"]
+    inputs.extend(a.calibration.as_deref());
+    let mut planned: Vec<String> = [TAU_C, INV_TAU, K_MEAN, INV_K2, SFI, FLAGS]
         .iter()
-        .flat_map(|n| map_files(&a.output, n))
+        .flat_map(|q| map_files(&a.output, q.stem))
         .collect();
     planned.push("summary.json".into());
     let out = OutDir::create(&a.output.out, a.output.force, &inputs, planned)?;
     let (r, info) = contrast_with_progress(&stack, &p, device)?;
     // Average K^2 over frames (speckle averaging), then invert the model.
     let k_avg = rms_over_frames(r.k.view());
-    let beta = match (a.beta, &a.static_frame) {
-        (Some(b), _) => b,
-        (None, Some(path)) => {
-            let (s, cam) = load(&Input {
-                path: path.clone(),
-                raw: a.input.raw,
-                bit_depth: a.input.bit_depth,
-                frame_height: a.input.frame_height,
-                channel: a.input.channel,
-                slice: a.input.slice,
-                dark: None,
-            })?;
-            let (rs, _) = contrast(&s, &params(&a.contrast, cam)?, device)?;
-            let ks = rms_over_frames(rs.k.view());
-            let all = ndarray::Array2::from_elem(ks.dim(), true);
-            calibrate_beta(ks.view(), BetaSource::Static(all.view()))?
+    let origin = flow_beta(a, &p, &stack, &k_avg, device)?;
+    let beta = origin.beta();
+    eprintln!("{}", origin.describe());
+    if let BetaOrigin::Estimated(e) = &origin {
+        for w in &e.warnings {
+            eprintln!("warning: {w}");
         }
-        (None, None) => calibrate_beta(k_avg.view(), BetaSource::Percentile(99.0))?,
-    };
-    let (tau, _) = flow(
+        if !e.reliable {
+            eprintln!(
+                "warning: every tau_c below depends on this beta; calibrate on a static target \
+                 (`biogpu speckle calibrate`) for quantitative maps"
+            );
+        }
+    }
+    let (tau, finfo) = flow(
         k_avg.view(),
         &FlowParams::new(exposure, beta).with_model(model),
         device,
     )?;
-    let tau_ms = tau.tau_c.mapv(|t| t * 1e3);
-    write_maps(
-        &out,
-        &a.output,
-        "tau_c_ms",
-        &tau_ms.clone().insert_axis(Axis(0)),
-    )?;
-    write_maps(
-        &out,
-        &a.output,
-        "k_mean",
-        &k_avg.clone().insert_axis(Axis(0)),
-    )?;
+    let tau_s = if a.keep_flagged {
+        tau.tau_c.clone()
+    } else {
+        tau.masked_tau_c()
+    };
+    let tau_ms = tau_s.mapv(|t| t * 1e3);
+    let inv_tau = tau_ms.mapv(|t| 1.0 / t);
+    write_maps(&out, &a.output, TAU_C, &tau_ms.clone().insert_axis(Axis(0)))?;
+    write_maps(&out, &a.output, INV_TAU, &inv_tau.insert_axis(Axis(0)))?;
+    write_maps(&out, &a.output, K_MEAN, &k_avg.clone().insert_axis(Axis(0)))?;
     if let Some(sfi) = &r.sfi {
-        write_maps(&out, &a.output, "sfi", sfi)?;
+        write_maps(&out, &a.output, SFI, sfi)?;
     }
     let inv = k_avg.mapv(|k| 1.0 / (k * k));
-    write_maps(&out, &a.output, "inv_k2", &inv.insert_axis(Axis(0)))?;
-    out.write_json("summary.json", &serde_json::json!({
-        "beta": beta, "model": a.model, "exposure_s": exposure, "backend": info.backend.to_string(),
+    write_maps(&out, &a.output, INV_K2, &inv.insert_axis(Axis(0)))?;
+    let fl = tau.flags.mapv(f32::from);
+    write_maps(&out, &a.output, FLAGS, &fl.insert_axis(Axis(0)))?;
+    let pct = |n: usize| 100.0 * n as f64 / finfo.pixels.max(1) as f64;
+    let summary = serde_json::json!({
+        "input": a.input.path, "beta": beta, "beta_source": origin,
+        "beta_reliable": !matches!(&origin, BetaOrigin::Estimated(e) if !e.reliable),
+        "model": a.model, "exposure_s": exposure, "backend": info.backend.to_string(),
+        "flow_backend": finfo.backend.to_string(),
         "tau_c_ms_median": median(tau_ms.iter().copied()),
-    }))?;
+        "pixels": finfo.pixels,
+        "flagged": {
+            "no_motion_k2_ge_beta": finfo.no_motion, "no_contrast_k_0": finfo.no_contrast,
+            "undefined": finfo.undefined,
+        },
+        "flag_bits": { "undefined": flags::UNDEFINED, "no_motion": flags::NO_MOTION, "no_contrast": flags::NO_CONTRAST },
+        "flagged_pixels_in_tau_c": if a.keep_flagged { "kept (+inf, 0, NaN)" } else { "NaN" },
+    });
+    out.write_json("summary.json", &merge(summary, summary_mode(&p)))?;
     let shown = out.path().display().to_string();
     out.commit()?;
-    println!("tau_c map ({model:?} model, beta {beta:.4}) written to {shown}");
+    println!(
+        "tau_c map ({model:?} model, beta {beta:.4}) written to {shown}; flagged pixels: {} \
+         K^2 >= beta ({:.2}%, no motion or beta too low), {} K = 0, {} undefined{}",
+        finfo.no_motion,
+        pct(finfo.no_motion),
+        finfo.no_contrast,
+        finfo.undefined,
+        if a.keep_flagged {
+            ""
+        } else {
+            " (NaN in tau_c_ms; see flags.tif)"
+        }
+    );
+    if pct(finfo.no_motion) > 5.0 {
+        eprintln!(
+            "warning: {:.1}% of the pixels have K^2 >= beta: beta may be too low for this field",
+            pct(finfo.no_motion)
+        );
+    }
+    Ok(())
+}
+
+fn run_calibrate(a: &CalibrateArgs, device: &Device) -> anyhow::Result<()> {
+    let (stack, camera) = load(&a.input)?;
+    let mut p = ContrastParams::spatial(Window::new(a.window)?)
+        .with_border(a.border)
+        .with_saturation(camera.saturation());
+    if let Some(t) = a.exposure {
+        p = p.with_exposure(t)?;
+    }
+    let (dir, name) = split_file(&a.out)?;
+    let out = OutDir::create(dir, a.force, &[&a.input.path], [name])?;
+    let mut cp = CalibrationParams::new(p).with_source(format!(
+        "{}{}{}",
+        a.input.path.display(),
+        if a.note.is_empty() { "" } else { "; " },
+        a.note
+    ));
+    if let Some(r) = &a.roi {
+        cp = cp.with_region(r.clone());
+    }
+    let (mut cal, _) = calibrate(&stack, &cp, device)?;
+    cal.bit_depth = camera.bit_depth;
+    for w in &cal.warnings {
+        eprintln!("warning: {w}");
+    }
+    cal.write(&out.file(name)?)?;
+    out.commit()?;
+    println!(
+        "beta {:.4} (sd {:.4} over {} pixels, {}x{} window) written to {}",
+        cal.beta,
+        cal.beta_sd,
+        cal.pixels,
+        a.window,
+        a.window,
+        a.out.display()
+    );
     Ok(())
 }
 
@@ -390,13 +758,16 @@ fn run_mesi(a: &MesiArgs, device: &Device) -> anyhow::Result<()> {
             a.exposures.len()
         );
     }
+    let mut planned: Vec<String> = [TAU_C, RHO, V_NOISE, BETA, STATUS, RESIDUAL]
+        .iter()
+        .flat_map(|q| map_files(&a.output, q.stem))
+        .collect();
+    planned.push("summary.json".into());
     let out = OutDir::create(
         &a.output.out,
         a.output.force,
         &a.inputs.iter().map(PathBuf::as_path).collect::<Vec<_>>(),
-        ["tau_c_ms", "rho", "v_noise", "beta"]
-            .iter()
-            .flat_map(|n| map_files(&a.output, n)),
+        planned,
     )?;
     let mut ks = Vec::new();
     for (path, &t) in a.inputs.iter().zip(&a.exposures) {
@@ -410,50 +781,83 @@ fn run_mesi(a: &MesiArgs, device: &Device) -> anyhow::Result<()> {
     }
     let views: Vec<_> = ks.iter().map(|k| k.view()).collect();
     let k = ndarray::stack(Axis(0), &views).context("recordings differ in size")?;
-    let opts = a
+    let mut opts = a
         .beta
         .map_or_else(MesiOptions::default, MesiOptions::fixed_beta);
+    if let Some(r) = a.max_residual {
+        opts = opts.with_max_residual_rms(r);
+    }
     let input = MesiInput {
         k: k.view(),
         exposures_s: &a.exposures,
     };
-    let (fit, _) = mesi(input, &opts, device)?;
+    let (fit, info) = mesi(input, &opts, device)?;
+    let residual = fit.residual_rms(a.exposures.len());
+    let shown_fit = if a.keep_failed {
+        fit.clone()
+    } else {
+        fit.masked()
+    };
+    let one = |m: &ndarray::Array2<f32>| m.clone().insert_axis(Axis(0));
     write_maps(
         &out,
         &a.output,
-        "tau_c_ms",
-        &fit.tau_c.mapv(|t| t * 1e3).insert_axis(Axis(0)),
+        TAU_C,
+        &one(&shown_fit.tau_c.mapv(|t| t * 1e3)),
     )?;
-    write_maps(
-        &out,
-        &a.output,
-        "rho",
-        &fit.rho.clone().insert_axis(Axis(0)),
-    )?;
-    write_maps(
-        &out,
-        &a.output,
-        "v_noise",
-        &fit.v_noise.clone().insert_axis(Axis(0)),
-    )?;
-    write_maps(
-        &out,
-        &a.output,
-        "beta",
-        &fit.beta.clone().insert_axis(Axis(0)),
-    )?;
-    let converged = fit.status.iter().filter(|&&s| s == 0).count();
+    write_maps(&out, &a.output, RHO, &one(&shown_fit.rho))?;
+    write_maps(&out, &a.output, V_NOISE, &one(&shown_fit.v_noise))?;
+    write_maps(&out, &a.output, BETA, &one(&shown_fit.beta))?;
+    write_maps(&out, &a.output, STATUS, &one(&fit.status.mapv(f32::from)))?;
+    write_maps(&out, &a.output, RESIDUAL, &one(&residual))?;
+    let counts = info.status_counts;
+    let total = fit.status.len();
+    let converged_residual: Vec<f32> = residual
+        .iter()
+        .zip(&fit.status)
+        .filter(|(_, s)| **s == FitStatus::Converged as u8)
+        .map(|(r, _)| *r)
+        .collect();
+    let by_status: serde_json::Map<String, serde_json::Value> = FitStatus::ALL
+        .iter()
+        .map(|s| {
+            (
+                format!("{}_{}", *s as u8, s.name()),
+                counts[*s as usize].into(),
+            )
+        })
+        .collect();
+    out.write_json("summary.json", &serde_json::json!({
+        "inputs": a.inputs, "exposures_s": a.exposures, "window": a.window,
+        "beta": a.beta.map_or_else(|| serde_json::Value::from("fitted"), serde_json::Value::from),
+        "backend": info.backend.to_string(), "pixels": total,
+        "converged_fraction": fit.converged_fraction(), "status_counts": by_status,
+        "max_residual_rms": a.max_residual,
+        "residual_rms_median_converged": median(converged_residual.iter().copied()),
+        "failed_fits_in_maps": if a.keep_failed { "kept" } else { "NaN" },
+    }))?;
     let shown = out.path().display().to_string();
     out.commit()?;
     println!(
-        "MESI fit: {converged}/{} pixels converged; maps in {shown}",
-        fit.status.len(),
+        "MESI fit: {}/{total} pixels converged ({:.1}%; {} max iterations, {} failed, {} invalid \
+         input, {} poor fit){}; maps in {shown}",
+        counts[0],
+        100.0 * fit.converged_fraction(),
+        counts[1],
+        counts[2],
+        counts[3],
+        counts[4],
+        if a.keep_failed {
+            ""
+        } else {
+            ", unconverged pixels NaN"
+        },
     );
     Ok(())
 }
 
 fn run_roi(a: &RoiArgs, device: &Device) -> anyhow::Result<()> {
-    let (stack, camera) = load(&a.input)?;
+    let (stack, camera) = load_split(&a.input, false)?;
     let p = params(&a.contrast, camera)?;
     if a.sfi && p.exposure_s.is_none() {
         bail!("--sfi needs --exposure (seconds)");
@@ -493,19 +897,50 @@ fn map_files(o: &OutputOpts, name: &str) -> Vec<String> {
     files
 }
 
-/// Float TIFF stack, a PNG of the first frame (or the only one) and an optional GIF.
-fn write_maps(out: &OutDir, o: &OutputOpts, name: &str, maps: &Array3<f32>) -> anyhow::Result<()> {
-    write_stack_tiff(out.file(&format!("{name}.tif"))?, maps.view())?;
+/// ImageJ float TIFF stack, a labelled PNG figure of the first frame (or the only one) and
+/// an optional size-capped GIF.
+fn write_maps(out: &OutDir, o: &OutputOpts, q: Quantity, maps: &Array3<f32>) -> anyhow::Result<()> {
+    let fig = figure(o, q)?;
     let first = maps.index_axis(Axis(0), 0);
-    render_png(first, o.cmap, o.range, out.file(&format!("{name}.png"))?)?;
+    let limits = render_figure_png(
+        first,
+        o.cmap,
+        o.range,
+        &fig,
+        out.file(&format!("{}.png", q.stem))?,
+    )?;
+    let meta = ImageJMeta {
+        quantity: q.name.into(),
+        unit: q.unit.into(),
+        min: limits.0,
+        max: limits.1,
+        pixel_um: o.pixel_um,
+    };
+    write_imagej_tiff(out.file(&format!("{}.tif", q.stem))?, maps.view(), &meta)?;
     if o.gif && maps.dim().0 > 1 {
-        write_gif(
-            out.file(&format!("{name}.gif"))?,
+        let p = write_gif_preview(
+            out.file(&format!("{}.gif", q.stem))?,
             maps.view(),
             o.cmap,
             o.range,
+            &fig,
             std::time::Duration::from_millis(100),
+            &GifLimits::default(),
         )?;
+        if p.stride > 1 || p.downscale > 1 {
+            eprintln!(
+                "note: {}.gif shows {} of {} frames (every {}th){}",
+                q.stem,
+                p.frames,
+                maps.dim().0,
+                p.stride,
+                if p.downscale > 1 {
+                    format!(", maps averaged {0}x{0}", p.downscale)
+                } else {
+                    String::new()
+                }
+            );
+        }
     }
     Ok(())
 }
@@ -524,4 +959,50 @@ fn median(values: impl Iterator<Item = f32>) -> f64 {
     }
     v.sort_by(f32::total_cmp);
     f64::from(v[v.len() / 2])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(scale: &str) -> OutputOpts {
+        OutputOpts {
+            out: PathBuf::from("x"),
+            force: false,
+            cmap: Colormap::Viridis,
+            range: Range::default(),
+            gif: false,
+            scale: scale.into(),
+            pixel_um: None,
+        }
+    }
+
+    #[test]
+    fn summaries_name_only_the_windows_in_use() {
+        let w = Window::new(7).unwrap();
+        let t = summary_mode(&ContrastParams::temporal(25));
+        assert!(t.get("window").is_none(), "{t}");
+        assert_eq!(t["temporal_frames"], 25);
+        let s = summary_mode(&ContrastParams::spatial(w));
+        assert!(s.get("temporal_frames").is_none(), "{s}");
+        assert_eq!(s["window"], 7);
+        let st = summary_mode(&ContrastParams::spatiotemporal(w, 5));
+        assert_eq!(
+            (st["window"].as_u64(), st["temporal_frames"].as_u64()),
+            (Some(7), Some(5))
+        );
+    }
+
+    #[test]
+    fn flow_figures_default_to_a_log_scale_with_units() {
+        let f = figure(&opts("auto"), TAU_C).unwrap();
+        assert_eq!(
+            (f.scale, f.title.as_deref()),
+            (Scale::Log, Some("tau_c (ms)"))
+        );
+        assert_eq!(figure(&opts("auto"), K).unwrap().scale, Scale::Linear);
+        assert_eq!(figure(&opts("auto"), INV_TAU).unwrap().scale, Scale::Log);
+        assert_eq!(figure(&opts("linear"), SFI).unwrap().scale, Scale::Linear);
+        assert!(figure(&opts("cubic"), K).is_err());
+    }
 }

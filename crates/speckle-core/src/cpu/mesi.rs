@@ -435,6 +435,7 @@ pub fn fit_mesi_map(
                 st[x] = f.status as u8;
             }
         });
+    maps.apply_residual_limit(ne, opts);
     Ok(maps)
 }
 

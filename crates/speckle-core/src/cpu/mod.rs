@@ -1,5 +1,6 @@
 //! The f64 (exact integer-sum) CPU reference, one file per operation, multithreaded.
 
+pub mod beta;
 pub mod calibrate;
 pub mod contrast;
 pub mod correct;
@@ -10,6 +11,7 @@ pub mod stream;
 pub mod tau_c;
 pub mod temporal;
 
+pub use beta::{beta_max_for, estimate_beta, speckle_lag1_correlation, stack_lag1_correlation};
 pub use calibrate::calibrate_beta;
 pub use contrast::rms_over_frames;
 pub use mesi::{fit_mesi, fit_mesi_map};

@@ -49,6 +49,7 @@ pub(crate) fn fit_mesi_map(
         }
         Ok(())
     })?;
+    maps.apply_residual_limit(ne, opts);
     Ok(maps)
 }
 

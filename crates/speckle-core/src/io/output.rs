@@ -5,8 +5,9 @@
 
 pub(crate) use imaging_io::draw;
 pub use imaging_io::{
-    Colormap, Lut, NAN_COLOUR, Range, RgbImage, TiffStackWriter, render, render_png, write_gif,
-    write_map_tiff, write_stack_tiff,
+    Colormap, Figure, GifLimits, GifPreview, Lut, NAN_COLOUR, Range, RgbImage, Scale,
+    TiffStackWriter, render, render_figure, render_figure_png, render_png, write_gif,
+    write_gif_preview, write_map_tiff, write_stack_tiff,
 };
 
 use crate::error::Result;
@@ -23,6 +24,117 @@ pub fn write_raw_stack_tiff(path: impl AsRef<Path>, stack: &RawStack) -> Result<
         RawStack::F32(a) => imaging_io::write_gray_stack(path, a.view()),
     }?;
     Ok(())
+}
+
+/// What ImageJ/Fiji should know about a float map stack ([`write_imagej_tiff`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ImageJMeta {
+    /// Quantity, e.g. "tau_c" (stored as `biogpu_quantity`).
+    pub quantity: String,
+    /// Unit of the values, e.g. "ms" (stored as `biogpu_unit`; ImageJ has no value unit
+    /// for 32-bit images).
+    pub unit: String,
+    /// Display range ImageJ opens the stack with (`min=`, `max=`), e.g. the 1st-99th
+    /// percentiles.
+    pub min: f32,
+    pub max: f32,
+    /// Pixel size in micrometres (`unit=micron` and the X/Y resolution tags); `None`: pixels.
+    pub pixel_um: Option<f64>,
+}
+
+impl ImageJMeta {
+    /// The ImageJ ImageDescription for `frames` pages.
+    pub fn description(&self, frames: usize) -> String {
+        let finite = |v: f32| if v.is_finite() { v } else { 0.0 };
+        format!(
+            "ImageJ=1.54f\nimages={frames}\n{}unit={}\nmin={}\nmax={}\nloop=false\n\
+             biogpu_quantity={}\nbiogpu_unit={}\n",
+            if frames > 1 {
+                format!("frames={frames}\nhyperstack=true\n")
+            } else {
+                String::new()
+            },
+            if self.pixel_um.is_some() {
+                "micron"
+            } else {
+                "pixel"
+            },
+            finite(self.min),
+            finite(self.max),
+            self.quantity,
+            self.unit
+        )
+    }
+}
+
+/// Write a float map stack (frame, row, column) as a 32-bit TIFF that ImageJ/Fiji opens as
+/// a calibrated stack: ImageDescription with `ImageJ=`, `images=`, `frames=` (stacks),
+/// `unit=`, the display range `min=`/`max=` and the quantity and its unit; X/Y resolution
+/// from the pixel size. Stacks over 3.9 GB fall back to a plain BigTIFF.
+#[allow(clippy::needless_pass_by_value)] // views are passed by value throughout the crate
+pub fn write_imagej_tiff(
+    path: impl AsRef<Path>,
+    stack: ndarray::ArrayView3<'_, f32>,
+    meta: &ImageJMeta,
+) -> Result<()> {
+    use tiff::encoder::{Rational, TiffEncoder, colortype};
+    use tiff::tags::{ResolutionUnit, Tag};
+    let path = path.as_ref();
+    let (n, h, w) = stack.dim();
+    if n == 0 || h == 0 || w == 0 || u32::try_from(w).is_err() || u32::try_from(h).is_err() {
+        return Err(crate::error::Error::InvalidParameter {
+            name: "map size",
+            value: format!("{n} frames of {w}x{h}"),
+            why: format!(
+                "cannot write an empty or oversized TIFF to {}",
+                path.display()
+            ),
+        });
+    }
+    if stack.len() as u64 * 4 > 3_900_000_000 {
+        write_stack_tiff(path, stack)?;
+        return Ok(());
+    }
+    let io = |source| crate::error::Error::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let fail = |e: tiff::TiffError| match e {
+        tiff::TiffError::IoError(source) => io(source),
+        other => crate::error::Error::Format {
+            path: path.to_path_buf(),
+            why: format!("cannot write TIFF: {other}"),
+        },
+    };
+    let mut bytes = std::io::Cursor::new(Vec::with_capacity(stack.len() * 4 + 4096));
+    let mut enc = TiffEncoder::new(&mut bytes).map_err(fail)?;
+    let description = meta.description(n);
+    for (i, page) in stack.axis_iter(ndarray::Axis(0)).enumerate() {
+        let data: Vec<f32> = page.iter().copied().collect();
+        let mut image = enc
+            .new_image::<colortype::Gray32Float>(w as u32, h as u32)
+            .map_err(fail)?;
+        if i == 0 {
+            image
+                .encoder()
+                .write_tag(Tag::ImageDescription, description.as_str())
+                .map_err(fail)?;
+        }
+        if let Some(um) = meta.pixel_um {
+            // Pixels per micrometre, to 1e-6.
+            let per_um = (1e6 / um).round().clamp(1.0, f64::from(u32::MAX)) as u32;
+            image.resolution(
+                ResolutionUnit::None,
+                Rational {
+                    n: per_um,
+                    d: 1_000_000,
+                },
+            );
+        }
+        image.write_data(&data).map_err(fail)?;
+    }
+    let _ = enc;
+    std::fs::write(path, bytes.into_inner()).map_err(io)
 }
 
 #[cfg(test)]
@@ -71,6 +183,39 @@ mod tests {
             let path = dir.path(&format!("{}.tif", stack.dtype()));
             write_raw_stack_tiff(&path, &stack).unwrap();
             assert_eq!(read_tiff(&path, None).unwrap().0, stack);
+        }
+    }
+
+    #[test]
+    fn imagej_tiffs_carry_the_description_and_read_back() {
+        let dir = TempDir::new("out_imagej");
+        let path = dir.path("tau.tif");
+        let stack = Array3::from_shape_fn((3, 4, 5), |(f, r, c)| (f * 20 + r * 5 + c) as f32);
+        let meta = ImageJMeta {
+            quantity: "tau_c".into(),
+            unit: "ms".into(),
+            min: 0.5,
+            max: 40.0,
+            pixel_um: Some(2.5),
+        };
+        write_imagej_tiff(&path, stack.view(), &meta).unwrap();
+        let (back, _) = read_tiff(&path, None).unwrap();
+        assert_eq!(back, RawStack::F32(stack));
+        let mut dec = tiff::decoder::Decoder::new(std::fs::File::open(&path).unwrap()).unwrap();
+        let desc = dec
+            .get_tag_ascii_string(tiff::tags::Tag::ImageDescription)
+            .unwrap();
+        for key in [
+            "ImageJ=",
+            "images=3",
+            "frames=3",
+            "unit=micron",
+            "min=0.5",
+            "max=40",
+            "biogpu_quantity=tau_c",
+            "biogpu_unit=ms",
+        ] {
+            assert!(desc.contains(key), "{key} missing from {desc:?}");
         }
     }
 }

@@ -406,11 +406,55 @@ impl FlowParams {
     }
 }
 
-/// How a tau_c map was computed.
+/// How a tau_c map was computed, and how many pixels carry each flag.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FlowInfo {
     /// Where it ran.
     pub backend: gpu_runtime::Backend,
+    /// Pixels with K^2 >= beta ([`flags::NO_MOTION`], tau_c = +inf): static, or beta too low.
+    pub no_motion: usize,
+    /// Pixels with K = 0 ([`flags::NO_CONTRAST`], tau_c = 0).
+    pub no_contrast: usize,
+    /// Pixels with NaN or negative K ([`flags::UNDEFINED`], tau_c NaN).
+    pub undefined: usize,
+    /// All pixels of the map.
+    pub pixels: usize,
+}
+
+impl FlowInfo {
+    /// Counts of `map`'s flags, computed on `backend`.
+    pub fn of(map: &TauMap, backend: gpu_runtime::Backend) -> Self {
+        // One pass; flags are mostly 0.
+        let (mut no_motion, mut no_contrast, mut undefined) = (0, 0, 0);
+        for &f in map.flags.iter().filter(|&&f| f != 0) {
+            no_motion += usize::from(f & flags::NO_MOTION != 0);
+            no_contrast += usize::from(f & flags::NO_CONTRAST != 0);
+            undefined += usize::from(f & flags::UNDEFINED != 0);
+        }
+        Self {
+            backend,
+            no_motion,
+            no_contrast,
+            undefined,
+            pixels: map.flags.len(),
+        }
+    }
+}
+
+impl TauMap {
+    /// tau_c with NaN wherever a flag is set (+inf no motion, 0 no contrast, NaN
+    /// undefined), for figures and statistics that must not mix flagged pixels in.
+    pub fn masked_tau_c(&self) -> Map {
+        let mut t = self.tau_c.clone();
+        ndarray::Zip::from(&mut t)
+            .and(&self.flags)
+            .for_each(|v, &f| {
+                if f != 0 {
+                    *v = f32::NAN;
+                }
+            });
+        t
+    }
 }
 
 #[cfg(test)]

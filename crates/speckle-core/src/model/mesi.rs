@@ -76,6 +76,10 @@ pub struct MesiOptions {
     pub max_iterations: u32,
     /// Relative tolerance on the cost change and on the step.
     pub tolerance: f64,
+    /// Largest RMS relative K^2 residual, `sqrt(rss / exposures)`, a converged fit may keep;
+    /// above it the pixel becomes [`FitStatus::PoorFit`] (`None`: no limit). Applied after
+    /// the fit, identically on both paths.
+    pub max_residual_rms: Option<f64>,
 }
 
 impl Default for MesiOptions {
@@ -84,6 +88,7 @@ impl Default for MesiOptions {
             beta: BetaMode::Free,
             max_iterations: 200,
             tolerance: 1e-10,
+            max_residual_rms: None,
         }
     }
 }
@@ -95,6 +100,13 @@ impl MesiOptions {
             beta: BetaMode::Fixed(beta),
             ..Self::default()
         }
+    }
+
+    /// Mark converged fits whose RMS relative residual exceeds `rms` as
+    /// [`FitStatus::PoorFit`].
+    pub fn with_max_residual_rms(mut self, rms: f64) -> Self {
+        self.max_residual_rms = Some(rms);
+        self
     }
 
     pub(crate) fn n_params(&self) -> usize {
@@ -119,6 +131,31 @@ pub enum FitStatus {
     Failed = 2,
     /// Too few exposures, non-finite or non-positive K or exposures, bad beta: no fit made.
     InvalidInput = 3,
+    /// The fit converged, but its RMS relative K^2 residual exceeds
+    /// [`MesiOptions::max_residual_rms`]: the curve does not follow the model.
+    PoorFit = 4,
+}
+
+impl FitStatus {
+    /// Every status, in code order.
+    pub const ALL: [FitStatus; 5] = [
+        FitStatus::Converged,
+        FitStatus::MaxIterations,
+        FitStatus::Failed,
+        FitStatus::InvalidInput,
+        FitStatus::PoorFit,
+    ];
+
+    /// Lower-case name, as in summary files.
+    pub fn name(self) -> &'static str {
+        match self {
+            FitStatus::Converged => "converged",
+            FitStatus::MaxIterations => "max_iterations",
+            FitStatus::Failed => "failed",
+            FitStatus::InvalidInput => "invalid_input",
+            FitStatus::PoorFit => "poor_fit",
+        }
+    }
 }
 
 /// Result of [`fit_mesi`].
@@ -151,6 +188,64 @@ pub struct MesiMaps {
     pub status: Array2<u8>,
 }
 
+impl MesiMaps {
+    /// RMS relative K^2 residual per pixel, `sqrt(rss / exposures)` (0.01 = the fitted curve
+    /// is 1% off the data on average; NaN where no fit was made).
+    pub fn residual_rms(&self, exposures: usize) -> Map {
+        let n = exposures.max(1) as f32;
+        self.rss.mapv(|r| (r / n).sqrt())
+    }
+
+    /// Pixels per [`FitStatus`], in the order of [`FitStatus::ALL`].
+    pub fn status_counts(&self) -> [usize; 5] {
+        let mut c = [0usize; 5];
+        for &s in &self.status {
+            c[usize::from(s).min(4)] += 1;
+        }
+        c
+    }
+
+    /// Fraction of pixels whose fit converged (0 for an empty map).
+    pub fn converged_fraction(&self) -> f64 {
+        let n = self.status.len();
+        if n == 0 {
+            0.0
+        } else {
+            self.status_counts()[0] as f64 / n as f64
+        }
+    }
+
+    /// The maps with NaN in tau_c, rho, v_noise and beta wherever the fit did not converge
+    /// (any status but [`FitStatus::Converged`]); rss and status unchanged.
+    pub fn masked(&self) -> MesiMaps {
+        let mut m = self.clone();
+        for map in [&mut m.tau_c, &mut m.rho, &mut m.v_noise, &mut m.beta] {
+            ndarray::Zip::from(map).and(&self.status).for_each(|v, &s| {
+                if s != FitStatus::Converged as u8 {
+                    *v = f32::NAN;
+                }
+            });
+        }
+        m
+    }
+
+    /// Apply [`MesiOptions::max_residual_rms`]: converged pixels above it become
+    /// [`FitStatus::PoorFit`].
+    pub(crate) fn apply_residual_limit(&mut self, exposures: usize, opts: &MesiOptions) {
+        let Some(limit) = opts.max_residual_rms else {
+            return;
+        };
+        let n = exposures.max(1) as f64;
+        ndarray::Zip::from(&mut self.status)
+            .and(&self.rss)
+            .for_each(|s, &r| {
+                if *s == FitStatus::Converged as u8 && (f64::from(r) / n).sqrt() > limit {
+                    *s = FitStatus::PoorFit as u8;
+                }
+            });
+    }
+}
+
 /// The stack's exposure count, the times and beta make a well-posed fit.
 pub(crate) fn check_inputs(ne: usize, exposures_s: &[f64], opts: &MesiOptions) -> Result<()> {
     if ne != exposures_s.len() {
@@ -173,6 +268,15 @@ pub(crate) fn check_inputs(ne: usize, exposures_s: &[f64], opts: &MesiOptions) -
     }
     for &t in exposures_s {
         check_exposure(t)?;
+    }
+    if let Some(r) = opts.max_residual_rms
+        && !(r.is_finite() && r > 0.0)
+    {
+        return Err(Error::InvalidParameter {
+            name: "max_residual_rms",
+            value: r.to_string(),
+            why: "must be finite and > 0, e.g. 0.1 for a 10% RMS relative K^2 residual".into(),
+        });
     }
     if let BetaMode::Fixed(b) = opts.beta
         && !(b.is_finite() && b > 0.0)
@@ -199,4 +303,6 @@ pub struct MesiInput<'a> {
 pub struct MesiInfo {
     /// Where it ran.
     pub backend: gpu_runtime::Backend,
+    /// Pixels per [`FitStatus`], in the order of [`FitStatus::ALL`].
+    pub status_counts: [usize; 5],
 }

@@ -1,6 +1,7 @@
 //! What the CPU and GPU paths agree on, defined once: pixel and frame types, windows and
 //! borders, parameters, formulas, flag bits, statuses, result maps and the GPU tuning.
 
+pub mod beta;
 pub mod contrast;
 pub mod flags;
 pub mod flow;

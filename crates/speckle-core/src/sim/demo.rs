@@ -11,7 +11,7 @@ use ndarray::Axis;
 
 use crate::api::{contrast, flow};
 use crate::error::{Error, Result};
-use crate::io::output::{Colormap, Range, render_png};
+use crate::io::output::{Colormap, Figure, Range, Scale, render_figure_png};
 use crate::model::contrast::ContrastParams;
 use crate::model::flow::{FlowModel, FlowParams};
 use crate::model::window::Window;
@@ -93,16 +93,20 @@ pub fn demo(out_dir: &Path, device: &Device) -> Result<DemoReport> {
         path: out_dir.to_path_buf(),
         source,
     })?;
-    render_png(
+    render_figure_png(
         k_mean.view(),
         Colormap::Viridis,
         Range::Percentile(1.0, 99.0),
+        &Figure::new("K", Scale::Linear),
         out_dir.join("speckle_k.png"),
     )?;
-    render_png(
-        tau.tau_c.mapv(|t| t * 1e3).view(),
+    // Log scale: the channel's tau_c is orders of magnitude below the (flagged, NaN) static
+    // background, which a linear scale shows as black.
+    render_figure_png(
+        tau.masked_tau_c().mapv(|t| t * 1e3).view(),
         Colormap::Inferno,
-        Range::Percentile(1.0, 95.0),
+        Range::Percentile(1.0, 99.0),
+        &Figure::new("tau_c (ms)", Scale::Log),
         out_dir.join("speckle_tau_c_ms.png"),
     )?;
     Ok(DemoReport {
