@@ -979,8 +979,15 @@ fn compare_fits<T: Count>(
             f64::from(gpu.chi2_red[[y, x]]),
             f64::from(cpu.chi2_red[[y, x]]),
         );
+        // No worse than the CPU's beyond what the parameters' allowance above implies: 0.1
+        // standard error in each of n fitted parameters raises chi^2 by up to 0.01 n where it
+        // is quadratic (lavapipe, bi-exponential at 2,000 photons over 64 bins: 1.00025
+        // against 0.99996). Lower is allowed: in a flat valley the f32 path may stop at a
+        // better point than the f64 one (0.6175 against 0.6179).
+        let dof = bins.saturating_sub(params.len()).max(1) as f64;
+        let allowance = 1e-4 * oc.abs() + 1e-4 + 0.01 * params.len() as f64 / dof;
         prop_assert!(
-            (og - oc).abs() <= 1e-4 * oc.abs() + 1e-4,
+            og - oc <= allowance,
             "{}: reduced chi^2 GPU {} CPU {}",
             at,
             og,
