@@ -9,7 +9,7 @@ use std::time::Duration;
 use gif::{Encoder, Repeat};
 use ndarray::{ArrayView3, Axis};
 
-use crate::colormap::{Colormap, Range, render_indexed};
+use crate::colormap::{Colormap, Indexed, Range, render_indexed};
 use crate::error::{Error, Result};
 
 /// Write `stack` (frame, row, column) as a looping animated GIF with a colour bar.
@@ -44,60 +44,15 @@ pub fn write_gif(
             why: "an animation needs at least one non-empty frame".into(),
         });
     }
-    let centis = (delay.as_secs_f64() * 100.0).round();
-    if !(1.0..=f64::from(u16::MAX)).contains(&centis) {
-        return Err(Error::InvalidParameter {
-            name: "delay",
-            value: format!("{delay:?}"),
-            why: "GIF frame delays run from 10 ms to 655.35 s in 10 ms steps".into(),
-        });
-    }
+    let centis = delay_centis(delay)?;
     let (lo, hi) = range.resolve(&stack)?;
     let show_nan = stack.iter().any(|v| v.is_nan());
     let first = render_indexed(stack.index_axis(Axis(0), 0), cmap, lo, hi, show_nan);
-    let (cw, ch) = (first.canvas.width, first.canvas.height);
-    let too_big = || Error::InvalidParameter {
-        name: "stack",
-        value: format!("{w}x{h}"),
-        why: format!(
-            "the rendered frame ({cw}x{ch}) exceeds the GIF limit of 65535 pixels per side"
-        ),
-    };
-    let (gw, gh) = (
-        u16::try_from(cw).map_err(|_| too_big())?,
-        u16::try_from(ch).map_err(|_| too_big())?,
-    );
-    let io_err = |source| Error::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    let gif_err = |e: gif::EncodingError| match e {
-        gif::EncodingError::Io(source) => Error::Io {
-            path: path.to_path_buf(),
-            source,
-        },
-        other => Error::Format {
-            path: path.to_path_buf(),
-            why: format!("cannot write GIF: {other}"),
-        },
-    };
-    let file = BufWriter::new(File::create(path).map_err(io_err)?);
-    let palette: Vec<u8> = first.palette.iter().flatten().copied().collect();
-    let mut enc = Encoder::new(file, gw, gh, &palette).map_err(gif_err)?;
-    enc.set_repeat(Repeat::Infinite).map_err(gif_err)?;
-    let mut write = |pixels: Vec<u8>| {
-        let mut frame = gif::Frame::from_indexed_pixels(gw, gh, pixels, None);
-        frame.delay = centis as u16;
-        enc.write_frame(&frame).map_err(gif_err)
-    };
-    write(first.canvas.pixels)?;
-    for map in stack.axis_iter(Axis(0)).skip(1) {
-        write(render_indexed(map, cmap, lo, hi, show_nan).canvas.pixels)?;
-    }
-    enc.into_inner()
-        .map_err(gif_err)?
-        .into_inner()
-        .map_err(|e| io_err(e.into_error()))?;
+    let rest = stack
+        .axis_iter(Axis(0))
+        .skip(1)
+        .map(|map| render_indexed(map, cmap, lo, hi, show_nan).canvas.pixels);
+    encode(path, (w, h), first, rest, centis)?;
     Ok((lo, hi))
 }
 
@@ -200,14 +155,7 @@ pub fn write_gif_preview(
             why: "every limit must be at least 1".into(),
         });
     }
-    let centis = (delay.as_secs_f64() * 100.0).round();
-    if !(1.0..=f64::from(u16::MAX)).contains(&centis) {
-        return Err(Error::InvalidParameter {
-            name: "delay",
-            value: format!("{delay:?}"),
-            why: "GIF frame delays run from 10 ms to 655.35 s in 10 ms steps".into(),
-        });
-    }
+    let centis = delay_centis(delay)?;
     let factor = h.max(w).div_ceil(limits.max_side).max(1);
     let shrink = |m: ndarray::ArrayView2<'_, f32>| {
         if factor == 1 {
@@ -234,11 +182,45 @@ pub fn write_gif_preview(
     });
     let render = |m: &ndarray::Array2<f32>| figure_indexed(m.view(), cmap, lim, show_nan, fig);
     let first = render(&frames[0]);
+    let rest = frames.iter().skip(1).map(|m| render(m).canvas.pixels);
+    encode(path, (w, h), first, rest, centis)?;
+    Ok(GifPreview {
+        frames: frames.len(),
+        stride,
+        downscale: factor,
+        limits: lim,
+    })
+}
+
+/// A frame delay in GIF's 10 ms units (10 ms ..= 655.35 s).
+fn delay_centis(delay: Duration) -> Result<u16> {
+    let centis = (delay.as_secs_f64() * 100.0).round();
+    if !(1.0..=f64::from(u16::MAX)).contains(&centis) {
+        return Err(Error::InvalidParameter {
+            name: "delay",
+            value: format!("{delay:?}"),
+            why: "GIF frame delays run from 10 ms to 655.35 s in 10 ms steps".into(),
+        });
+    }
+    Ok(centis as u16)
+}
+
+/// Write a looping GIF of `first` (its canvas and palette) and the canvases of `rest`, each
+/// shown `centis` x 10 ms; `(w, h)`, the maps' size, is named in errors.
+fn encode(
+    path: &Path,
+    (w, h): (usize, usize),
+    first: Indexed,
+    rest: impl Iterator<Item = Vec<u8>>,
+    centis: u16,
+) -> Result<()> {
     let (cw, ch) = (first.canvas.width, first.canvas.height);
     let too_big = || Error::InvalidParameter {
         name: "stack",
         value: format!("{w}x{h}"),
-        why: format!("the rendered frame ({cw}x{ch}) exceeds the GIF limit of 65535 pixels"),
+        why: format!(
+            "the rendered frame ({cw}x{ch}) exceeds the GIF limit of 65535 pixels per side"
+        ),
     };
     let (gw, gh) = (
         u16::try_from(cw).map_err(|_| too_big())?,
@@ -264,23 +246,18 @@ pub fn write_gif_preview(
     enc.set_repeat(Repeat::Infinite).map_err(gif_err)?;
     let mut write = |pixels: Vec<u8>| {
         let mut frame = gif::Frame::from_indexed_pixels(gw, gh, pixels, None);
-        frame.delay = centis as u16;
+        frame.delay = centis;
         enc.write_frame(&frame).map_err(gif_err)
     };
     write(first.canvas.pixels)?;
-    for m in frames.iter().skip(1) {
-        write(render(m).canvas.pixels)?;
+    for pixels in rest {
+        write(pixels)?;
     }
     enc.into_inner()
         .map_err(gif_err)?
         .into_inner()
         .map_err(|e| io_err(e.into_error()))?;
-    Ok(GifPreview {
-        frames: frames.len(),
-        stride,
-        downscale: factor,
-        limits: lim,
-    })
+    Ok(())
 }
 
 #[cfg(test)]
