@@ -3,8 +3,8 @@
 
 use super::model::{self, Ctx, n_params};
 use super::voxel::{
-    Voxel, copy, finish_fit, first_voxel, hold_fixed, is_free, load_shared_inputs, nm_cost,
-    project, start_point, take_valid_voxel,
+    Voxel, copy, first_voxel, hold_fixed, is_free, load_shared_inputs, next_voxel, nm_cost,
+    project, record_fit, start_point, take_valid_voxel,
 };
 use super::{
     CANDIDATES, COUNTER_WORDS, FitBuffers, KernelFloat, KernelParams, STATUS_CONVERGED,
@@ -378,10 +378,11 @@ pub fn nelder_mead_kernel<F: Float + CubeElement>(
                 if converged {
                     result = STATUS_CONVERGED;
                 }
-                voxel = finish_fit::<F>(
-                    out, status, counter, &vtx, setup, fv[0], stats, result, it, voxel, nvox, mask,
-                    inf, nan, np, persistent,
+                record_fit::<F>(
+                    out, status, &vtx, setup, fv[0], stats, result, it, voxel, nvox, mask, inf,
+                    nan, np,
                 );
+                voxel = next_voxel(counter, nvox, persistent);
                 fresh = true;
             }
         }

@@ -194,35 +194,7 @@ const COPY_UNROLL: u32 = 8;
 
 /// Write the fit of `voxel` (minimum `x` of cost `cost`, status `result`: failed where the
 /// cost is not finite, at a bound where a converged fit's free parameter is within 1e-4 of
-/// its range from one) and return the unit's next voxel: from `counter[0]` for persistent
-/// units, else none (`nvox`).
-#[cube]
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn finish_fit<F: Float>(
-    out: &mut Array<F>,
-    status: &mut Array<u32>,
-    counter: &mut Array<Atomic<u32>>,
-    x: &Array<F>,
-    setup: &Array<F>,
-    cost: F,
-    stats: Voxel<F>,
-    result: u32,
-    iterations: u32,
-    voxel: u32,
-    nvox: u32,
-    mask: u32,
-    inf: F,
-    nan: F,
-    #[comptime] np: u32,
-    #[comptime] persistent: bool,
-) -> u32 {
-    record_fit::<F>(
-        out, status, x, setup, cost, stats, result, iterations, voxel, nvox, mask, inf, nan, np,
-    );
-    next_voxel(counter, nvox, persistent)
-}
-
-/// Write the fit of `voxel` as [`finish_fit`] does, leaving the unit on it.
+/// its range from one); the unit stays on it (restarts, or [`next_voxel`]).
 #[cube]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn record_fit<F: Float>(
