@@ -166,6 +166,35 @@ pub fn open_frames(
     }
 }
 
+/// [`open_frames`] that also says how many frames the source will deliver (TIFF: by walking
+/// the page directories without decoding; raw: from the file size; PNG: after decoding), so
+/// that a writer can describe a stack before its first frame is computed.
+pub fn open_frames_counted(
+    path: impl AsRef<Path>,
+    opts: &LoadOptions,
+) -> Result<(Box<dyn FrameSource + Send>, CameraInfo, usize)> {
+    let path = path.as_ref();
+    match format_of(path, opts)? {
+        Format::Tiff => {
+            let r = TiffFrameReader::open_picked(path, opts.bit_depth, opts.pick)?;
+            let (camera, n) = (r.camera(), r.frame_count()?);
+            Ok((Box::new(r), camera, n))
+        }
+        Format::Raw => {
+            let spec = opts.raw.as_ref().expect("checked by format_of");
+            let n = RawFrameReader::open(path, spec)?.frames();
+            let (source, camera) = open_raw(path, spec, opts.bit_depth)?;
+            Ok((source, camera, n))
+        }
+        Format::Png => {
+            let (stack, camera) = read_png(path, opts.frame_height, opts.bit_depth)?;
+            let frames: Vec<_> = stack_frames(&stack).collect();
+            let n = frames.len();
+            Ok((Box::new(frames.into_iter()), camera, n))
+        }
+    }
+}
+
 /// A raw reader, wrapped in a per-frame check when a bit depth is stated.
 fn open_raw(
     path: &Path,

@@ -77,8 +77,7 @@ pub fn write_imagej_tiff(
     stack: ndarray::ArrayView3<'_, f32>,
     meta: &ImageJMeta,
 ) -> Result<()> {
-    use tiff::encoder::{Rational, TiffEncoder, colortype};
-    use tiff::tags::{ResolutionUnit, Tag};
+    use tiff::encoder::TiffEncoder;
     let path = path.as_ref();
     let (n, h, w) = stack.dim();
     if n == 0 || h == 0 || w == 0 || u32::try_from(w).is_err() || u32::try_from(h).is_err() {
@@ -110,31 +109,231 @@ pub fn write_imagej_tiff(
     let mut enc = TiffEncoder::new(&mut bytes).map_err(fail)?;
     let description = meta.description(n);
     for (i, page) in stack.axis_iter(ndarray::Axis(0)).enumerate() {
-        let data: Vec<f32> = page.iter().copied().collect();
-        let mut image = enc
-            .new_image::<colortype::Gray32Float>(w as u32, h as u32)
-            .map_err(fail)?;
-        if i == 0 {
-            image
-                .encoder()
-                .write_tag(Tag::ImageDescription, description.as_str())
-                .map_err(fail)?;
-        }
-        if let Some(um) = meta.pixel_um {
-            // Pixels per micrometre, to 1e-6.
-            let per_um = (1e6 / um).round().clamp(1.0, f64::from(u32::MAX)) as u32;
-            image.resolution(
-                ResolutionUnit::None,
-                Rational {
-                    n: per_um,
-                    d: 1_000_000,
-                },
-            );
-        }
-        image.write_data(&data).map_err(fail)?;
+        imagej_page(&mut enc, i, page, &description, meta.pixel_um).map_err(fail)?;
     }
     let _ = enc;
     std::fs::write(path, bytes.into_inner()).map_err(io)
+}
+
+/// Page `i` of an ImageJ stack: the description on page 0, the resolution on every page.
+fn imagej_page<W: std::io::Write + std::io::Seek>(
+    enc: &mut tiff::encoder::TiffEncoder<W>,
+    i: usize,
+    page: ndarray::ArrayView2<'_, f32>,
+    description: &str,
+    pixel_um: Option<f64>,
+) -> tiff::TiffResult<()> {
+    use tiff::encoder::{Rational, colortype};
+    use tiff::tags::{ResolutionUnit, Tag};
+    let (h, w) = page.dim();
+    let data: std::borrow::Cow<'_, [f32]> = match page.as_slice() {
+        Some(s) => s.into(),
+        None => page.iter().copied().collect::<Vec<_>>().into(),
+    };
+    let mut image = enc.new_image::<colortype::Gray32Float>(w as u32, h as u32)?;
+    if i == 0 {
+        image
+            .encoder()
+            .write_tag(Tag::ImageDescription, description)?;
+    }
+    if let Some(um) = pixel_um {
+        // Pixels per micrometre, to 1e-6.
+        let per_um = (1e6 / um).round().clamp(1.0, f64::from(u32::MAX)) as u32;
+        image.resolution(
+            ResolutionUnit::None,
+            Rational {
+                n: per_um,
+                d: 1_000_000,
+            },
+        );
+    }
+    image.write_data(&data)
+}
+
+/// A buffered file shared with the encoder, so that the last flush reports its error.
+#[derive(Debug, Clone)]
+struct SharedFile(std::sync::Arc<std::sync::Mutex<std::io::BufWriter<std::fs::File>>>);
+
+impl SharedFile {
+    fn with<T>(
+        &self,
+        f: impl FnOnce(&mut std::io::BufWriter<std::fs::File>) -> std::io::Result<T>,
+    ) -> std::io::Result<T> {
+        let mut g = self
+            .0
+            .lock()
+            .map_err(|_| std::io::Error::other("TIFF writer poisoned by a panic"))?;
+        f(&mut g)
+    }
+}
+
+impl std::io::Write for SharedFile {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.with(|w| w.write(buf))
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.with(std::io::Write::flush)
+    }
+}
+
+impl std::io::Seek for SharedFile {
+    fn seek(&mut self, pos: std::io::SeekFrom) -> std::io::Result<u64> {
+        self.with(|w| w.seek(pos))
+    }
+}
+
+enum StreamEnc {
+    ImageJ(tiff::encoder::TiffEncoder<SharedFile>, SharedFile),
+    Big(TiffStackWriter),
+}
+
+/// [`write_imagej_tiff`] page by page: the same bytes, without holding the stack. The
+/// number of pages and the display range are stated up front (they are in page 0's
+/// description); stacks over 3.9 GB become a plain BigTIFF, as with [`write_imagej_tiff`].
+///
+/// ```no_run
+/// use ndarray::Array2;
+/// use speckle_core::io::output::{ImageJMeta, ImageJTiffWriter};
+/// let meta = ImageJMeta { quantity: "K".into(), unit: "1".into(), min: 0.0, max: 1.0, pixel_um: None };
+/// let mut w = ImageJTiffWriter::create("k.tif", 3, (64, 64), &meta)?;
+/// for _ in 0..3 {
+///     w.write_page(Array2::<f32>::zeros((64, 64)).view())?;
+/// }
+/// w.finish()?;
+/// # Ok::<(), speckle_core::Error>(())
+/// ```
+pub struct ImageJTiffWriter {
+    path: std::path::PathBuf,
+    enc: Option<StreamEnc>,
+    description: String,
+    pixel_um: Option<f64>,
+    frames: usize,
+    dim: (usize, usize),
+    written: usize,
+}
+
+impl std::fmt::Debug for ImageJTiffWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ImageJTiffWriter")
+            .field("path", &self.path)
+            .field("frames", &self.frames)
+            .field("written", &self.written)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ImageJTiffWriter {
+    /// Create `path` for `frames` pages of `(height, width)`.
+    pub fn create(
+        path: impl AsRef<Path>,
+        frames: usize,
+        (h, w): (usize, usize),
+        meta: &ImageJMeta,
+    ) -> Result<Self> {
+        let path = path.as_ref();
+        if frames == 0 || h == 0 || w == 0 || u32::try_from(w).is_err() || u32::try_from(h).is_err()
+        {
+            return Err(crate::error::Error::InvalidParameter {
+                name: "map size",
+                value: format!("{frames} frames of {w}x{h}"),
+                why: format!(
+                    "cannot write an empty or oversized TIFF to {}",
+                    path.display()
+                ),
+            });
+        }
+        let enc = if (frames * h * w) as u64 * 4 > 3_900_000_000 {
+            StreamEnc::Big(TiffStackWriter::create_big(path)?)
+        } else {
+            let file = std::fs::File::create(path).map_err(|source| crate::error::Error::Io {
+                path: path.to_path_buf(),
+                source,
+            })?;
+            let sink = SharedFile(std::sync::Arc::new(std::sync::Mutex::new(
+                std::io::BufWriter::with_capacity(1 << 20, file),
+            )));
+            let enc =
+                tiff::encoder::TiffEncoder::new(sink.clone()).map_err(|e| tiff_fail(path, e))?;
+            StreamEnc::ImageJ(enc, sink)
+        };
+        Ok(Self {
+            path: path.to_path_buf(),
+            enc: Some(enc),
+            description: meta.description(frames),
+            pixel_um: meta.pixel_um,
+            frames,
+            dim: (h, w),
+            written: 0,
+        })
+    }
+
+    /// Append the next page; it must have the stated size, and at most the stated number
+    /// of pages may be written.
+    #[allow(clippy::needless_pass_by_value)] // views are passed by value throughout the crate
+    pub fn write_page(&mut self, page: ndarray::ArrayView2<'_, f32>) -> Result<()> {
+        let (h, w) = page.dim();
+        if (h, w) != self.dim || self.written >= self.frames {
+            return Err(crate::error::Error::InvalidParameter {
+                name: "page",
+                value: format!("page {} of {w}x{h}", self.written),
+                why: format!(
+                    "{} was created for {} pages of {}x{}",
+                    self.path.display(),
+                    self.frames,
+                    self.dim.1,
+                    self.dim.0
+                ),
+            });
+        }
+        match self.enc.as_mut().expect("encoder present until finish") {
+            StreamEnc::ImageJ(enc, _) => {
+                imagej_page(enc, self.written, page, &self.description, self.pixel_um)
+                    .map_err(|e| tiff_fail(&self.path, e))?;
+            }
+            StreamEnc::Big(wr) => wr.write_page(page)?,
+        }
+        self.written += 1;
+        Ok(())
+    }
+
+    /// Flush and close; an error unless exactly the stated number of pages was written.
+    pub fn finish(mut self) -> Result<()> {
+        if self.written != self.frames {
+            return Err(crate::error::Error::InvalidParameter {
+                name: "pages",
+                value: self.written.to_string(),
+                why: format!(
+                    "{} was created for {} pages",
+                    self.path.display(),
+                    self.frames
+                ),
+            });
+        }
+        match self.enc.take().expect("encoder present until finish") {
+            StreamEnc::ImageJ(enc, sink) => {
+                drop(enc);
+                sink.with(std::io::Write::flush)
+                    .map_err(|source| crate::error::Error::Io {
+                        path: self.path.clone(),
+                        source,
+                    })
+            }
+            StreamEnc::Big(wr) => wr.finish().map(|_| ()).map_err(Into::into),
+        }
+    }
+}
+
+fn tiff_fail(path: &Path, e: tiff::TiffError) -> crate::error::Error {
+    match e {
+        tiff::TiffError::IoError(source) => crate::error::Error::Io {
+            path: path.to_path_buf(),
+            source,
+        },
+        other => crate::error::Error::Format {
+            path: path.to_path_buf(),
+            why: format!("cannot write TIFF: {other}"),
+        },
+    }
 }
 
 #[cfg(test)]
@@ -184,6 +383,50 @@ mod tests {
             write_raw_stack_tiff(&path, &stack).unwrap();
             assert_eq!(read_tiff(&path, None).unwrap().0, stack);
         }
+    }
+
+    #[test]
+    fn the_streaming_imagej_writer_writes_the_same_bytes() {
+        let dir = TempDir::new("out_imagej_stream");
+        let stack = Array3::from_shape_fn((4, 6, 5), |(f, r, c)| (f * 30 + r * 5 + c) as f32 / 7.0);
+        for pixel_um in [None, Some(1.5)] {
+            let meta = ImageJMeta {
+                quantity: "K".into(),
+                unit: "1".into(),
+                min: 0.1,
+                max: 3.0,
+                pixel_um,
+            };
+            let (whole, streamed) = (dir.path("whole.tif"), dir.path("streamed.tif"));
+            write_imagej_tiff(&whole, stack.view(), &meta).unwrap();
+            let mut w = ImageJTiffWriter::create(&streamed, 4, (6, 5), &meta).unwrap();
+            for page in stack.outer_iter() {
+                w.write_page(page).unwrap();
+            }
+            assert!(w.write_page(stack.index_axis(ndarray::Axis(0), 0)).is_err());
+            w.finish().unwrap();
+            assert_eq!(
+                std::fs::read(&whole).unwrap(),
+                std::fs::read(&streamed).unwrap()
+            );
+        }
+        let mut short = ImageJTiffWriter::create(
+            dir.path("short.tif"),
+            2,
+            (6, 5),
+            &ImageJMeta {
+                quantity: "K".into(),
+                unit: "1".into(),
+                min: 0.0,
+                max: 1.0,
+                pixel_um: None,
+            },
+        )
+        .unwrap();
+        short
+            .write_page(stack.index_axis(ndarray::Axis(0), 0))
+            .unwrap();
+        assert!(short.finish().is_err(), "one page of two stated");
     }
 
     #[test]

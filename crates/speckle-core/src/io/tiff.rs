@@ -519,6 +519,25 @@ impl TiffFrameReader {
         self.camera
     }
 
+    /// Number of frames this reader delivers (the pages of the picked channel and slice),
+    /// counted by walking the chain of page directories with the same checks as reading,
+    /// without decoding a page. Lets a writer state the stack length before the first map.
+    pub fn frame_count(&self) -> Result<usize> {
+        let path = self.path.as_path();
+        let (mut scan, mut offset) = IfdScan::open(path)?;
+        let (mut page, mut kept) = (0usize, 0usize);
+        loop {
+            let facts = scan.check(path, page, offset)?;
+            if self.filter.as_ref().is_none_or(|f| f.keeps(page)) {
+                kept += 1;
+            }
+            if facts.next == 0 {
+                return Ok(kept);
+            }
+            (offset, page) = (facts.next, page + 1);
+        }
+    }
+
     fn read_page(&mut self) -> Result<Frame> {
         let (path, page) = (self.path.as_path(), self.page);
         if page > 0 {
@@ -537,7 +556,8 @@ impl TiffFrameReader {
         })?;
         self.guard
             .check(&frame, || format!("page {page} of {}", path.display()))?;
-        if let (Some(max), Some(found)) = (self.check_max, frame.max_value())
+        if let Some(max) = self.check_max
+            && let Some(found) = frame.max_value()
             && found > f64::from(max)
         {
             let bits = self.camera.bit_depth.unwrap_or(0);
