@@ -92,8 +92,8 @@ pub struct GifPreview {
 }
 
 /// Mean of `f x f` blocks, ignoring NaN (NaN where a block has no finite value; infinities
-/// count as values).
-fn downscale(map: ndarray::ArrayView2<'_, f32>, f: usize) -> ndarray::Array2<f32> {
+/// count as values): the preview's reduction of a map, `f` >= 1.
+pub fn downscale(map: ndarray::ArrayView2<'_, f32>, f: usize) -> ndarray::Array2<f32> {
     let (h, w) = map.dim();
     ndarray::Array2::from_shape_fn((h.div_ceil(f), w.div_ceil(f)), |(r, c)| {
         let block = map.slice(ndarray::s![

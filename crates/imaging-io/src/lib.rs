@@ -18,7 +18,7 @@ pub use self::colormap::{
     render_figure_png, render_png, render_weighted,
 };
 pub use self::error::{Error, Result};
-pub use self::gif_writer::{GifLimits, GifPreview, write_gif, write_gif_preview};
+pub use self::gif_writer::{GifLimits, GifPreview, downscale, write_gif, write_gif_preview};
 pub use self::stack_axes::StackAxes;
 pub use self::tiff_writer::{
     GraySample, TiffStackWriter, write_gray_stack, write_map_tiff, write_stack_tiff,

@@ -493,7 +493,8 @@ impl MapWriter {
         }
         self.tiff.as_mut().expect("created").write_page(map)?;
         if let Some(g) = &mut self.gif {
-            g.push(downscale(map, self.factor));
+            // The preview's own block means: previewing these copies gives the same GIF.
+            g.push(imaging_io::downscale(map, self.factor));
         }
         Ok(())
     }
@@ -539,30 +540,6 @@ impl MapWriter {
         }
         Ok(())
     }
-}
-
-/// Block means over `f x f` blocks (partial blocks at the edges; NaN pixels left out), as
-/// the GIF preview averages maps down, so the preview of the averaged copies is the same.
-fn downscale(map: ArrayView2<'_, f32>, f: usize) -> Array2<f32> {
-    if f == 1 {
-        return map.to_owned();
-    }
-    let (h, w) = map.dim();
-    Array2::from_shape_fn((h.div_ceil(f), w.div_ceil(f)), |(r, c)| {
-        let block = map.slice(ndarray::s![
-            r * f..((r + 1) * f).min(h),
-            c * f..((c + 1) * f).min(w)
-        ]);
-        let (s, n) = block
-            .iter()
-            .filter(|v| !v.is_nan())
-            .fold((0f64, 0usize), |(s, n), &v| (s + f64::from(v), n + 1));
-        if n == 0 {
-            f32::NAN
-        } else {
-            (s / n as f64) as f32
-        }
-    })
 }
 
 /// The writer thread's side: K and (with an exposure) SFI files, and the totals.
