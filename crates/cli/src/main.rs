@@ -1,9 +1,11 @@
 //! `biogpu`: raw biomedical imaging data to quantitative maps, on the GPU or the CPU.
 
 mod commands;
+mod device_arg;
 
 use clap::{Parser, Subcommand};
-use gpu_runtime::{Device, DeviceRequest, Selection};
+use device_arg::DeviceArg;
+use gpu_runtime::Device;
 use std::process::ExitCode;
 
 const ABOUT: &str = "Raw biomedical imaging data to quantitative maps, on the GPU (CUDA or wgpu) with an exact CPU path.";
@@ -22,12 +24,15 @@ Modalities:
               extended Tofts, Patlak, 2CXM).
 
 Devices: `--device auto` (default) uses a CUDA GPU, else a hardware wgpu GPU (Vulkan, Metal,
-DX12), else the CPU. `biogpu devices` lists what this machine has.";
+DX12), else the CPU. `biogpu devices` lists what this machine has. `mc run` and `mc bench`
+also take several GPUs and split the photons over them: `--device cuda:all` (every CUDA GPU)
+or a list such as `--device cuda:0,cuda:1`.";
 
 #[derive(Debug, Parser)]
 #[command(name = "biogpu", version, about = ABOUT, long_about = LONG_ABOUT)]
 struct Cli {
-    /// Device: auto, cpu, cuda, cuda:N, wgpu, wgpu:N or wgpu:software (lavapipe).
+    /// Device: auto, cpu, cuda, cuda:N, wgpu, wgpu:N or wgpu:software (lavapipe); for
+    /// `mc run` and `mc bench` also several GPUs: cuda:all, wgpu:all or a list (cuda:0,cuda:1).
     #[arg(long, global = true, env = gpu_runtime::DEVICE_ENV, default_value = "auto")]
     device: String,
     /// More log output (-v info, -vv debug with kernel and transfer spans).
@@ -91,25 +96,48 @@ fn parse_cli() -> Cli {
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
+    if let Command::Devices(args) = &cli.command {
+        return commands::devices::run(args);
+    }
+    let devices = device_arg_for(&cli)?.resolve()?;
     match cli.command {
         Command::Devices(args) => commands::devices::run(&args),
-        Command::Demo(args) => commands::demo::run(&args, &select_device(&cli.device)?),
-        Command::Speckle(args) => commands::speckle::run(*args, &select_device(&cli.device)?),
-        Command::Flim(args) => commands::flim::run(*args, &select_device(&cli.device)?),
-        Command::Mc(args) => commands::mc::run(*args, &select_device(&cli.device)?),
-        Command::Perfusion(args) => commands::perfusion::run(*args, &select_device(&cli.device)?),
+        Command::Demo(args) => commands::demo::run(&args, one(&devices)?),
+        Command::Speckle(args) => commands::speckle::run(*args, one(&devices)?),
+        Command::Flim(args) => commands::flim::run(*args, one(&devices)?),
+        Command::Mc(args) => commands::mc::run(*args, &devices),
+        Command::Perfusion(args) => commands::perfusion::run(*args, one(&devices)?),
     }
 }
 
-/// Resolve `--device`, printing the one-line notice when `auto` falls back to the CPU.
-fn select_device(name: &str) -> anyhow::Result<Device> {
-    let request: DeviceRequest = name.parse()?;
-    let Selection { device, notes } = Device::select(request, false)?;
-    for note in notes {
-        eprintln!("biogpu: {note}");
+/// The one device of a command that runs on one ([`device_arg_for`] let no list through).
+fn one(devices: &[Device]) -> anyhow::Result<&Device> {
+    match devices {
+        [device] => Ok(device),
+        _ => anyhow::bail!("one device expected, {} given", devices.len()),
     }
-    tracing::info!(device = %device, "selected device");
-    Ok(device)
+}
+
+/// `--device` parsed and checked against the command (before any driver is probed): several
+/// devices (`cuda:all`, `cuda:0,cuda:1`) only for the commands that split photons over them.
+fn device_arg_for(cli: &Cli) -> anyhow::Result<DeviceArg> {
+    let arg = DeviceArg::parse(&cli.device)?;
+    let (splits, name) = match &cli.command {
+        Command::Mc(args) => (args.splits_photons(), args.name()),
+        Command::Devices(_) => (false, "devices"),
+        Command::Demo(_) => (false, "demo"),
+        Command::Speckle(_) => (false, "speckle"),
+        Command::Flim(_) => (false, "flim"),
+        Command::Perfusion(_) => (false, "perfusion"),
+    };
+    if arg.is_many() && !splits {
+        anyhow::bail!(
+            "--device {} splits photons only for `mc run` and `mc bench`; `{name}` runs on one \
+             device: give one, e.g. --device cuda:0",
+            cli.device.trim()
+        );
+    }
+    Ok(arg)
 }
 
 fn init_logging(verbose: u8) {
@@ -153,5 +181,76 @@ fn quiet_vulkan_loader() {
             // SAFETY: called first thing in main, before any other thread exists.
             unsafe { std::env::set_var("XDG_RUNTIME_DIR", &dir) };
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpu_runtime::{Backend, DeviceRequest};
+
+    fn cli(line: &[&str]) -> Cli {
+        Cli::try_parse_from(std::iter::once("biogpu").chain(line.iter().copied())).unwrap()
+    }
+
+    /// `mc run` and `mc bench` take several devices, as a list or `cuda:all`; one device
+    /// still works everywhere.
+    #[test]
+    fn mc_run_and_bench_take_several_devices() {
+        let arg = device_arg_for(&cli(&["--device", "cuda:all", "mc", "run", "sim.json"])).unwrap();
+        assert_eq!(arg, DeviceArg::All(Backend::Cuda));
+        let arg =
+            device_arg_for(&cli(&["--device", "cuda:0,cuda:1", "mc", "bench", "head"])).unwrap();
+        assert_eq!(
+            arg,
+            DeviceArg::List(vec![DeviceRequest::Cuda(0), DeviceRequest::Cuda(1)])
+        );
+        for line in [
+            &["--device", "cuda:1", "demo"][..],
+            &["--device", "cpu", "mc", "example"],
+            &["mc", "bench", "cube60"],
+        ] {
+            assert!(!device_arg_for(&cli(line)).unwrap().is_many(), "{line:?}");
+        }
+    }
+
+    /// Every other command refuses several devices, naming itself and the two that split.
+    #[test]
+    fn other_commands_refuse_several_devices() {
+        for (line, name) in [
+            (&["--device", "cuda:all", "demo"][..], "`demo`"),
+            (
+                &["--device", "cuda:0,cuda:1", "mc", "example"],
+                "`mc example`",
+            ),
+            (&["--device", "wgpu:all", "mc", "mesh", "head"], "`mc mesh`"),
+            (
+                &["--device", "cuda:all", "perfusion", "models"],
+                "`perfusion`",
+            ),
+        ] {
+            let e = device_arg_for(&cli(line)).unwrap_err().to_string();
+            assert!(
+                e.contains("splits photons only for `mc run` and `mc bench`") && e.contains(name),
+                "{line:?}: {e}"
+            );
+        }
+    }
+
+    /// `cuda:all` on a machine without CUDA (CI, this one) fails before any work with the
+    /// reason; with CUDA it finds every device (checked by `Device::all_of`'s own test).
+    #[test]
+    fn cuda_all_without_cuda_is_a_clear_error() {
+        if Device::all_of(Backend::Cuda).is_ok() {
+            eprintln!("CUDA present: the no-CUDA message is not reachable here");
+            return;
+        }
+        let e = run(cli(&["--device", "cuda:all", "mc", "bench", "cube60"]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("no such device `cuda:all`") && e.contains("CUDA"),
+            "{e}"
+        );
     }
 }

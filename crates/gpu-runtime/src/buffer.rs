@@ -40,6 +40,14 @@ impl<T: CubeElement> GpuArray<T> {
         &self.handle
     }
 
+    /// The first `n` elements (at most `len`), sharing the storage: to download part of an
+    /// array.
+    pub fn prefix(&self, n: usize) -> GpuArray<T> {
+        let n = n.min(self.len);
+        let cut = ((self.len - n) * std::mem::size_of::<T>()) as u64;
+        GpuArray::from_handle(self.handle.clone().offset_end(cut), n)
+    }
+
     /// The array as a kernel argument. Safe because the length is the one allocated.
     pub fn arg<R: Runtime>(&self) -> ArrayArg<R> {
         // SAFETY: `len` elements of `T` were allocated for `handle` by `Gpu::upload`/`empty`.

@@ -1,8 +1,10 @@
 //! The public verbs, one form: `verb(&Simulation, &RunParams, device(s)) -> Result<(result,
 //! RunInfo)>`. [`run`] runs on one device (the f64 CPU reference for a CPU device, the f32
-//! GPU path otherwise) and is the crate's only CPU-vs-GPU branch; [`run_on`] shares the
-//! photons between several GPUs; [`run_fixed`] gives the GPU's exact tallies before
-//! normalisation. [`Simulation::run_cpu`] runs a photon range on the CPU without batching
+//! GPU path otherwise); [`run_on`] shares the photons between several GPUs; [`run_fixed`]
+//! gives the GPU's exact tallies before normalisation; [`run_range`] runs a range of photon
+//! indices on one device (GPU: exact tallies, CPU: f64), for sharing one simulation between
+//! processes. [`run`] and [`run_range`] are the crate's only CPU-vs-GPU branches.
+//! [`Simulation::run_cpu`] runs a photon range on the CPU without batching
 //! (what the tests and benchmarks compare against).
 //!
 //! ```
@@ -23,8 +25,9 @@ use crate::gpu::transport as gpu;
 use crate::model::fixed::FixedTally;
 use crate::model::params::{McVariant, RunParams};
 use crate::model::simulation::Simulation;
-use crate::model::tally::McResult;
+use crate::model::tally::{McResult, Tally};
 use gpu_runtime::Device;
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 /// How a run went, besides its result.
@@ -145,6 +148,122 @@ pub fn run_fixed(
     Ok((fixed, info))
 }
 
+/// The tallies of a photon range ([`run_range`]), before normalisation.
+#[derive(Debug, Clone)]
+pub enum RangeTally {
+    /// GPU: exact 64-bit integer tallies; ranges add up bit for bit to one run's.
+    Exact(FixedTally),
+    /// CPU: f64 sums; ranges add up to one run's to rounding (about 1e-15 relative).
+    Float(Tally),
+}
+
+impl RangeTally {
+    /// The f64 tally (weights in packet units).
+    pub fn to_tally(&self, sim: &Simulation) -> Tally {
+        match self {
+            RangeTally::Exact(f) => f.to_tally(sim),
+            RangeTally::Float(t) => t.clone(),
+        }
+    }
+
+    /// Photons run.
+    pub fn photons(&self) -> u64 {
+        match self {
+            RangeTally::Exact(f) => f.photons,
+            RangeTally::Float(t) => t.photons,
+        }
+    }
+}
+
+/// Run photons `first..first + count` of `sim` (global photon indices) on `device`: the GPU
+/// path for a GPU, the CPU path for the CPU, in batches. Every photon's random stream is
+/// seeded by its index, so ranges that cover `0..sim.photons` once add up to one run of the
+/// whole: bit for bit on a GPU ([`RangeTally::Exact`]), to rounding on the CPU
+/// ([`RangeTally::Float`]). This is how several processes share one simulation (the CLI's
+/// MPI mode). Progress is `params.report(done, count)`; when `params.stop` is set, returns
+/// the photons finished so far (`RunInfo::interrupted`). `count` may be 0 (zero tallies of
+/// the right shape).
+pub fn run_range(
+    sim: &Simulation,
+    params: &RunParams,
+    device: &Device,
+    first: u64,
+    count: u64,
+) -> Result<(RangeTally, RunInfo)> {
+    if first.checked_add(count).is_none_or(|end| end > sim.photons) {
+        return Err(Error::Invalid(format!(
+            "photon range {first}..{first}+{count} is beyond the simulation's {} photons",
+            sim.photons
+        )));
+    }
+    let start = Instant::now();
+    if device.is_gpu() {
+        let tuning = &params.tuning;
+        tuning
+            .variant
+            .check()
+            .map_err(|e| Error::Invalid(format!("kernel variant: {e}")))?;
+        let mut fixed = if count == 0 {
+            FixedTally::zero(sim)
+        } else {
+            let packed = gpu::pack(sim, tuning.reorder)?;
+            gpu::run_range(
+                sim,
+                &packed,
+                device,
+                tuning,
+                first,
+                count,
+                params.stop,
+                |done| {
+                    params.report(done, count);
+                },
+            )?
+        };
+        fixed.detectors.photons.sort_unstable_by_key(|d| d.photon);
+        let info = RunInfo {
+            device: device.info().id.clone(),
+            requested: count,
+            photons: fixed.photons,
+            interrupted: fixed.photons < count,
+            seconds: start.elapsed().as_secs_f64(),
+            transport_seconds: Some(fixed.transport_seconds),
+            variant: Some(tuning.variant),
+            cubes: Some(tuning.cubes_on(device)),
+            threads: None,
+        };
+        return Ok((RangeTally::Exact(fixed), info));
+    }
+    // As `run_batched`, over the range.
+    let cpu = Cpu::new(sim);
+    let mut tally = cpu.run(first, 0, None);
+    let batch = (count / 20).clamp(100_000, 10_000_000);
+    let mut done = 0;
+    while done < count {
+        if params.stop.is_some_and(|s| s.load(Ordering::Relaxed)) {
+            break;
+        }
+        let t = cpu.run(first + done, batch.min(count - done), params.stop);
+        done += t.photons;
+        tally = tally.merge(t);
+        params.report(done, count);
+    }
+    tally.detectors.sort();
+    let threads = rayon::current_num_threads();
+    let info = RunInfo {
+        device: format!("cpu ({threads} threads)"),
+        requested: count,
+        photons: tally.photons,
+        interrupted: tally.photons < count,
+        seconds: start.elapsed().as_secs_f64(),
+        transport_seconds: None,
+        variant: None,
+        cubes: None,
+        threads: Some(threads),
+    };
+    Ok((RangeTally::Float(tally), info))
+}
+
 impl Simulation {
     /// The CPU path for photons `first..first + count` (no batching, no stop flag).
     pub fn run_cpu(&self, first: u64, count: u64) -> McResult {
@@ -237,7 +356,7 @@ mod tests {
         let mut a = FixedTally::zero(&s);
         a.absorbed[1] = 3 << 24;
         a.escaped[0] = 1 << 23;
-        a.totals = [5 << 24, 1 << 24, 1 << 22, 0];
+        a.totals = [5 << 24, 1 << 24, 1 << 22, 0, 0];
         a.photons = 10;
         let mut b = a.clone();
         b.transport_seconds = 1.0;

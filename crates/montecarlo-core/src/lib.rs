@@ -39,7 +39,7 @@ pub use error::{Error, Result};
 pub use model::fixed::FixedTally;
 pub use model::mesh::{Imported, Mesh};
 pub use model::optics::{Material, Optics};
-pub use model::params::{GpuTuning, McVariant, Params, RunParams};
+pub use model::params::{Estimator, GpuTuning, McVariant, Params, RunParams};
 pub use model::simulation::{Outputs, Plane, Simulation};
 pub use model::source::Source;
 pub use model::tally::{Gates, McResult, Summary, Tally, l1_norm};

@@ -147,9 +147,47 @@ fn mmc_json_input_runs_like_our_own() {
     assert_eq!(sim.params.seed, 7);
     assert_eq!(sim.optics.n_outside, 1.0);
     assert!((sim.params.time_limit_ns.unwrap() - 5.0).abs() < 1e-12);
+    // MMC's default (DoSpecular 0): no specular loss at launch.
+    assert!(!sim.params.specular);
     let r = sim.run_cpu(0, 4000);
     assert!(r.summary.balance_error.abs() < 1e-12);
     assert!(r.summary.absorbed > 0.0);
+    assert_eq!(r.summary.specular, 0.0);
+    // MMC's `-V` as `Session.DoSpecular` (MMC reads an integer, writes a boolean): the
+    // pencil on the surface (n 1.37 in air) then books ((1.37 - 1) / 2.37)^2 per photon.
+    for on in ["1", "true"] {
+        let text = json.replace("\"ID\"", &format!("\"DoSpecular\": {on}, \"ID\""));
+        std::fs::write(&path, text).unwrap();
+        let sim = Simulation::from_json(&path).unwrap();
+        assert!(sim.params.specular, "{on}");
+        let s = sim.run_cpu(0, 100).summary;
+        assert!(
+            (s.specular - (0.37f64 / 2.37).powi(2)).abs() < 1e-14,
+            "{s:?}"
+        );
+    }
+    std::fs::write(&path, json.replace("\"ID\"", "\"DoSpecular\": 2, \"ID\"")).unwrap();
+    let e = Simulation::from_json(&path).unwrap_err().to_string();
+    assert!(e.contains("Session.DoSpecular"), "{e}");
+    // `Optode.Detector` becomes our disk detectors; one off the surface is an error there.
+    let with_det = json.replace(
+        "\"Dir\": [0, 0, 1]}}",
+        "\"Dir\": [0, 0, 1]}, \"Detector\": [{\"Pos\": [13, 10, 0], \"R\": 2}]}",
+    );
+    std::fs::write(&path, &with_det).unwrap();
+    let sim = Simulation::from_json(&path).unwrap();
+    let det = sim.outputs.detection.as_ref().unwrap();
+    assert_eq!(
+        (det.detectors[0].pos, det.detectors[0].radius),
+        ([13.0, 10.0, 0.0], 2.0)
+    );
+    assert!(!sim.run_cpu(0, 2000).tally.detectors.photons.is_empty());
+    std::fs::write(&path, with_det.replace("[13, 10, 0]", "[13, 10, 10]")).unwrap();
+    let e = Simulation::from_json(&path).unwrap_err().to_string();
+    assert!(
+        e.contains("Optode.Detector") && e.contains("surface"),
+        "{e}"
+    );
     let bad = json.replace("\"Dir\"", "\"Type\": \"fourier\", \"Dir\"");
     std::fs::write(&path, bad).unwrap();
     let e = Simulation::from_json(&path).unwrap_err().to_string();

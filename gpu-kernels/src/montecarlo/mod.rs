@@ -59,12 +59,13 @@ pub const SRC_FLOATS: usize = 16;
 pub const FIXED_SCALE: f64 = 16_777_216.0;
 /// Entries of the totals array (each two u32 words): weight killed by roulette, weight
 /// given to roulette survivors, weight stopped by the time limit, weight lost (start outside
-/// the mesh, event limit).
-pub const TOTALS: usize = 4;
+/// the mesh, event limit), weight reflected at launch (specular).
+pub const TOTALS: usize = 5;
 pub(crate) const T_KILLED: u32 = 0;
 pub(crate) const T_GAINED: u32 = 1;
 pub(crate) const T_EXPIRED: u32 = 2;
 pub(crate) const T_LOST: u32 = 3;
+pub(crate) const T_SPECULAR: u32 = 4;
 
 /// Source kinds (montecarlo-core's `model::source` re-exports them: defined once).
 pub const KIND_PENCIL: u32 = 0;
@@ -107,6 +108,39 @@ pub const F_GATES: u32 = 64;
 /// Output flag (set from the simulation, not a variant): fluence and current through
 /// tallied faces.
 pub const F_FACES: u32 = 128;
+/// Output flag (set from the simulation, not a variant): the track-length estimator (steps
+/// in scattering mean free paths, weight decaying as exp(-mua l) along every segment and
+/// scored there) instead of drops at interactions.
+pub const F_TRACK: u32 = 256;
+/// Output flag (set from the simulation, not a variant): detectors. Each packet carries its
+/// photon index, region, scatter count and per-region partial pathlengths (and momentum
+/// transfers) in per-lane arrays; a packet escaping through a detector's disk adds to that
+/// detector's exact totals and appends a record (see [`DET_U32`], [`DET_F_HEAD`]).
+pub const F_DETECT: u32 = 512;
+
+/// Floats per detector in the detector buffer: one float4 `[x, y, z, r^2]`.
+pub const DET_FLOATS: usize = 4;
+/// u32 words per detected-photon record: detector (1-based), photon index low word, high
+/// word, scatterings.
+pub const DET_U32: usize = 4;
+/// f32 words at the head of each record's float part: weight, time (ns), exit position
+/// x, y, z, exit direction ux, uy, uz; then R partial pathlengths (region 1..=R) and, with
+/// momentum, R momentum transfers.
+pub const DET_F_HEAD: usize = 8;
+
+/// f32 words per record for `regions` regions, with or without momentum transfer.
+pub fn det_floats(regions: u32, momentum: bool) -> usize {
+    DET_F_HEAD + regions as usize * if momentum { 2 } else { 1 }
+}
+
+/// Entries (two u32 words each) of the detector totals for `detectors` detectors and
+/// `gates` gates: entry 0 word 0 is the record counter (the slot of the next record), then
+/// the weight per detector (entries `1 + k`), the count per detector (entries `1 + D + k`)
+/// and the TPSF per detector and gate (entries `1 + 2D + k G + g`), all 64-bit fixed point
+/// (counts in units of 1).
+pub fn det_entries(detectors: u32, gates: u32) -> usize {
+    1 + 2 * detectors as usize + detectors as usize * gates as usize
+}
 
 /// Variant flag: keep the current tetrahedron's face planes in registers (16 more) and
 /// reload them only after a crossing, instead of reloading them at every event.
@@ -237,13 +271,23 @@ impl std::str::FromStr for McVariant {
 
 /// Variants compiled by `cargo xtask build-ptx` (register and spill report for each), with
 /// their catalog names and output flags.
-pub const CATALOG_VARIANTS: [(&str, &str, u32); 6] = [
-    ("mc_transport", "default", 0),
-    ("mc_transport_nested", "nested", 0),
-    ("mc_transport_prefetch", "prefetch", 0),
-    ("mc_transport_k2", "k2", 0),
-    ("mc_transport_keep", "keep", 0),
-    ("mc_transport_gates_faces", "default", F_GATES | F_FACES),
+pub const CATALOG_VARIANTS: [(&str, &str, u32); 8] = [
+    ("mc_transport", "default", F_TRACK),
+    ("mc_transport_nested", "nested", F_TRACK),
+    ("mc_transport_prefetch", "prefetch", F_TRACK),
+    ("mc_transport_k2", "k2", F_TRACK),
+    ("mc_transport_keep", "keep", F_TRACK),
+    (
+        "mc_transport_gates_faces",
+        "default",
+        F_GATES | F_FACES | F_TRACK,
+    ),
+    ("mc_transport_interaction", "default", 0),
+    (
+        "mc_transport_detect",
+        "default",
+        F_DETECT | F_GATES | F_TRACK,
+    ),
 ];
 
 /// This module's kernels, configured as their launch wrappers configure them.
@@ -252,7 +296,16 @@ pub(crate) fn catalog<R: Runtime>(client: &ComputeClient<R>) -> Vec<CatalogEntry
         .iter()
         .map(|&(kname, variant, outputs)| {
             let v: McVariant = variant.parse().expect("catalog variants parse");
-            let k = transport::configured(client, v.units, v.flags | outputs, v.cross_k);
+            // The detector build is catalogued with 3 regions and momentum transfer.
+            let det = outputs & F_DETECT != 0;
+            let k = transport::configured(
+                client,
+                v.units,
+                v.flags | outputs,
+                v.cross_k,
+                if det { 3 } else { 0 },
+                det,
+            );
             entry("montecarlo", kname, k)
         })
         .collect()

@@ -33,10 +33,22 @@ pub(crate) struct Photon {
     pub f2: Vector<f32, Const<4>>,
     pub f3: Vector<f32, Const<4>>,
     pub ft: u32,
+    /// With `F_DETECT`: the photon's global index (low, high word), its region (1-based),
+    /// its scatterings, and per region 1..=R (index r - 1) the path length travelled there
+    /// and, with momentum, the sum of 1 - cos theta of its scatterings there. Without
+    /// `F_DETECT` the arrays hold one unused element.
+    pub idx_lo: u32,
+    pub idx_hi: u32,
+    pub region: u32,
+    pub scatters: u32,
+    pub ppath: Array<f32>,
+    pub mom: Array<f32>,
 }
 
+/// A zero packet; `det_regions` (R with `F_DETECT`, else 0) and `momentum` size its
+/// per-lane path arrays.
 #[cube]
-pub(crate) fn photon_zero() -> Photon {
+pub(crate) fn photon_zero(#[comptime] det_regions: u32, #[comptime] momentum: bool) -> Photon {
     Photon {
         px: 0.0f32,
         py: 0.0f32,
@@ -60,11 +72,26 @@ pub(crate) fn photon_zero() -> Photon {
         f2: Vector::new(0.0f32),
         f3: Vector::new(0.0f32),
         ft: 0u32,
+        idx_lo: 0u32,
+        idx_hi: 0u32,
+        region: 0u32,
+        scatters: 0u32,
+        ppath: Array::<f32>::new(comptime!(if det_regions > 0 {
+            det_regions as usize
+        } else {
+            1usize
+        })),
+        mom: Array::<f32>::new(comptime!(if momentum && det_regions > 0 {
+            det_regions as usize
+        } else {
+            1usize
+        })),
     }
 }
 
-/// Load the optical constants of region `r` (two float4: [1/mu_t, g, n, mua/mu_t],
-/// [mu_t, n/c, 0, 0]).
+/// Load the optical constants of region `r` (two float4: [1/mu, g, n, absorb],
+/// [mu, n/c, 0, 0]; see montecarlo-core `gpu::transport::pack_materials`: mu is mus with
+/// the track-length estimator, mu_t with the interaction one).
 #[cube]
 pub(crate) fn set_material(p: &mut Photon, mats: &Array<Vector<f32, Const<4>>>, r: u32) {
     let m0 = mats[(r * 2u32) as usize];

@@ -2,24 +2,28 @@
 //! direction, mirroring montecarlo-core's `source::launch` draw for draw (same uniforms in
 //! the same order, f32 instead of f64).
 //!
-//! A source is four float4 ([`super::SRC_VECS`]):
-//! `[kind, cumulative share, param, aux offset]`, `[x, y, z, aux count]`, `[dx, dy, dz, 0]`,
-//! `[ux, uy, uz, 0]` with `u` a unit vector normal to `d` (the host's `source::basis`) and
-//! `v = d x u`. `param` is the cone's cos(half angle), the disk's radius, the Gaussian's
-//! 1/e^2 waist or the line's length (`d` is then the unit vector along the line). Disk and
-//! Gaussian positions are the centre moved a hair along `d` (the host computes it in f64,
-//! as the CPU does). Volume and surface sources keep their elements in
-//! `src_aux[offset .. offset + count]`, [`super::AUX_VECS`] float4 each: `[alias
-//! probability, alias index (bits), tet (bits), 0]`, the element's nodes (four for a tet,
-//! three for a triangle), then for a triangle the inward normal and the basis vector `u`.
+//! A source is four float4 ([`super::SRC_FLOATS`] floats):
+//! `[kind, cumulative share, param, aux offset]`, `[x, y, z, aux count]`,
+//! `[dx, dy, dz, start weight]`, `[ux, uy, uz, Rsp]` with `u` a unit vector normal to `d`
+//! (the host's `source::basis`) and `v = d x u`. A beam entering through the surface starts
+//! with weight 1 - Rsp and banks Rsp (its specular reflection at launch) in
+//! `totals[T_SPECULAR]`; every other source has weight 1 and Rsp 0. `param` is the cone's
+//! cos(half angle), the disk's radius, the Gaussian's 1/e^2 waist or the line's length (`d`
+//! is then the unit vector along the line). Disk and Gaussian positions are the centre
+//! moved a hair along `d` (the host computes it in f64, as the CPU does). Volume and
+//! surface sources keep their elements in `src_aux[offset .. offset + count]`,
+//! [`super::AUX_VECS`] float4 each: `[alias probability, alias index (bits), tet (bits),
+//! 0]`, the element's nodes (four for a tet, three for a triangle), then for a triangle the
+//! inward normal and the basis vector `u`.
 //! The element is drawn by Walker's alias method (index from one 32-bit draw, then one
 //! uniform against the alias probability): the CPU's element probabilities, O(1).
 
 use super::photon::{Photon, exit_face, pick, set_material};
 use super::rng::{Rng, next_u32, uniform};
+use super::transport::{Acc, bank, fixed};
 use super::{
     AUX_VECS, KIND_CONE, KIND_DISK, KIND_GAUSSIAN, KIND_ISOTROPIC, KIND_LINE, KIND_SURFACE,
-    KIND_VOLUME,
+    KIND_VOLUME, T_SPECULAR,
 };
 use cubecl::prelude::*;
 
@@ -86,14 +90,17 @@ pub(crate) fn walk(
     result
 }
 
-/// Start a packet: position, direction, tetrahedron, weight 1, first optical depth, and the
-/// material of its region. Returns false when the sampled start lies outside the mesh (the
-/// packet is then counted as lost with its weight 1, as on the CPU).
+/// Start a packet: position, direction, tetrahedron, the source's start weight (1 - Rsp,
+/// with Rsp banked in `acc.specular`), first optical depth, and the material of its
+/// region. Returns false when the sampled start lies outside the mesh (the packet is then
+/// counted as lost with its weight 1 and no specular share, as on the CPU).
 #[cube]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn launch(
     p: &mut Photon,
     rng: &mut Rng,
+    acc: &mut Acc,
+    totals: &mut Array<Atomic<u32>>,
     srcs: &Array<Vector<f32, Const<4>>>,
     src_tet: &Array<u32>,
     src_aux: &Array<Vector<f32, Const<4>>>,
@@ -258,13 +265,16 @@ pub(crate) fn launch(
         }
     }
     p.t = t;
-    p.w = 1.0f32;
+    p.w = r2[3];
     p.time = 0.0f32;
     p.events = 0u32;
     p.s = 0.0f32;
     if t != 0u32 {
         set_material(p, mats, region[t as usize]);
         p.s = -f32::ln(uniform(rng));
+        if r3[3] > 0.0f32 {
+            acc.specular = bank(acc.specular, fixed(r3[3]), totals, T_SPECULAR);
+        }
     }
     t != 0u32
 }

@@ -27,9 +27,9 @@ use super::photon::{Photon, exit_face, exit_of, photon_zero, pick, set_material}
 use super::rng::{Rng, rng_seed, rng_zero, seed_keys, uniform};
 use super::source::launch;
 use super::{
-    F_FACES, F_GATES, F_IEEE, F_KEEP_PLANES, F_NESTED, F_NO_CACHE, F_PREFETCH, F_STATIC,
-    FACE_FLOATS, MAT_FLOATS, MAX_TET, McVariant, NEIGH_INTS, SRC_FLOATS, T_EXPIRED, T_GAINED,
-    T_KILLED, T_LOST, TOTALS,
+    DET_F_HEAD, DET_FLOATS, DET_U32, F_DETECT, F_FACES, F_GATES, F_IEEE, F_KEEP_PLANES, F_NESTED,
+    F_NO_CACHE, F_PREFETCH, F_STATIC, F_TRACK, FACE_FLOATS, MAT_FLOATS, MAX_TET, McVariant,
+    NEIGH_INTS, SRC_FLOATS, T_EXPIRED, T_GAINED, T_KILLED, T_LOST, T_SPECULAR, TOTALS,
 };
 use crate::configured::{array, settings_1d};
 use cubecl::prelude::*;
@@ -49,6 +49,8 @@ pub(crate) struct Acc {
     pub gained: u32,
     pub expired: u32,
     pub lost: u32,
+    /// Weight reflected at launch (specular), banked by `source::launch`.
+    pub specular: u32,
 }
 
 /// Weight in fixed point (2^-24 units), rounded to nearest. Weights are at most 1.
@@ -140,10 +142,23 @@ pub(crate) fn advance(
     escaped: &mut Array<Atomic<u32>>,
     totals: &mut Array<Atomic<u32>>,
     face_tally: &mut Array<Atomic<u32>>,
+    absorbed: &mut Array<Atomic<u32>>,
+    gated: &mut Array<Atomic<u32>>,
     tmax: f32,
     n_out: f32,
     max_events: u32,
+    n_tets: u32,
+    gate_count: u32,
+    gate_inv_width: f32,
+    detectors: &Array<Vector<f32, Const<4>>>,
+    det_tally: &mut Array<Atomic<u32>>,
+    rec_u: &mut Array<u32>,
+    rec_f: &mut Array<f32>,
+    n_det: u32,
+    rec_cap: u32,
     #[comptime] flags: u32,
+    #[comptime] det_regions: u32,
+    #[comptime] momentum: bool,
 ) -> u32 {
     let mut code = 0u32;
     let mut nbv = Vector::<i32, Const<4>>::new(0i32);
@@ -168,12 +183,48 @@ pub(crate) fn advance(
     let exit_f = ex.f;
     let l = p.s * p.inv_mut;
     let step = f32::min(l, h);
+    let t0 = copy_of(p.time);
     p.time += step * p.n_over_c;
     p.events += 1u32;
+    if comptime!(flags & F_DETECT != 0) {
+        // Partial pathlength in the current region (as the CPU's `seg`).
+        let ri = (p.region - 1u32) as usize;
+        p.ppath[ri] += step;
+    }
     if p.time > tmax {
+        if comptime!(flags & F_TRACK != 0) {
+            // The weight decays up to the time limit, then what is left expires.
+            let cut = f32::max((tmax - t0) / p.n_over_c, 0.0f32);
+            decay_along(
+                p,
+                acc,
+                absorbed,
+                gated,
+                cut,
+                t0,
+                n_tets,
+                gate_count,
+                gate_inv_width,
+                flags,
+            );
+        }
         acc.expired = bank(acc.expired, fixed(p.w), totals, T_EXPIRED);
         code = 2u32;
     } else {
+        if comptime!(flags & F_TRACK != 0) {
+            decay_along(
+                p,
+                acc,
+                absorbed,
+                gated,
+                step,
+                t0,
+                n_tets,
+                gate_count,
+                gate_inv_width,
+                flags,
+            );
+        }
         p.px += step * p.dx;
         p.py += step * p.dy;
         p.pz += step * p.dz;
@@ -203,7 +254,17 @@ pub(crate) fn advance(
                     escaped,
                     face_tally,
                     n_out,
+                    gate_count,
+                    gate_inv_width,
+                    detectors,
+                    det_tally,
+                    rec_u,
+                    rec_f,
+                    n_det,
+                    rec_cap,
                     flags,
+                    det_regions,
+                    momentum,
                 );
             }
             if code == 0u32 && p.s <= 0.0f32 {
@@ -238,7 +299,17 @@ fn cross_interface(
     escaped: &mut Array<Atomic<u32>>,
     face_tally: &mut Array<Atomic<u32>>,
     n_out: f32,
+    gate_count: u32,
+    gate_inv_width: f32,
+    detectors: &Array<Vector<f32, Const<4>>>,
+    det_tally: &mut Array<Atomic<u32>>,
+    rec_u: &mut Array<u32>,
+    rec_f: &mut Array<f32>,
+    n_det: u32,
+    rec_cap: u32,
     #[comptime] flags: u32,
+    #[comptime] det_regions: u32,
+    #[comptime] momentum: bool,
 ) -> u32 {
     let ieee = comptime!(flags & F_IEEE != 0);
     let mut code = 0u32;
@@ -307,15 +378,137 @@ fn cross_interface(
         }
         if boundary {
             add_fixed(escaped, (-v) as u32, fixed(p.w));
+            if comptime!(flags & F_DETECT != 0) {
+                detect(
+                    p,
+                    detectors,
+                    det_tally,
+                    rec_u,
+                    rec_f,
+                    n_det,
+                    rec_cap,
+                    gate_count,
+                    gate_inv_width,
+                    flags,
+                    det_regions,
+                    momentum,
+                );
+            }
             code = 2u32;
         } else {
             p.t = nb;
             if material_change {
                 set_material(p, mats, r2);
+                if comptime!(flags & F_DETECT != 0) {
+                    // The host flags every change of region as an interface with detectors.
+                    p.region = r2;
+                }
             }
         }
     }
     code
+}
+
+/// With `F_DETECT`: a packet escaping at its current position is detected by the first
+/// detector whose disk (`[x, y, z, r^2]`, 3-D distance) holds it, as `Detection::hit`: the
+/// exact totals (weight, count, TPSF gate of the exit time) and a record in slot
+/// `det_tally[0]++` when that is below `rec_cap` (past it only the counter moves).
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn detect(
+    p: &mut Photon,
+    detectors: &Array<Vector<f32, Const<4>>>,
+    det_tally: &mut Array<Atomic<u32>>,
+    rec_u: &mut Array<u32>,
+    rec_f: &mut Array<f32>,
+    n_det: u32,
+    rec_cap: u32,
+    gate_count: u32,
+    gate_inv_width: f32,
+    #[comptime] flags: u32,
+    #[comptime] det_regions: u32,
+    #[comptime] momentum: bool,
+) {
+    let mut hit = n_det;
+    let mut j = n_det;
+    while j > 0u32 {
+        j -= 1u32;
+        let d = detectors[j as usize];
+        let ex = p.px - d[0];
+        let ey = p.py - d[1];
+        let ez = p.pz - d[2];
+        if ex * ex + ey * ey + ez * ez <= d[3] {
+            hit = j;
+        }
+    }
+    if hit < n_det {
+        let q = fixed(p.w);
+        add_fixed(det_tally, 1u32 + hit, q);
+        add_fixed(det_tally, 1u32 + n_det + hit, 1u32);
+        if comptime!(flags & F_GATES != 0) {
+            let gf = p.time * gate_inv_width;
+            if gf < gate_count as f32 {
+                add_fixed(
+                    det_tally,
+                    1u32 + 2u32 * n_det + hit * gate_count + gf as u32,
+                    q,
+                );
+            }
+        }
+        let slot = det_tally[0].fetch_add(1u32);
+        if slot < rec_cap {
+            let b = (slot * comptime!(DET_U32 as u32)) as usize;
+            rec_u[b] = hit + 1u32;
+            rec_u[b + 1] = p.idx_lo;
+            rec_u[b + 2] = p.idx_hi;
+            rec_u[b + 3] = p.scatters;
+            let per = comptime!(DET_F_HEAD as u32 + det_regions * if momentum { 2 } else { 1 });
+            let f = (slot * per) as usize;
+            rec_f[f] = p.w;
+            rec_f[f + 1] = p.time;
+            rec_f[f + 2] = p.px;
+            rec_f[f + 3] = p.py;
+            rec_f[f + 4] = p.pz;
+            rec_f[f + 5] = p.dx;
+            rec_f[f + 6] = p.dy;
+            rec_f[f + 7] = p.dz;
+            #[unroll]
+            for r in 0..det_regions {
+                rec_f[f + comptime!(DET_F_HEAD + r as usize)] = p.ppath[r as usize];
+            }
+            if comptime!(momentum) {
+                #[unroll]
+                for r in 0..det_regions {
+                    rec_f[f + comptime!(DET_F_HEAD + (det_regions + r) as usize)] =
+                        p.mom[r as usize];
+                }
+            }
+        }
+    }
+}
+
+/// With `F_DETECT`: the log of a packet just launched (photon `lo`, `hi` in tetrahedron
+/// `p.t`): its index, region, no scatterings, zero path lengths.
+#[cube]
+pub(crate) fn start_log(
+    p: &mut Photon,
+    region: &Array<u32>,
+    lo: u32,
+    hi: u32,
+    #[comptime] det_regions: u32,
+    #[comptime] momentum: bool,
+) {
+    p.idx_lo = lo;
+    p.idx_hi = hi;
+    p.region = region[p.t as usize];
+    p.scatters = 0u32;
+    #[unroll]
+    for r in 0..det_regions {
+        p.ppath[r as usize] = 0.0f32;
+        if comptime!(momentum) {
+            p.mom[r as usize] = 0.0f32;
+        }
+    }
 }
 
 /// 1/sqrt(x) for x > 0: the hardware approximation, or IEEE sqrt and a division.
@@ -326,6 +519,101 @@ pub(crate) fn rsqrt_any(x: f32, #[comptime] ieee: bool) -> f32 {
     } else {
         rsqrt_approx(x)
     }
+}
+
+/// Score the fixed-point weight `q` absorbed in tetrahedron `t` through the accumulation
+/// cache.
+#[cube]
+pub(crate) fn score(
+    acc: &mut Acc,
+    absorbed: &mut Array<Atomic<u32>>,
+    t: u32,
+    q: u32,
+    #[comptime] flags: u32,
+) {
+    if comptime!(flags & F_NO_CACHE != 0) {
+        add_fixed(absorbed, t, q);
+    } else {
+        if t != acc.cache_t || acc.cache_q >= 0x8000_0000u32 {
+            if acc.cache_q > 0u32 {
+                add_fixed(absorbed, acc.cache_t, acc.cache_q);
+            }
+            acc.cache_t = t;
+            acc.cache_q = 0u32;
+        }
+        acc.cache_q += q;
+    }
+}
+
+/// Score `q` in the gated tally's entry `key` (gate x tets + tet) through the second cache.
+#[cube]
+pub(crate) fn score_gate(acc: &mut Acc, gated: &mut Array<Atomic<u32>>, key: u32, q: u32) {
+    if key != acc.gate_key || acc.gate_q >= 0x8000_0000u32 {
+        if acc.gate_q > 0u32 {
+            add_fixed(gated, acc.gate_key, acc.gate_q);
+        }
+        acc.gate_key = key;
+        acc.gate_q = 0u32;
+    }
+    acc.gate_q += q;
+}
+
+/// 1 - exp(-x) for x >= 0: x (1 - x/2) below x = 1e-3, where the f32 subtraction would
+/// lose digits (relative error below 2e-7 either way).
+#[cube]
+pub(crate) fn decay_share(x: f32) -> f32 {
+    select(
+        x < 1.0e-3f32,
+        x * (1.0f32 - 0.5f32 * x),
+        1.0f32 - f32::exp(-x),
+    )
+}
+
+/// Track length: the packet flies `len` mm through its tetrahedron from time `t0`; its
+/// weight decays by exp(-mua len) (`p.absorb` holds mua with `F_TRACK`), the loss scored
+/// there. With `F_GATES` the loss is split at the gate boundaries the segment crosses, as
+/// on the CPU.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn decay_along(
+    p: &mut Photon,
+    acc: &mut Acc,
+    absorbed: &mut Array<Atomic<u32>>,
+    gated: &mut Array<Atomic<u32>>,
+    len: f32,
+    t0: f32,
+    n_tets: u32,
+    gate_count: u32,
+    gate_inv_width: f32,
+    #[comptime] flags: u32,
+) {
+    let mua = p.absorb;
+    let dw = p.w * decay_share(mua * len);
+    let q = fixed(dw);
+    if q > 0u32 {
+        score(acc, absorbed, p.t, q, flags);
+        if comptime!(flags & F_GATES != 0) {
+            let gf = t0 * gate_inv_width;
+            if gf < gate_count as f32 {
+                let mut g = gf as u32;
+                let mut w = copy_of(p.w);
+                let mut a = 0.0f32;
+                let mut more = true;
+                while more {
+                    // Where (in mm along the segment) gate g ends.
+                    let end = ((g + 1u32) as f32 / gate_inv_width - t0) / p.n_over_c;
+                    let b = f32::min(f32::max(end, a), len);
+                    let part = w * decay_share(mua * (b - a));
+                    score_gate(acc, gated, g * n_tets + p.t, fixed(part));
+                    w -= part;
+                    a = b;
+                    g += 1u32;
+                    more = a < len && g < gate_count;
+                }
+            }
+        }
+    }
+    p.w -= dw;
 }
 
 /// Drop `w mua/mu_t` into the current tetrahedron (through the accumulation cache), spin
@@ -346,38 +634,22 @@ pub(crate) fn scatter(
     gate_count: u32,
     gate_inv_width: f32,
     #[comptime] flags: u32,
+    #[comptime] momentum: bool,
 ) -> bool {
     let ieee = comptime!(flags & F_IEEE != 0);
-    let dw = p.w * p.absorb;
-    let q = fixed(dw);
-    if comptime!(flags & F_NO_CACHE != 0) {
-        add_fixed(absorbed, p.t, q);
-    } else {
-        if p.t != acc.cache_t || acc.cache_q >= 0x8000_0000u32 {
-            if acc.cache_q > 0u32 {
-                add_fixed(absorbed, acc.cache_t, acc.cache_q);
+    if comptime!(flags & F_TRACK == 0) {
+        let dw = p.w * p.absorb;
+        let q = fixed(dw);
+        score(acc, absorbed, p.t, q, flags);
+        if comptime!(flags & F_GATES != 0) {
+            // Time-resolved: the same drop in the gate of the time of flight, if any.
+            let gf = p.time * gate_inv_width;
+            if gf < gate_count as f32 {
+                score_gate(acc, gated, (gf as u32) * n_tets + p.t, q);
             }
-            acc.cache_t = p.t;
-            acc.cache_q = 0u32;
         }
-        acc.cache_q += q;
+        p.w -= dw;
     }
-    if comptime!(flags & F_GATES != 0) {
-        // Time-resolved: the same drop in the gate of the time of flight, if any.
-        let gf = p.time * gate_inv_width;
-        if gf < gate_count as f32 {
-            let key = (gf as u32) * n_tets + p.t;
-            if key != acc.gate_key || acc.gate_q >= 0x8000_0000u32 {
-                if acc.gate_q > 0u32 {
-                    add_fixed(gated, acc.gate_key, acc.gate_q);
-                }
-                acc.gate_key = key;
-                acc.gate_q = 0u32;
-            }
-            acc.gate_q += q;
-        }
-    }
-    p.w -= dw;
     // Henyey-Greenstein deflection cosine.
     let g = p.g;
     let u = uniform(rng);
@@ -386,6 +658,13 @@ pub(crate) fn scatter(
         let tt = (1.0f32 - g * g) / (1.0f32 - g + 2.0f32 * g * u);
         ct = (1.0f32 + g * g - tt * tt) / (2.0f32 * g);
         ct = f32::max(f32::min(ct, 1.0f32), -1.0f32);
+    }
+    if comptime!(flags & F_DETECT != 0) {
+        p.scatters += 1u32;
+        if comptime!(momentum) {
+            let ri = (p.region - 1u32) as usize;
+            p.mom[ri] += 1.0f32 - ct;
+        }
     }
     let st = sqrt_any(f32::max(1.0f32 - ct * ct, 0.0f32), ieee);
     // Azimuth in [-pi, pi), where the fast sine and cosine are accurate.
@@ -431,8 +710,11 @@ pub(crate) fn scatter(
 /// structure and the layouts in [`super::McScene`]). `counter[0]` must be 0 at launch
 /// (dynamic hand-out); `stride` is the number of threads of the launch (static hand-out
 /// and the nested variant). `key_lo`/`key_hi` come from [`super::seed_keys`]. `absorbed`,
-/// `escaped` and `totals` ([killed, gained, expired, lost]) are 64-bit fixed-point
-/// entries (two u32 words each) that this launch adds to.
+/// `escaped` and `totals` ([killed, gained, expired, lost, specular]) are 64-bit
+/// fixed-point entries (two u32 words each) that this launch adds to. With `F_DETECT`:
+/// `n_det` detectors in `detectors`, totals and the record counter in `det_tally`, records
+/// in `rec_u`/`rec_f` up to `rec_cap` (layouts in [`super::det_entries`], [`DET_U32`],
+/// [`DET_F_HEAD`]); without it those are one-element placeholders.
 ///
 /// Built with fast math (`__fdividef`, `__logf`, `__sinf`, `__cosf`, and `rsqrtf` for
 /// square roots unless `F_IEEE`): relative errors ~1e-6, far below Monte Carlo noise.
@@ -454,6 +736,10 @@ pub fn mc_transport_kernel(
     totals: &mut Array<Atomic<u32>>,
     gated: &mut Array<Atomic<u32>>,
     face_tally: &mut Array<Atomic<u32>>,
+    detectors: &Array<Vector<f32, Const<4>>>,
+    det_tally: &mut Array<Atomic<u32>>,
+    rec_u: &mut Array<u32>,
+    rec_f: &mut Array<f32>,
     n_photons: u32,
     first_lo: u32,
     first_hi: u32,
@@ -470,11 +756,15 @@ pub fn mc_transport_kernel(
     tmax: f32,
     n_out: f32,
     gate_inv_width: f32,
+    n_det: u32,
+    rec_cap: u32,
     #[comptime] flags: u32,
     #[comptime] cross_k: u32,
+    #[comptime] det_regions: u32,
+    #[comptime] momentum: bool,
 ) {
     let mut rng = rng_zero();
-    let mut p = photon_zero();
+    let mut p = photon_zero(det_regions, momentum);
     let mut acc = Acc {
         cache_t: 0u32,
         cache_q: 0u32,
@@ -484,6 +774,7 @@ pub fn mc_transport_kernel(
         gained: 0u32,
         expired: 0u32,
         lost: 0u32,
+        specular: 0u32,
     };
     let one = 16_777_216u32;
     if comptime!(flags & F_NESTED != 0) {
@@ -494,9 +785,12 @@ pub fn mc_transport_kernel(
             let hi = first_hi + select(lo < first_lo, 1u32, 0u32);
             rng_seed(&mut rng, key_lo, key_hi, lo, hi);
             if launch(
-                &mut p, &mut rng, srcs, src_tet, src_aux, faces, neigh, region, mats, n_sources,
-                max_events,
+                &mut p, &mut rng, &mut acc, totals, srcs, src_tet, src_aux, faces, neigh, region,
+                mats, n_sources, max_events,
             ) {
+                if comptime!(flags & F_DETECT != 0) {
+                    start_log(&mut p, region, lo, hi, det_regions, momentum);
+                }
                 let mut alive = true;
                 while alive {
                     let mut code = advance(
@@ -512,10 +806,23 @@ pub fn mc_transport_kernel(
                         escaped,
                         totals,
                         face_tally,
+                        absorbed,
+                        gated,
                         tmax,
                         n_out,
                         max_events,
+                        n_tets,
+                        gate_count,
+                        gate_inv_width,
+                        detectors,
+                        det_tally,
+                        rec_u,
+                        rec_f,
+                        n_det,
+                        rec_cap,
                         flags,
+                        det_regions,
+                        momentum,
                     );
                     // Not `code == 1 && scatter(..)`: CubeCL 0.10 does not short-circuit
                     // `&&`, it would scatter after every event.
@@ -533,6 +840,7 @@ pub fn mc_transport_kernel(
                             gate_count,
                             gate_inv_width,
                             flags,
+                            momentum,
                         ) {
                             code = 2u32;
                         }
@@ -579,9 +887,12 @@ pub fn mc_transport_kernel(
                     let hi = first_hi + select(lo < first_lo, 1u32, 0u32);
                     rng_seed(&mut rng, key_lo, key_hi, lo, hi);
                     if launch(
-                        &mut p, &mut rng, srcs, src_tet, src_aux, faces, neigh, region, mats,
-                        n_sources, max_events,
+                        &mut p, &mut rng, &mut acc, totals, srcs, src_tet, src_aux, faces, neigh,
+                        region, mats, n_sources, max_events,
                     ) {
+                        if comptime!(flags & F_DETECT != 0) {
+                            start_log(&mut p, region, lo, hi, det_regions, momentum);
+                        }
                         need = false;
                     } else {
                         acc.lost = bank(acc.lost, one, totals, T_LOST);
@@ -602,10 +913,23 @@ pub fn mc_transport_kernel(
                     escaped,
                     totals,
                     face_tally,
+                    absorbed,
+                    gated,
                     tmax,
                     n_out,
                     max_events,
+                    n_tets,
+                    gate_count,
+                    gate_inv_width,
+                    detectors,
+                    det_tally,
+                    rec_u,
+                    rec_f,
+                    n_det,
+                    rec_cap,
                     flags,
+                    det_regions,
+                    momentum,
                 );
                 if comptime!(cross_k > 1) {
                     // Cross up to `cross_k` faces before the warp scatters together.
@@ -625,10 +949,23 @@ pub fn mc_transport_kernel(
                             escaped,
                             totals,
                             face_tally,
+                            absorbed,
+                            gated,
                             tmax,
                             n_out,
                             max_events,
+                            n_tets,
+                            gate_count,
+                            gate_inv_width,
+                            detectors,
+                            det_tally,
+                            rec_u,
+                            rec_f,
+                            n_det,
+                            rec_cap,
                             flags,
+                            det_regions,
+                            momentum,
                         );
                         k += 1u32;
                     }
@@ -647,6 +984,7 @@ pub fn mc_transport_kernel(
                         gate_count,
                         gate_inv_width,
                         flags,
+                        momentum,
                     ) {
                         code = 2u32;
                     }
@@ -673,6 +1011,9 @@ pub fn mc_transport_kernel(
     }
     if acc.lost > 0u32 {
         add_fixed(totals, T_LOST, acc.lost);
+    }
+    if acc.specular > 0u32 {
+        add_fixed(totals, T_SPECULAR, acc.specular);
     }
 }
 
@@ -707,6 +1048,17 @@ pub struct McScene {
     pub tets: usize,
     pub boundary: usize,
     pub sources: u32,
+    /// The track-length estimator ([`F_TRACK`]; `mats` then holds 1/mus, mus and mua where
+    /// the interaction estimator has 1/mu_t, mu_t and mua/mu_t).
+    pub track: bool,
+    /// [`DET_FLOATS`] per detector, `[x, y, z, r^2]` (at least 4 floats).
+    pub detectors: GpuArray<f32>,
+    /// Detectors (0: no detection, the kernel is built without [`F_DETECT`]).
+    pub n_det: u32,
+    /// Regions R of the partial pathlengths (with detectors).
+    pub det_regions: u32,
+    /// Records carry the momentum transfer per region too.
+    pub det_momentum: bool,
 }
 
 /// The tallies a run adds to: 64-bit fixed-point entries as two u32 words
@@ -724,19 +1076,72 @@ pub struct McTallies {
     /// Per tallied face: fluence (two words), then net current (two words, two's
     /// complement).
     pub face_tally: GpuArray<u32>,
+    /// With detectors: the record counter and the detector totals (two words per
+    /// [`super::det_entries`] entry; two words without detectors).
+    pub det_tally: GpuArray<u32>,
+    /// [`DET_U32`] words per record (at least one word).
+    pub rec_u: GpuArray<u32>,
+    /// [`super::det_floats`] words per record (at least one word).
+    pub rec_f: GpuArray<f32>,
+    /// Records the buffers hold.
+    pub rec_cap: u32,
 }
 
 impl McTallies {
-    /// Zeroed tallies for `scene`.
-    pub fn zeroed<R: Runtime>(gpu: &Gpu<R>, scene: &McScene) -> Result<McTallies> {
+    /// Zeroed tallies for `scene`, cleared on the device (the gated tally of a
+    /// time-resolved run is gates x tets x 8 bytes: tens of MB that need not cross the link),
+    /// with room for `rec_cap` detected-photon records (when the scene has detectors).
+    pub fn zeroed<R: Runtime>(gpu: &Gpu<R>, scene: &McScene, rec_cap: u32) -> Result<McTallies> {
+        let det = scene.n_det > 0;
+        let cap = if det { rec_cap as usize } else { 0 };
+        let zeros = |len: usize| -> Result<GpuArray<u32>> {
+            let a = gpu.empty::<u32>(len)?;
+            zero_words(gpu, &a)?;
+            Ok(a)
+        };
         Ok(McTallies {
-            absorbed: gpu.upload(&vec![0u32; 2 * scene.tets])?,
-            escaped: gpu.upload(&vec![0u32; 2 * scene.boundary.max(1)])?,
-            totals: gpu.upload(&[0u32; 2 * TOTALS])?,
-            gated: gpu.upload(&vec![0u32; 2 * (scene.gates as usize * scene.tets).max(1)])?,
-            face_tally: gpu.upload(&vec![0u32; 4 * scene.tallied_faces.max(1)])?,
+            absorbed: zeros(2 * scene.tets)?,
+            escaped: zeros(2 * scene.boundary.max(1))?,
+            totals: zeros(2 * TOTALS)?,
+            gated: zeros(2 * (scene.gates as usize * scene.tets).max(1))?,
+            face_tally: zeros(4 * scene.tallied_faces.max(1))?,
+            det_tally: zeros(if det {
+                2 * super::det_entries(scene.n_det, scene.gates)
+            } else {
+                2
+            })?,
+            rec_u: gpu.empty::<u32>((DET_U32 * cap).max(1))?,
+            rec_f: gpu.empty::<f32>(
+                (super::det_floats(scene.det_regions, scene.det_momentum) * cap).max(1),
+            )?,
+            rec_cap: cap as u32,
         })
     }
+}
+
+/// Set every word of `out` to 0 (grid-stride loop: any length on a fixed grid).
+#[cube(launch)]
+pub fn zero_words_kernel(out: &mut Array<u32>, stride: u32) {
+    let mut i = ABSOLUTE_POS as u32;
+    while (i as usize) < out.len() {
+        out[i as usize] = 0u32;
+        i += stride;
+    }
+}
+
+/// Clear `out` on the device.
+pub fn zero_words<R: Runtime>(gpu: &Gpu<R>, out: &GpuArray<u32>) -> Result<()> {
+    const UNITS: u32 = 256;
+    let cubes = (out.len().div_ceil(UNITS as usize)).clamp(1, 4096) as u32;
+    gpu.launch("zero_words", CubeCount::Static(cubes, 1, 1), |count| {
+        zero_words_kernel::launch::<R>(
+            gpu.client(),
+            count,
+            CubeDim::new_1d(UNITS),
+            out.arg(),
+            cubes * UNITS,
+        );
+    })
 }
 
 /// One launch's settings.
@@ -779,6 +1184,13 @@ pub fn transport<R: Runtime>(
     if scene.tallied_faces > 0 {
         name.push_str("_faces");
     }
+    if !scene.track {
+        name.push_str("_interaction");
+    }
+    let det = scene.n_det > 0;
+    if det {
+        name.push_str("_detect");
+    }
     let bad = |why: String| Error::invalid_launch(&name, why);
     batch.variant.check().map_err(bad)?;
     if scene.faces.len() < scene.tets * FACE_FLOATS
@@ -800,6 +1212,18 @@ pub fn transport<R: Runtime>(
         || scene.gates as usize * scene.tets >= 1 << 31
         || scene.sources == 0
         || scene.tets > MAX_TET + 1
+        || scene.detectors.len() < DET_FLOATS * scene.n_det.max(1) as usize
+        || (det && scene.det_regions == 0)
+        || tallies.det_tally.len()
+            < if det {
+                2 * super::det_entries(scene.n_det, scene.gates)
+            } else {
+                2
+            }
+        || tallies.rec_u.len() < (DET_U32 * tallies.rec_cap as usize).max(1)
+        || tallies.rec_f.len()
+            < (super::det_floats(scene.det_regions, scene.det_momentum) * tallies.rec_cap as usize)
+                .max(1)
     {
         return Err(bad("buffer lengths do not match the scene".into()));
     }
@@ -825,6 +1249,15 @@ pub fn transport<R: Runtime>(
     if scene.tallied_faces > 0 {
         flags |= F_FACES;
     }
+    if scene.track {
+        flags |= F_TRACK;
+    }
+    let (det_regions, momentum) = if det {
+        flags |= F_DETECT;
+        (scene.det_regions, scene.det_momentum)
+    } else {
+        (0, false)
+    };
     let mut handed_out = 0u32;
     loop {
         gpu.launch(&name, count.clone(), |count| {
@@ -858,6 +1291,10 @@ pub fn transport<R: Runtime>(
                     atomic(&tallies.totals),
                     atomic(&tallies.gated),
                     atomic(&tallies.face_tally),
+                    vec4f(&scene.detectors),
+                    atomic(&tallies.det_tally),
+                    tallies.rec_u.arg(),
+                    tallies.rec_f.arg(),
                     batch.photons,
                     batch.first as u32,
                     (batch.first >> 32) as u32,
@@ -878,8 +1315,12 @@ pub fn transport<R: Runtime>(
                     } else {
                         0.0
                     },
+                    scene.n_det,
+                    tallies.rec_cap,
                     flags,
                     v.cross_k,
+                    det_regions,
+                    momentum,
                 );
             }
         })?;
@@ -903,12 +1344,15 @@ pub fn transport<R: Runtime>(
 
 /// The transport kernel configured as [`transport`] launches it: a 1-D cube of `units`
 /// threads, `flags` (the variant's [`McVariant::flags`] and the output bits `F_GATES`,
-/// `F_FACES`) and `cross_k` faces per iteration. The catalog builds its entries here.
+/// `F_FACES`, `F_TRACK`, `F_DETECT`), `cross_k` faces per iteration, and with `F_DETECT`
+/// `det_regions` regions and momentum transfer or not. The catalog builds its entries here.
 pub(crate) fn configured<R: Runtime>(
     client: &ComputeClient<R>,
     units: u32,
     flags: u32,
     cross_k: u32,
+    det_regions: u32,
+    momentum: bool,
 ) -> mc_transport_kernel::McTransportKernel<R> {
     mc_transport_kernel::McTransportKernel::<R>::new(
         settings_1d(units),
@@ -928,6 +1372,12 @@ pub(crate) fn configured<R: Runtime>(
         array(),
         array(),
         array(),
+        array(),
+        array(),
+        array(),
+        array(),
+        (),
+        (),
         (),
         (),
         (),
@@ -946,5 +1396,7 @@ pub(crate) fn configured<R: Runtime>(
         (),
         flags,
         cross_k,
+        det_regions,
+        momentum,
     )
 }

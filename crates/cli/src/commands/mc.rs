@@ -6,7 +6,9 @@ use gpu_runtime::Device;
 use indicatif::{ProgressBar, ProgressStyle};
 use montecarlo_core::io::{read_mesh, results, vtk};
 use montecarlo_core::sim::problems;
-use montecarlo_core::{Gates, GpuTuning, Plane, RunParams, SimSpec, Simulation, api};
+use montecarlo_core::{
+    Gates, GpuTuning, McResult, Plane, RunInfo, RunParams, SimSpec, Simulation, api,
+};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -24,17 +26,35 @@ enum Command {
     Run(RunArgs),
     /// Print an example simulation file (MCX's cube60 benchmark) to stdout.
     Example,
-    /// Run a named benchmark problem (cube60, cube60b, cube_5med, fourlayer) and print its
-    /// summary as JSON (photons/ms, energy balance, the published reference).
+    /// Run a named benchmark problem (cube60, cube60b, cube_5med, fourlayer, head) and print
+    /// its summary as JSON (photons/ms, energy balance, the published reference).
     Bench(BenchArgs),
-    /// Read a mesh file (Gmsh .msh, VTK .vtk/.vtu, TIM-OS .mesh) and print what it holds
-    /// as JSON; optionally write it as .vtu to look at in ParaView.
+    /// Read a mesh file (Gmsh .msh, VTK .vtk/.vtu, TIM-OS .mesh), or the mesh of a named
+    /// problem (`head`, `cube60`, ...), and print what it holds as JSON; optionally write it
+    /// as .vtu to look at in ParaView.
     Mesh(MeshArgs),
+}
+
+impl Args {
+    /// Whether the subcommand splits photons over several devices (`--device cuda:all`).
+    pub fn splits_photons(&self) -> bool {
+        matches!(self.command, Command::Run(_) | Command::Bench(_))
+    }
+
+    /// The subcommand as the user typed it, for messages.
+    pub fn name(&self) -> &'static str {
+        match self.command {
+            Command::Run(_) => "mc run",
+            Command::Example => "mc example",
+            Command::Bench(_) => "mc bench",
+            Command::Mesh(_) => "mc mesh",
+        }
+    }
 }
 
 #[derive(Debug, clap::Args)]
 struct BenchArgs {
-    /// cube60 | cube60b | cube_5med | fourlayer.
+    /// cube60 | cube60b | cube_5med | fourlayer | head.
     problem: String,
     /// Photons (default: 1e6 on a GPU, 1e5 on the CPU).
     #[arg(long)]
@@ -42,15 +62,20 @@ struct BenchArgs {
     /// Seed.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Folder with the TIM-OS models (cube_5med/, fourlayer/); default $BIOGPU_MC_DATA.
+    /// Folder with the TIM-OS models (cube_5med/, fourlayer/; the repository's shared data
+    /// has them in ../shared/data/montecarlo); default $BIOGPU_MC_DATA.
     #[arg(long)]
     data: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]
 struct MeshArgs {
-    /// The mesh file.
+    /// The mesh file, or a named problem (cube60, cube60b, head; cube_5med and fourlayer
+    /// with --data) when no such file exists.
     file: PathBuf,
+    /// Folder with the TIM-OS models, for a named problem; default $BIOGPU_MC_DATA.
+    #[arg(long)]
+    data: Option<PathBuf>,
     /// VTK: the cell array holding regions (default: region, gmsh:physical, Material, ...).
     #[arg(long)]
     region: Option<String>,
@@ -124,7 +149,9 @@ fn tuning() -> anyhow::Result<GpuTuning> {
     Ok(GpuTuning::from_lookup(|k| std::env::var(k).ok())?)
 }
 
-pub fn run(args: Args, device: &Device) -> anyhow::Result<()> {
+/// Run `mc` on `devices`: one, or for `mc run` and `mc bench` several GPUs that split the
+/// photons (`main` lets several through only for those).
+pub fn run(args: Args, devices: &[Device]) -> anyhow::Result<()> {
     match args.command {
         Command::Example => {
             let text = serde_json::to_string_pretty(&SimSpec::example())?;
@@ -132,32 +159,54 @@ pub fn run(args: Args, device: &Device) -> anyhow::Result<()> {
             writeln!(out, "{text}")?;
             Ok(())
         }
-        Command::Run(a) => run_sim(&a, device),
-        Command::Bench(a) => bench(&a, device),
+        Command::Run(a) => run_sim(&a, devices),
+        Command::Bench(a) => bench(&a, devices),
         Command::Mesh(a) => mesh_info(&a),
     }
 }
 
-fn bench(a: &BenchArgs, device: &Device) -> anyhow::Result<()> {
-    let photons = a
-        .photons
-        .unwrap_or(if device.is_gpu() { 1_000_000 } else { 100_000 });
+/// One device: `api::run` (the CPU path for the CPU); several GPUs: `api::run_on`, which
+/// splits the photons between them (tallies bit-identical to one device's).
+fn run_on(
+    sim: &Simulation,
+    params: &RunParams,
+    devices: &[Device],
+) -> anyhow::Result<(McResult, RunInfo)> {
+    Ok(match devices {
+        [device] => api::run(sim, params, device)?,
+        many => api::run_on(sim, params, many)?,
+    })
+}
+
+/// The data folder of the TIM-OS problems: `--data`, else `env` (`BIOGPU_MC_DATA`).
+fn data_folder(arg: Option<&Path>, env: Option<std::ffi::OsString>) -> Option<PathBuf> {
+    arg.map(Path::to_path_buf)
+        .or_else(|| env.map(PathBuf::from))
+}
+
+/// Problem `name` with `photons`, saying how to give the data folder when it needs one.
+fn named_problem(name: &str, photons: u64, data: Option<&Path>) -> anyhow::Result<Simulation> {
+    problems::problem(name, photons, data).map_err(|e| {
+        if problems::needs_data(name) && data.is_none() {
+            anyhow::anyhow!("{e}: give DIR with --data DIR or BIOGPU_MC_DATA=DIR")
+        } else {
+            e.into()
+        }
+    })
+}
+
+fn bench(a: &BenchArgs, devices: &[Device]) -> anyhow::Result<()> {
+    let gpu = devices.iter().any(Device::is_gpu);
+    let photons = a.photons.unwrap_or(if gpu { 1_000_000 } else { 100_000 });
     ensure!(photons > 0, "--photons must be at least 1");
-    let data = a
-        .data
-        .clone()
-        .or_else(|| std::env::var_os("BIOGPU_MC_DATA").map(PathBuf::from));
-    let mut sim = problems::problem(&a.problem, photons, data.as_deref())?;
+    let data = data_folder(a.data.as_deref(), std::env::var_os("BIOGPU_MC_DATA"));
+    let mut sim = named_problem(&a.problem, photons, data.as_deref())?;
     sim.params.seed = a.seed;
     let _ = ctrlc::set_handler(|| STOP.store(true, Ordering::Relaxed));
     let params = RunParams::new().with_tuning(tuning()?).with_stop(&STOP);
-    let (r, _) = api::run(&sim, &params, device)?;
+    let (r, info) = run_on(&sim, &params, devices)?;
     let s = &r.summary;
-    let threads = if device.is_gpu() {
-        None
-    } else {
-        Some(rayon_threads())
-    };
+    let threads = if gpu { None } else { Some(rayon_threads()) };
     let reference = problems::reference(&a.problem);
     let mut out = serde_json::json!({
         "problem": a.problem,
@@ -165,6 +214,14 @@ fn bench(a: &BenchArgs, device: &Device) -> anyhow::Result<()> {
         "reference": reference,
         "summary": serde_json::to_value(s)?,
     });
+    if devices.len() > 1 {
+        out["devices"] = info.device.clone().into();
+    }
+    // GPU: the rate of the launches alone (the slowest device's), without packing, upload,
+    // read-back and the kernel's first compilation, which dominate short runs.
+    if let Some(t) = info.transport_seconds.filter(|&t| t > 0.0) {
+        out["transport_photons_per_ms"] = (s.photons as f64 / t / 1000.0).into();
+    }
     if let Some(t) = threads {
         out["photons_per_ms_per_thread"] = (s.photons_per_ms / t as f64).into();
         out["threads"] = t.into();
@@ -178,7 +235,18 @@ fn rayon_threads() -> usize {
 }
 
 fn mesh_info(a: &MeshArgs) -> anyhow::Result<()> {
-    let imported = read_mesh(&a.file, a.region.as_deref())?;
+    let name = a.file.to_string_lossy();
+    let imported = if !a.file.exists() && problems::NAMES.contains(&name.as_ref()) {
+        let data = data_folder(a.data.as_deref(), std::env::var_os("BIOGPU_MC_DATA"));
+        let sim = named_problem(&name, 1, data.as_deref())?;
+        montecarlo_core::Imported {
+            mesh: sim.mesh,
+            ignored: 0,
+            notes: vec![format!("the mesh of the named problem `{name}`")],
+        }
+    } else {
+        read_mesh(&a.file, a.region.as_deref())?
+    };
     let m = &imported.mesh;
     let regions = m.region_stats();
     let (lo, hi) = m.bounds();
@@ -204,7 +272,8 @@ fn mesh_info(a: &MeshArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn run_sim(a: &RunArgs, device: &Device) -> anyhow::Result<()> {
+/// The simulation file with the command line's overrides.
+fn load_sim(a: &RunArgs) -> anyhow::Result<Simulation> {
     let mut sim = Simulation::from_json(&a.sim)?;
     if let Some(p) = a.photons {
         ensure!(p > 0, "--photons must be at least 1");
@@ -214,31 +283,135 @@ fn run_sim(a: &RunArgs, device: &Device) -> anyhow::Result<()> {
         sim.params.seed = s;
     }
     sim.add_outputs(&a.plane, a.gates)?;
+    Ok(sim)
+}
+
+fn progress_bar(photons: u64) -> ProgressBar {
+    ProgressBar::new(photons).with_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} photons {per_sec} eta {eta}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    )
+}
+
+fn print_header(sim: &Simulation, on: &str) {
+    println!(
+        "{} tetrahedra, {} regions, {} sources, {} photons on {on}",
+        sim.mesh.len(),
+        sim.optics.materials.len(),
+        sim.sources.len(),
+        sim.photons
+    );
+}
+
+fn run_sim(a: &RunArgs, devices: &[Device]) -> anyhow::Result<()> {
+    let sim = load_sim(a)?;
+    #[cfg(feature = "mpi")]
+    if let Some(world) = super::mc_mpi::World::init() {
+        if let Err(e) = run_sim_mpi(a, &sim, devices, &world) {
+            world.fail(&e);
+        }
+        return Ok(());
+    }
     for note in &sim.notes {
         println!("mesh: {note}");
     }
     let out = OutDir::create(&a.out, a.force, &[&a.sim], results::file_names(&sim))?;
     // A second Ctrl-C while stopping falls through to the default (the handler is set once).
     let _ = ctrlc::set_handler(|| STOP.store(true, Ordering::Relaxed));
-    let bar = ProgressBar::new(sim.photons).with_style(
-        ProgressStyle::with_template("{bar:40} {pos}/{len} photons {per_sec} eta {eta}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
-    println!(
-        "{} tetrahedra, {} regions, {} sources, {} photons on {device}",
-        sim.mesh.len(),
-        sim.optics.materials.len(),
-        sim.sources.len(),
-        sim.photons
-    );
+    let bar = progress_bar(sim.photons);
+    let on = devices
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(" + ");
+    print_header(&sim, &on);
     let progress = |done: u64, _: u64| bar.set_position(done);
     let params = RunParams::new()
         .with_tuning(tuning()?)
         .with_stop(&STOP)
         .with_progress(&progress);
-    let (result, _) = api::run(&sim, &params, device)?;
+    let (result, info) = run_on(&sim, &params, devices)?;
     bar.finish_and_clear();
-    results::write(out.staging(), &sim, &result)?;
+    let ran_on = (devices.len() > 1).then(|| format!("{} (photons split evenly)", info.device));
+    finish(out, &sim, &result, ran_on)
+}
+
+/// Rank `world.rank` of an MPI job (`mpirun -n N biogpu mc run`, N > 1): run this rank's
+/// share of the photons on its device, reduce the tallies to rank 0, which alone writes the
+/// outputs and prints the summary; its progress bar shows its own share.
+#[cfg(feature = "mpi")]
+fn run_sim_mpi(
+    a: &RunArgs,
+    sim: &Simulation,
+    devices: &[Device],
+    world: &super::mc_mpi::World,
+) -> anyhow::Result<()> {
+    let root = world.is_root();
+    let device = world.pick(devices);
+    world.check_same(sim, device.is_gpu());
+    let out = if root {
+        for note in &sim.notes {
+            println!("mesh: {note}");
+        }
+        Some(OutDir::create(
+            &a.out,
+            a.force,
+            &[&a.sim],
+            results::file_names(sim),
+        )?)
+    } else {
+        None
+    };
+    let _ = ctrlc::set_handler(|| STOP.store(true, Ordering::Relaxed));
+    let (lo, hi) = world.share(sim.photons);
+    let bar = if root {
+        print_header(
+            sim,
+            &format!(
+                "{} MPI ranks (rank 0: {device}, photons {lo}..{hi}; the bar shows rank 0's share)",
+                world.size
+            ),
+        );
+        progress_bar(hi - lo)
+    } else {
+        ProgressBar::hidden()
+    };
+    let progress = |done: u64, _: u64| bar.set_position(done);
+    let params = RunParams::new()
+        .with_tuning(tuning()?)
+        .with_stop(&STOP)
+        .with_progress(&progress);
+    let start = std::time::Instant::now();
+    let (part, info) = api::run_range(sim, &params, device, lo, hi - lo)?;
+    bar.finish_and_clear();
+    let Some(tally) = world.reduce_tally(sim, part) else {
+        return Ok(());
+    };
+    let interrupted = tally.photons < sim.photons;
+    let ranks = format!("{} MPI ranks (rank 0 on {})", world.size, info.device);
+    let result = McResult::new(
+        tally,
+        start.elapsed().as_secs_f64(),
+        ranks.clone(),
+        interrupted,
+    );
+    let out = out.ok_or_else(|| anyhow::anyhow!("rank 0 has no output folder"))?;
+    finish(
+        out,
+        sim,
+        &result,
+        Some(format!("{ranks}, photons split evenly")),
+    )
+}
+
+/// Write the outputs and print the summary.
+fn finish(
+    out: OutDir,
+    sim: &Simulation,
+    result: &McResult,
+    ran_on: Option<String>,
+) -> anyhow::Result<()> {
+    results::write(out.staging(), sim, result)?;
     let shown = out.path().display().to_string();
     out.commit()?;
     let s = &result.summary;
@@ -257,6 +430,29 @@ fn run_sim(a: &RunArgs, device: &Device) -> anyhow::Result<()> {
             ""
         }
     );
+    if s.specular > 0.0 {
+        println!(
+            "specular reflection at launch: {:.4} of the launched weight",
+            s.specular
+        );
+    }
+    let det = &result.tally.detectors;
+    for (k, (count, w)) in det.count.iter().zip(&det.weight).enumerate() {
+        println!(
+            "detector {}: {count} photons, weight {:.4e} per launched photon",
+            k + 1,
+            w / s.photons.max(1) as f64
+        );
+    }
+    if det.dropped > 0 {
+        println!(
+            "warning: {} detected photons not recorded (over outputs.detection.max_photons); detector totals include them",
+            det.dropped
+        );
+    }
+    if let Some(on) = ran_on {
+        println!("ran on {on}");
+    }
     println!("outputs in {shown}");
     Ok(())
 }
@@ -280,7 +476,42 @@ mod tests {
 
     fn run_cli(line: &[&str], device: &Device) -> anyhow::Result<()> {
         let cli = Cli::try_parse_from(std::iter::once("mc").chain(line.iter().copied()))?;
-        run(cli.args, device)
+        run(cli.args, std::slice::from_ref(device))
+    }
+
+    /// `mc bench cube_5med` without a data folder says which files it needs, how to give
+    /// the folder (--data or BIOGPU_MC_DATA) and where the repository keeps them; with a
+    /// folder that lacks them, which files it looked for.
+    #[test]
+    fn bench_without_tim_os_data_says_what_it_needs() {
+        let e = named_problem("cube_5med", 10, None)
+            .unwrap_err()
+            .to_string();
+        for want in [
+            "cube_5med/cube_5med.mesh",
+            "cube_5med.opt",
+            "cube_5med.source",
+            "give DIR with --data DIR or BIOGPU_MC_DATA=DIR",
+            "../shared/data/montecarlo",
+        ] {
+            assert!(e.contains(want), "no `{want}` in: {e}");
+        }
+        let missing = std::env::temp_dir().join(format!("biogpu-mc-nodata-{}", std::process::id()));
+        let m = missing.to_str().unwrap();
+        let e = run_cli(&["bench", "cube_5med", "--data", m], &Device::cpu())
+            .unwrap_err()
+            .to_string();
+        let mesh = missing.join("cube_5med").join("cube_5med.mesh");
+        assert!(e.contains(&format!("looked for {}", mesh.display())), "{e}");
+        assert!(e.contains("../shared/data/montecarlo"), "{e}");
+        // --data wins over the environment; the environment is the fallback.
+        let env = Some(std::ffi::OsString::from("/from/env"));
+        assert_eq!(
+            data_folder(Some(Path::new("/arg")), env.clone()),
+            Some(PathBuf::from("/arg"))
+        );
+        assert_eq!(data_folder(None, env), Some(PathBuf::from("/from/env")));
+        assert_eq!(data_folder(None, None), None);
     }
 
     /// `mc run --plane --gates` end to end on the CPU and, when `BIOGPU_DEVICE` names a GPU,

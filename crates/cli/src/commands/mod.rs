@@ -5,6 +5,8 @@ pub mod devices;
 pub mod flim;
 pub mod flim_fit;
 pub mod mc;
+#[cfg(feature = "mpi")]
+pub mod mc_mpi;
 pub mod output;
 pub mod perfusion;
 pub mod perfusion_t1;

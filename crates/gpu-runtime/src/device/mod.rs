@@ -275,6 +275,63 @@ impl Device {
         }
     }
 
+    /// Every device of `backend`, in ordinal order: each CUDA device (`cuda:0`, `cuda:1`,
+    /// ...), each hardware wgpu adapter (software ones are never included, as `auto` never
+    /// picks them), or the CPU. For work that splits over every GPU of a host
+    /// (`--device cuda:all`). None found is an error named `cuda:all` / `wgpu:all` saying
+    /// why (driver missing, no device), never an empty list.
+    ///
+    /// ```
+    /// use gpu_runtime::{Backend, Device};
+    /// assert_eq!(Device::all_of(Backend::Cpu)?.len(), 1);
+    /// match Device::all_of(Backend::Cuda) {
+    ///     Ok(gpus) => assert!(gpus.iter().all(|d| d.backend() == Backend::Cuda)),
+    ///     // A machine without CUDA: the reason, e.g. "no such device `cuda:all`: CUDA driver missing: ..."
+    ///     Err(e) => assert!(e.to_string().contains("cuda:all")),
+    /// }
+    /// # Ok::<(), gpu_runtime::Error>(())
+    /// ```
+    pub fn all_of(backend: Backend) -> Result<Vec<Device>> {
+        let none = |why: String| Error::NoSuchDevice {
+            name: format!("{backend}:all"),
+            why,
+        };
+        match backend {
+            Backend::Cpu => Ok(vec![Device::cpu()]),
+            Backend::Cuda => {
+                let list = cuda::probe().map_err(|e| none(e.to_string()))?;
+                if list.is_empty() {
+                    return Err(none("the driver reports no CUDA device".into()));
+                }
+                Ok(list
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, info)| Device {
+                        info,
+                        handle: DeviceHandle::Cuda(i),
+                        memory_limit: None,
+                    })
+                    .collect())
+            }
+            Backend::Wgpu => {
+                let adapters = wgpu_probe::probe();
+                let software = adapters.iter().filter(|a| a.info.software).count();
+                let hardware: Vec<Device> = adapters
+                    .iter()
+                    .filter(|a| !a.info.software)
+                    .map(wgpu_probe::Adapter::to_device)
+                    .collect();
+                if hardware.is_empty() {
+                    return Err(none(format!(
+                        "no hardware Vulkan/Metal/DX12 adapter ({software} software adapter(s), \
+                         not used by wgpu:all)"
+                    )));
+                }
+                Ok(hardware)
+            }
+        }
+    }
+
     /// The device named by `BIOGPU_DEVICE` (or `auto`).
     pub fn from_env(allow_software: bool) -> Result<Selection> {
         Self::select(DeviceRequest::from_env()?, allow_software)
@@ -421,6 +478,37 @@ mod tests {
         assert_eq!(sel.device.backend(), Backend::Cpu);
         sel.device.require_f64().unwrap();
         assert!(sel.device.info().compute_units.unwrap() >= 1);
+    }
+
+    /// `all_of` agrees with the inventory: as many CUDA devices (or an error naming
+    /// `cuda:all` when there are none), only hardware wgpu adapters, and the one CPU.
+    #[test]
+    fn all_of_lists_every_device_of_a_backend_or_says_why_not() {
+        let inv = Device::inventory();
+        for backend in [Backend::Cuda, Backend::Wgpu] {
+            let listed: Vec<&str> = inv
+                .devices
+                .iter()
+                .filter(|d| d.backend == backend && !d.software)
+                .map(|d| d.id.as_str())
+                .collect();
+            match Device::all_of(backend) {
+                Ok(devices) => {
+                    let ids: Vec<&str> = devices.iter().map(|d| d.info().id.as_str()).collect();
+                    assert_eq!(ids, listed, "{backend}");
+                }
+                Err(e) => {
+                    assert!(
+                        listed.is_empty(),
+                        "{backend}: {e} but inventory has {listed:?}"
+                    );
+                    assert!(e.to_string().contains(&format!("`{backend}:all`")), "{e}");
+                }
+            }
+        }
+        let cpu = Device::all_of(Backend::Cpu).unwrap();
+        assert_eq!(cpu.len(), 1);
+        assert_eq!(cpu[0].backend(), Backend::Cpu);
     }
 
     #[test]

@@ -7,13 +7,18 @@
 //!
 //! Per event: draw a dimensionless step s = -ln(u) (in units of mean free paths), walk it
 //! through tetrahedra (at each face the leftover s is kept, so the physical length rescales
-//! with mu_t of the next region), drop w mua/mu_t at the interaction, scatter by
-//! Henyey-Greenstein. Faces between different indices apply the exact unpolarised Fresnel
+//! with the next region's coefficient), score absorption, scatter by Henyey-Greenstein.
+//! Two estimators ([`Estimator`]): track length (steps in scattering mean free paths 1/mus;
+//! along every segment of length l the weight decays by exp(-mua l) and the loss is scored
+//! in the tetrahedron crossed) and interaction (steps in total mean free paths 1/mu_t;
+//! w mua/mu_t dropped at each interaction). Faces between different indices apply the exact unpolarised Fresnel
 //! reflectance (with total internal reflection); equal indices are crossed untouched.
 //! Below `wmin` a packet survives roulette with probability 1/prwin, weight x prwin.
 
+use crate::model::detector::{DetectedPhoton, Detection, DetectorTally, PathLog};
 use crate::model::mesh::Mesh;
 use crate::model::optics::{Material, Optics};
+use crate::model::params::Estimator;
 use crate::model::physics::{C_MM_PER_NS, Hg, MAX_EVENTS, azimuth, fresnel, spin};
 use crate::model::rng::Xoshiro128;
 use crate::model::simulation::Simulation;
@@ -26,36 +31,53 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// Per-region constants used in the inner loop.
 #[derive(Debug, Clone, Copy)]
 struct Region {
-    mut_: f64,
-    /// 1 / mu_t (infinite in a clear region).
-    inv_mut: f64,
-    /// mua / mu_t: the share of the weight dropped at an interaction.
+    /// The coefficient steps are measured in: mus (track length) or mu_t (interaction).
+    step_mu: f64,
+    /// 1 / `step_mu` (infinite where it is 0).
+    inv_step_mu: f64,
+    /// Interaction estimator: mua / mu_t, the share of the weight dropped at an
+    /// interaction (0 with the track-length estimator).
     absorb: f64,
+    /// Track-length estimator: mua, the decay rate of the weight along a path (0 with the
+    /// interaction estimator).
+    decay: f64,
     hg: Hg,
     n: f64,
     /// n / c: ns per mm of flight.
     n_over_c: f64,
 }
 
-fn regions(optics: &Optics, mesh: &Mesh) -> Vec<Region> {
+fn regions(optics: &Optics, mesh: &Mesh, estimator: Estimator) -> Vec<Region> {
     (0..=mesh.max_region().max(optics.materials.len() as u32))
         .map(|r| {
             let m: Material = optics.get(r);
-            let mut_ = m.mua + m.mus;
+            let mu_t = m.mua + m.mus;
+            let (step_mu, absorb, decay) = match estimator {
+                Estimator::TrackLength => (m.mus, 0.0, m.mua),
+                Estimator::Interaction => (mu_t, if mu_t > 0.0 { m.mua / mu_t } else { 0.0 }, 0.0),
+            };
             Region {
-                mut_,
-                inv_mut: if mut_ > 0.0 {
-                    1.0 / mut_
+                step_mu,
+                inv_step_mu: if step_mu > 0.0 {
+                    1.0 / step_mu
                 } else {
                     f64::INFINITY
                 },
-                absorb: if mut_ > 0.0 { m.mua / mut_ } else { 0.0 },
+                absorb,
+                decay,
                 hg: Hg::new(m.g),
                 n: m.n,
                 n_over_c: m.n / C_MM_PER_NS,
             }
         })
         .collect()
+}
+
+/// The share of the weight lost along a path of optical depth `x` = mua l: 1 - exp(-x),
+/// accurate for small `x` (`exp_m1`).
+#[inline(always)]
+pub(crate) fn decay_share(x: f64) -> f64 {
+    -(-x).exp_m1()
 }
 
 /// Everything the inner loop reads about one tetrahedron in 96 bytes: the four face planes
@@ -164,6 +186,8 @@ pub(crate) struct Cpu<'a> {
     gate_inv_width: f64,
     /// Time limit in ns (infinite without one).
     tmax: f64,
+    /// Detectors (None: no path logs are kept).
+    detection: Option<&'a Detection>,
 }
 
 /// Packets in flight per worker (see [`Cpu::run_photons`]).
@@ -182,6 +206,10 @@ struct Packet {
     /// Time of flight in ns.
     time: f64,
     events: u32,
+    /// The photon's index (its replay seed).
+    index: u64,
+    /// Path lengths per region and scatterings, with detectors.
+    log: Option<Box<PathLog>>,
 }
 
 impl<'a> Cpu<'a> {
@@ -237,36 +265,50 @@ impl<'a> Cpu<'a> {
             tets,
             orig,
             packed_of,
-            regs: regions(&sim.optics, mesh),
+            regs: regions(&sim.optics, mesh, sim.params.estimator),
             face_index,
             gates,
             gate_inv_width,
             tmax: sim.params.time_limit_ns.unwrap_or(f64::INFINITY),
+            detection: sim.outputs.detection.as_ref(),
         }
     }
 
     fn tally(&self) -> Tally {
-        Tally::with_outputs(&self.sim.mesh, self.sim.faces.len(), self.gates)
+        let mut t = Tally::with_outputs(&self.sim.mesh, self.sim.faces.len(), self.gates);
+        if let Some(d) = self.detection {
+            t.detectors = DetectorTally::new(d, self.gates);
+        }
+        t
     }
 
     /// Launch photon `index`; None (counted as lost) when its start point is outside.
     fn start(&self, index: u64, tally: &mut Tally) -> Option<Packet> {
         let sim = self.sim;
         let mut rng = Xoshiro128::for_photon(sim.params.seed, index);
-        let (pos, d, start) = launch(&sim.sources, &sim.source_elements, &sim.mesh, &mut rng);
-        let Some(start) = start else {
+        let start = launch(&sim.sources, &sim.source_elements, &sim.mesh, &mut rng);
+        let (pos, d) = (start.pos, start.dir);
+        let Some(tet) = start.tet else {
+            // A sample outside the mesh never reaches the surface: lost whole.
             tally.lost += 1.0;
             return None;
         };
+        // Specular reflection at launch: Rsp never enters the medium.
+        let rsp = sim.sources[start.source].specular(sim.params.specular);
+        tally.specular += rsp;
         Some(Packet {
             rng,
             pos,
             d,
-            t: self.packed_of[start as usize],
-            w: 1.0,
+            t: self.packed_of[tet as usize],
+            w: 1.0 - rsp,
             s: 0.0,
             time: 0.0,
             events: 0,
+            index,
+            log: self
+                .detection
+                .map(|d| Box::new(PathLog::new(self.regs.len() - 1, d.momentum))),
         })
     }
 
@@ -288,30 +330,46 @@ impl<'a> Cpu<'a> {
             p.s = -p.rng.uniform().ln();
         }
         let (h, f) = tet.exit(p.pos, p.d);
-        let l = p.s * r.inv_mut;
-        p.time += l.min(h) * r.n_over_c;
+        let l = p.s * r.inv_step_mu;
+        let seg = l.min(h);
+        let t0 = p.time;
+        p.time += seg * r.n_over_c;
+        if let Some(log) = &mut p.log {
+            log.ppath[tet.region as usize - 1] += seg;
+        }
         if p.time > self.tmax {
+            if r.decay > 0.0 {
+                // The weight decays up to the time limit, then what is left expires.
+                let cut = ((self.tmax - t0) / r.n_over_c).max(0.0);
+                self.decay_along(p, t, cut, t0, r, tally);
+            }
             tally.expired += p.w;
             return false;
         }
+        if r.decay > 0.0 {
+            self.decay_along(p, t, seg, t0, r, tally);
+        }
         let d = p.d;
         if l < h {
-            // Hop to the interaction, drop, spin.
+            // Hop to the interaction, drop (interaction estimator), spin.
             p.pos = [
                 p.pos[0] + l * d[0],
                 p.pos[1] + l * d[1],
                 p.pos[2] + l * d[2],
             ];
             p.s = 0.0;
-            let dw = p.w * r.absorb;
-            tally.absorbed[t as usize] += dw;
-            if self.gates > 0
-                && let Some(g) = gate_of(p.time, self.gate_inv_width, self.gates)
-            {
-                tally.gated[g * self.tets.len() + t as usize] += dw;
+            if r.absorb > 0.0 {
+                let dw = p.w * r.absorb;
+                self.score(t, dw, p.time, tally);
+                p.w -= dw;
             }
-            p.w -= dw;
             let ct = r.hg.cos(p.rng.uniform32());
+            if let Some(log) = &mut p.log {
+                log.scatters += 1;
+                if let Some(m) = log.momentum.get_mut(tet.region as usize - 1) {
+                    *m += 1.0 - ct;
+                }
+            }
             let (cp, sp) = azimuth(p.rng.uniform32());
             p.d = spin(d, ct, cp, sp);
             if p.w < par.wmin {
@@ -331,7 +389,7 @@ impl<'a> Cpu<'a> {
             p.pos[1] + h * d[1],
             p.pos[2] + h * d[2],
         ];
-        p.s -= h * r.mut_;
+        p.s -= h * r.step_mu;
         let next = tet.neighbours[f];
         let next_tet = &self.tets[next as usize];
         let n2 = self.regs[next_tet.region as usize].n;
@@ -356,11 +414,107 @@ impl<'a> Cpu<'a> {
         if next == 0 {
             let o = self.orig[t as usize] as usize;
             tally.escaped[sim.mesh.boundary_index[o][f] as usize] += p.w;
+            if let Some(det) = self.detection {
+                self.detect(det, p, tally);
+            }
             return false;
         }
         p.t = next;
         self.prefetch_neighbours(next_tet);
         true
+    }
+
+    /// Score weight `dw` absorbed in packed tet `t` at time of flight `time` (ns).
+    #[inline(always)]
+    fn score(&self, t: u32, dw: f64, time: f64, tally: &mut Tally) {
+        tally.absorbed[t as usize] += dw;
+        if self.gates > 0
+            && let Some(g) = gate_of(time, self.gate_inv_width, self.gates)
+        {
+            tally.gated[g * self.tets.len() + t as usize] += dw;
+        }
+    }
+
+    /// Track length: packet `p` flies `len` mm through packed tet `t` (region `r`) from time
+    /// `t0`; its weight decays by exp(-mua len), the loss scored in `t`. With time gates the
+    /// loss is split at the gate boundaries the segment crosses (each part the decay along
+    /// its piece), so gate tallies are exact integrals whatever the gate width.
+    #[inline(always)]
+    fn decay_along(
+        &self,
+        p: &mut Packet,
+        t: u32,
+        len: f64,
+        t0: f64,
+        r: &Region,
+        tally: &mut Tally,
+    ) {
+        let dw = p.w * decay_share(r.decay * len);
+        if dw <= 0.0 {
+            return;
+        }
+        tally.absorbed[t as usize] += dw;
+        if self.gates > 0 {
+            self.gate_split(p.w, t, len, t0, r, tally);
+        }
+        p.w -= dw;
+    }
+
+    /// The gated part of [`Self::decay_along`]: weight `w` at the segment's start.
+    #[cold]
+    fn gate_split(&self, mut w: f64, t: u32, len: f64, t0: f64, r: &Region, tally: &mut Tally) {
+        let Some(first) = gate_of(t0, self.gate_inv_width, self.gates) else {
+            return;
+        };
+        let mut a = 0.0;
+        for g in first..self.gates {
+            // Where (in mm along the segment) gate g ends.
+            let end = ((g + 1) as f64 / self.gate_inv_width - t0) / r.n_over_c;
+            let b = end.clamp(a, len);
+            let part = w * decay_share(r.decay * (b - a));
+            tally.gated[g * self.tets.len() + t as usize] += part;
+            w -= part;
+            a = b;
+            if a >= len {
+                break;
+            }
+        }
+    }
+
+    /// A packet leaving the mesh: recorded by the first detector whose disk holds its exit
+    /// point, if any.
+    #[cold]
+    fn detect(&self, det: &Detection, p: &mut Packet, tally: &mut Tally) {
+        let Some(k) = Detection::hit(&det.detectors, p.pos) else {
+            return;
+        };
+        let Some(log) = p.log.take() else {
+            return;
+        };
+        let d = &mut tally.detectors;
+        d.count[k] += 1;
+        d.weight[k] += p.w;
+        if self.gates > 0
+            && let Some(g) = gate_of(p.time, self.gate_inv_width, self.gates)
+        {
+            d.tpsf[k * self.gates + g] += p.w;
+        }
+        let log = *log;
+        d.photons.push(DetectedPhoton {
+            detector: k as u32 + 1,
+            photon: p.index,
+            weight: p.w,
+            time_ns: p.time,
+            scatters: log.scatters,
+            pos: p.pos,
+            dir: p.d,
+            ppath: log.ppath,
+            momentum: log.momentum,
+        });
+        // Bound a worker's records: keep the lowest indices once twice the cap is held.
+        if d.photons.len() as u64 >= 2 * d.max_photons.max(1) {
+            d.keep();
+        }
     }
 
     /// Run photons `lo..hi`, [`LANES`] packets in flight at a time: their events are
@@ -445,6 +599,7 @@ impl<'a> Cpu<'a> {
 
     /// Per-tet tallies from the packed numbering back to the mesh's.
     fn unpack(&self, mut t: Tally) -> Tally {
+        t.detectors.sort();
         let stride = self.tets.len();
         let mut absorbed = vec![0.0; stride];
         for (p, &o) in self.orig.iter().enumerate() {
@@ -490,5 +645,6 @@ pub(crate) fn run_batched(
         progress(done, sim.photons);
     }
     interrupted |= done < sim.photons;
+    tally.detectors.sort();
     (tally, interrupted)
 }

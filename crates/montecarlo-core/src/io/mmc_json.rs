@@ -1,16 +1,21 @@
 //! MMC's JSON input, where its concepts match ours, so MMC users can switch: `Domain.MeshID`
 //! (mesh in `node_<id>.dat` / `elem_<id>.dat` beside the JSON), `Domain.Media` (entry 0 is
 //! the background: its `n` is the index outside the mesh; entry i is region i),
-//! `Session.Photons`, `Session.RNGSeed`, `Forward.T1` (s; becomes the time limit) and
-//! `Optode.Source` with `Pos`, `Dir` and `Type` pencil (default), isotropic or disk (`Param1`
-//! = radius). Anything else MMC offers (detectors, other source types, time gates, `InitElem`:
-//! the start tetrahedron is located from `Pos`) is not read; other source types are errors.
+//! `Session.Photons`, `Session.RNGSeed`, `Session.DoSpecular` (MMC's `-V`: 0/1 or
+//! false/true, default 0 as in MMC; becomes `Params::specular`, the specular loss of a beam
+//! entering at the surface; the source must still lie in or on the mesh), `Forward.T1` (s;
+//! becomes the time limit), `Optode.Source` with `Pos`, `Dir` and `Type` pencil
+//! (default), isotropic or disk (`Param1` = radius), and `Optode.Detector` (`Pos`, `R`: our
+//! disk detectors, records kept up to MMC's default 1e6). Anything else MMC offers (other
+//! source types, time gates, `InitElem`: the start tetrahedron is located from `Pos`) is not
+//! read; other source types are errors.
 //!
 //! Checked here, naming the file and the field: every medium's optical properties (entry 0
 //! only its `n`), `Session.Photons` a whole number in 1..=2^64-1, `Forward.T1` finite and
 //! > 0, `Pos`, `Dir` and `Param1` finite.
 
 use crate::error::{Error, Result};
+use crate::model::detector::{Detection, Detector};
 use crate::model::optics::{Material, Optics};
 use crate::model::params::Params;
 use crate::model::source::Source;
@@ -49,6 +54,9 @@ struct Session {
     photons: f64,
     #[serde(default, rename = "RNGSeed")]
     rng_seed: Option<i64>,
+    /// MMC reads it as an integer and writes it as a boolean; both are accepted.
+    #[serde(default)]
+    do_specular: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -62,6 +70,17 @@ struct Forward {
 #[serde(rename_all = "PascalCase")]
 struct Optode {
     source: MmcSource,
+    #[serde(default)]
+    detector: Vec<MmcDetector>,
+}
+
+/// MMC's `Optode.Detector` entry: a disk of radius `R` (mm) at `Pos`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct MmcDetector {
+    pos: [f64; 3],
+    #[serde(rename = "R")]
+    r: f64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -89,6 +108,9 @@ pub(crate) struct Resolved {
     pub sources: Vec<Source>,
     pub photons: u64,
     pub params: Params,
+    /// `Optode.Detector` as our detectors (checked against the mesh when the simulation
+    /// is built).
+    pub detection: Option<Detection>,
 }
 
 pub(crate) fn resolve(path: &Path, value: serde_json::Value) -> Result<Resolved> {
@@ -203,8 +225,24 @@ pub(crate) fn resolve(path: &Path, value: serde_json::Value) -> Result<Resolved>
             ),
         );
     }
+    // MMC's default is 0 (`cfg->isspecular = 0` in its mmc_utils.c): without the key, no
+    // specular loss, so an MMC input gives MMC's result.
+    let specular = match &m.session.do_specular {
+        None => false,
+        Some(serde_json::Value::Bool(b)) => *b,
+        Some(serde_json::Value::Number(n)) if n.as_f64().is_some_and(|v| v == 0.0 || v == 1.0) => {
+            n.as_f64() == Some(1.0)
+        }
+        Some(other) => {
+            return bad(
+                "Session.DoSpecular".into(),
+                format!("{other} must be 0, 1, false or true"),
+            );
+        }
+    };
     let params = Params {
         seed: m.session.rng_seed.map_or(1, |s| s as u64),
+        specular,
         // MMC's T1 is in seconds; our limit is in ns with lengths in mm (MMC's unit).
         time_limit_ns: m.forward.map(|f| f.t1 * 1e9),
         ..Params::default()
@@ -216,5 +254,18 @@ pub(crate) fn resolve(path: &Path, value: serde_json::Value) -> Result<Resolved>
         sources: vec![source],
         photons: m.session.photons as u64,
         params,
+        detection: (!m.optode.detector.is_empty()).then(|| Detection {
+            detectors: m
+                .optode
+                .detector
+                .iter()
+                .map(|d| Detector {
+                    pos: d.pos,
+                    radius: d.r,
+                })
+                .collect(),
+            max_photons: 1_000_000,
+            momentum: false,
+        }),
     })
 }

@@ -1,6 +1,6 @@
 //! The result files of a run: `summary.json` always; `result.vtu` / `result.vtk`,
 //! `tets.csv`, `exitance.csv`, `faces.csv` and `gates.csv` as the simulation's `outputs`
-//! ask. Units: absorbed weight per photon; fluence, exitance, face fluence and current per
+//! ask, and `detected.npy` / `detected.csv` / `detectors.csv` with detectors. Units: absorbed weight per photon; fluence, exitance, face fluence and current per
 //! length^2 per photon; gate fluence integrated over the gate.
 
 use crate::error::{Error, Result};
@@ -29,7 +29,54 @@ pub fn file_names(sim: &Simulation) -> Vec<&'static str> {
             names.push("gates.csv");
         }
     }
+    if sim.outputs.detection.is_some() {
+        names.push("detected.npy");
+        if sim.outputs.csv {
+            names.extend(["detected.csv", "detectors.csv"]);
+        }
+    }
     names
+}
+
+/// Column names of `detected.npy` / `detected.csv` for `sim` (MCX's `detp` fields: detector
+/// id, photon index (replay seed), exit weight, time of flight (ns), scattering count, exit
+/// point (mm), exit direction, partial pathlength per region (mm), and momentum transfer per
+/// region when asked for).
+pub fn detected_columns(sim: &Simulation) -> Vec<String> {
+    let mut cols: Vec<String> = [
+        "detector", "photon", "weight", "time_ns", "scatters", "x", "y", "z", "ux", "uy", "uz",
+    ]
+    .map(String::from)
+    .to_vec();
+    let regions = sim.mesh.max_region().max(sim.optics.materials.len() as u32);
+    cols.extend((1..=regions).map(|r| format!("ppath_{r}")));
+    if sim.outputs.detection.as_ref().is_some_and(|d| d.momentum) {
+        cols.extend((1..=regions).map(|r| format!("momentum_{r}")));
+    }
+    cols
+}
+
+/// The detected photons of `r` as rows of [`detected_columns`].
+pub fn detected_rows(r: &McResult) -> Vec<Vec<f64>> {
+    r.tally
+        .detectors
+        .photons
+        .iter()
+        .map(|d| {
+            let mut row = vec![
+                f64::from(d.detector),
+                d.photon as f64,
+                d.weight,
+                d.time_ns,
+                f64::from(d.scatters),
+            ];
+            row.extend(d.pos);
+            row.extend(d.dir);
+            row.extend(&d.ppath);
+            row.extend(&d.momentum);
+            row
+        })
+        .collect()
 }
 
 /// The summary of `r`: its [`crate::Summary`] with the mesh size, seed, units, mesh notes,
@@ -75,6 +122,34 @@ pub fn summary_json(sim: &Simulation, r: &McResult) -> serde_json::Value {
     }
     if gates > 0 {
         summary["gate_width_ns"] = gate_width.into();
+    }
+    if let Some(det) = &sim.outputs.detection {
+        let d = &r.tally.detectors;
+        let n = r.tally.photons.max(1) as f64;
+        let per: Vec<serde_json::Value> = det
+            .detectors
+            .iter()
+            .enumerate()
+            .map(|(k, spec)| {
+                let mut v = serde_json::json!({
+                    "pos": spec.pos, "radius": spec.radius,
+                    "photons": d.count.get(k).copied().unwrap_or(0),
+                    "weight": d.weight.get(k).copied().unwrap_or(0.0) / n,
+                });
+                if gates > 0 && !d.tpsf.is_empty() {
+                    let tpsf: Vec<f64> = d.tpsf[k * gates..(k + 1) * gates]
+                        .iter()
+                        .map(|w| w / n)
+                        .collect();
+                    v["tpsf"] = tpsf.into();
+                }
+                v
+            })
+            .collect();
+        summary["detectors"] = per.into();
+        summary["detected_records"] = d.photons.len().into();
+        summary["detected_dropped"] = d.dropped.into();
+        summary["detected_columns"] = detected_columns(sim).into();
     }
     summary
 }
@@ -171,5 +246,60 @@ pub fn write(dir: &Path, sim: &Simulation, r: &McResult) -> Result<()> {
             write_text(&dir.join("gates.csv"), &w)?;
         }
     }
+    if sim.outputs.detection.is_some() {
+        write_detected(dir, sim, r, gates, gate_width)?;
+    }
+    Ok(())
+}
+
+/// `detected.npy` (f64, one row per detected photon, columns [`detected_columns`]), and
+/// with CSV output `detected.csv` (the same table) and `detectors.csv` (per detector and
+/// gate: detected weight per launched photon, the TPSF; one row per detector without gates).
+fn write_detected(
+    dir: &Path,
+    sim: &Simulation,
+    r: &McResult,
+    gates: usize,
+    gate_width: f64,
+) -> Result<()> {
+    let cols = detected_columns(sim);
+    let rows = detected_rows(r);
+    let flat: Vec<f64> = rows.iter().flatten().copied().collect();
+    let table = ndarray::Array2::from_shape_vec((rows.len(), cols.len()), flat)
+        .map_err(|e| Error::Invalid(format!("detected photons table: {e}")))?;
+    let path = dir.join("detected.npy");
+    ndarray_npy::write_npy(&path, &table)
+        .map_err(|e| Error::io(&path, std::io::Error::other(e.to_string())))?;
+    if !sim.outputs.csv {
+        return Ok(());
+    }
+    let mut w = String::new();
+    let _ = writeln!(w, "{}", cols.join(","));
+    for row in &rows {
+        let line: Vec<String> = row.iter().map(|v| format!("{v}")).collect();
+        let _ = writeln!(w, "{}", line.join(","));
+    }
+    write_text(&dir.join("detected.csv"), &w)?;
+    let d = &r.tally.detectors;
+    let n = r.tally.photons.max(1) as f64;
+    let mut w = String::new();
+    let _ = writeln!(w, "detector,gate,start_ns,end_ns,photons,weight");
+    for k in 0..d.count.len() {
+        if gates == 0 || d.tpsf.is_empty() {
+            let _ = writeln!(w, "{},,,,{},{:e}", k + 1, d.count[k], d.weight[k] / n);
+        } else {
+            for g in 0..gates {
+                let _ = writeln!(
+                    w,
+                    "{},{g},{},{},,{:e}",
+                    k + 1,
+                    g as f64 * gate_width,
+                    (g + 1) as f64 * gate_width,
+                    d.tpsf[k * gates + g] / n
+                );
+            }
+        }
+    }
+    write_text(&dir.join("detectors.csv"), &w)?;
     Ok(())
 }

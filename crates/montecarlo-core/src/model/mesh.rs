@@ -267,6 +267,11 @@ impl Mesh {
         0.5 * dot(c, c).sqrt()
     }
 
+    /// The three nodes of face `f` (0..=3, opposite node `f`) of tetrahedron `t`.
+    pub fn face_nodes(&self, t: u32, f: usize) -> [[f64; 3]; 3] {
+        FACE_NODES[f].map(|k| self.nodes[self.tets[t as usize][k] as usize])
+    }
+
     /// Centroid of face `f` of tetrahedron `t`.
     pub fn face_centroid(&self, t: u32, f: usize) -> [f64; 3] {
         let p = FACE_NODES[f].map(|k| self.nodes[self.tets[t as usize][k] as usize]);

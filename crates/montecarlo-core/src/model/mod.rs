@@ -2,6 +2,7 @@
 //! sampling, the random streams, the formulas of transport, parameters and tuning, the
 //! simulation and the result types.
 
+pub mod detector;
 pub mod fixed;
 pub mod mesh;
 pub mod optics;

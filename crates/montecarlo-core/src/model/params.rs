@@ -22,6 +22,26 @@ pub struct Params {
     pub time_limit_ns: Option<f64>,
     /// Seed of all photon streams.
     pub seed: u64,
+    /// How absorbed weight and fluence are scored (default: track length, as MMC).
+    pub estimator: Estimator,
+    /// Specular reflection at launch: a beam source (pencil, cone, disk, Gaussian) on the
+    /// mesh surface loses the normal-incidence Fresnel reflectance where the index outside
+    /// differs from its start region's (as MCML and MCX do). Default on.
+    pub specular: bool,
+}
+
+/// How absorbed weight (and from it fluence) is scored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Estimator {
+    /// Track length (MMC's default): steps are drawn in scattering mean free paths and the
+    /// weight decays as exp(-mua l) along every path segment, the loss scored in the
+    /// tetrahedron it crosses. Every segment scores, so fluence is less noisy per photon.
+    #[default]
+    TrackLength,
+    /// Interaction (absorption, MCML's): steps in total mean free paths, w mua/mu_t dropped
+    /// at each interaction only.
+    Interaction,
 }
 
 impl Default for Params {
@@ -31,6 +51,8 @@ impl Default for Params {
             prwin: 10.0,
             time_limit_ns: None,
             seed: 1,
+            estimator: Estimator::TrackLength,
+            specular: true,
         }
     }
 }
@@ -45,6 +67,18 @@ impl Params {
     /// Builder: stop packets after `ns` of flight (None: no limit).
     pub fn with_time_limit_ns(mut self, ns: Option<f64>) -> Self {
         self.time_limit_ns = ns;
+        self
+    }
+
+    /// Builder: score absorption with `estimator`.
+    pub fn with_estimator(mut self, estimator: Estimator) -> Self {
+        self.estimator = estimator;
+        self
+    }
+
+    /// Builder: specular reflection at launch on (default) or off.
+    pub fn with_specular(mut self, specular: bool) -> Self {
+        self.specular = specular;
         self
     }
 

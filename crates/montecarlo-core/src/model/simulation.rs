@@ -3,6 +3,7 @@
 //! Built by [`Simulation::new`] or from a JSON file (`crate::sim::spec`).
 
 use crate::error::{Error, Result};
+use crate::model::detector::Detection;
 use crate::model::mesh::{FACE_NODES, Mesh};
 use crate::model::optics::Optics;
 use crate::model::params::Params;
@@ -48,6 +49,9 @@ pub struct Outputs {
     /// Time-of-flight gates.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gates: Option<Gates>,
+    /// Disk detectors on the surface and the per-photon records they keep.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detection: Option<Detection>,
 }
 
 impl Default for Outputs {
@@ -59,6 +63,7 @@ impl Default for Outputs {
             planes: Vec::new(),
             faces: Vec::new(),
             gates: None,
+            detection: None,
         }
     }
 }
@@ -142,6 +147,9 @@ fn face_set(mesh: &Mesh, planes: &[Plane], faces: &[[u32; 2]]) -> Result<FaceSet
 pub struct Simulation {
     pub mesh: Mesh,
     pub optics: Optics,
+    /// Placed against `mesh` and `optics` by [`Simulation::new`] (start tetrahedra, the
+    /// cone's angle in the medium, the specular reflectance at launch): build a new
+    /// simulation rather than change those two afterwards.
     pub sources: Vec<Placed>,
     pub photons: u64,
     pub params: Params,
@@ -184,7 +192,8 @@ impl Simulation {
         {
             return Err(Error::Invalid(format!("time_limit_ns {t} must be > 0")));
         }
-        let (placed, source_elements) = source::place(sources, &mesh, |r| optics.get(r).n)?;
+        let (placed, source_elements) =
+            source::place(sources, &mesh, |r| optics.get(r).n, optics.n_outside)?;
         Ok(Simulation {
             mesh,
             optics,
@@ -233,6 +242,9 @@ impl Simulation {
                     self.mesh.len()
                 )));
             }
+        }
+        if let Some(d) = &outputs.detection {
+            d.validate(&self.mesh)?;
         }
         self.faces = face_set(&self.mesh, &outputs.planes, &outputs.faces)?;
         self.gates = outputs.gates;

@@ -1,6 +1,14 @@
 //! Light sources: where packets start and in which direction. The user gives points; the
 //! start tetrahedron is found once per source (a beam given on the surface starts in the
 //! tetrahedron it enters). Several sources share the photons in proportion to `power`.
+//!
+//! Specular reflection at launch: a beam (pencil, cone, disk, Gaussian) whose start point
+//! lies on the mesh surface, entering from outside, first crosses the step from the outside
+//! index to its start region's; the normal-incidence Fresnel reflectance
+//! Rsp = ((n_out - n1) / (n_out + n1))^2 of that step ([`Placed::rsp`]) never enters the
+//! medium (MCML's and MCX's rule). Isotropic, line and volume sources emit inside the medium,
+//! and surface sources model light already inside it (a Lambertian emitter or a beam just
+//! past the surface), so none of them loses anything at launch.
 
 use crate::error::{Error, Result};
 use crate::model::mesh::Mesh;
@@ -123,6 +131,41 @@ pub struct Placed {
     /// the table [`place`] returns; 0 and 0 for the others.
     pub first: u32,
     pub count: u32,
+    /// Normal-incidence Fresnel reflectance ((n_out - n1) / (n_out + n1))^2 between the
+    /// outside and the start region (disk/Gaussian: the centre's) when this is a beam
+    /// entering the mesh from outside at its start point; 0 otherwise (interior points,
+    /// non-beam sources, matched indices).
+    pub rsp: f64,
+}
+
+impl Placed {
+    /// The share of a launched packet's weight reflected at the surface before it enters:
+    /// [`Placed::rsp`] with specular reflection on (`Params::specular`), else 0. A packet
+    /// starts with weight 1 minus this.
+    pub fn specular(&self, on: bool) -> f64 {
+        if on { self.rsp } else { 0.0 }
+    }
+}
+
+/// Normal-incidence Fresnel reflectance of the step from index `n_out` to `n1`.
+///
+/// ```
+/// use montecarlo_core::model::source::normal_reflectance;
+/// assert!((normal_reflectance(1.0, 1.4) - 1.0 / 36.0).abs() < 1e-15);
+/// assert_eq!(normal_reflectance(1.37, 1.37), 0.0);
+/// ```
+pub fn normal_reflectance(n_out: f64, n1: f64) -> f64 {
+    ((n_out - n1) / (n_out + n1)).powi(2)
+}
+
+/// Whether a beam starting at `pos` along unit `dir` enters the mesh there from outside: a
+/// point a hair behind it (1e-7 of the mesh size, 100 x `Mesh::locate`'s tolerance) is in
+/// no tetrahedron. Interior points, and points on the surface with the beam pointing out,
+/// are not.
+fn enters_from_outside(mesh: &Mesh, pos: [f64; 3], dir: [f64; 3]) -> bool {
+    let e = 1e-7 * mesh.scale();
+    let behind = [0, 1, 2].map(|k| pos[k] - e * dir[k]);
+    mesh.locate(behind, None).is_none()
 }
 
 fn normalise(d: [f64; 3], index: usize) -> Result<[f64; 3]> {
@@ -138,11 +181,13 @@ fn normalise(d: [f64; 3], index: usize) -> Result<[f64; 3]> {
 
 /// Locate every source in `mesh` and normalise powers; volume and surface sources get their
 /// elements in the returned table. `n_at` gives the refractive index of a region (for the
-/// cone's half angle in the medium).
+/// cone's half angle in the medium and the specular reflectance), `n_outside` the index
+/// outside the mesh.
 pub fn place(
     sources: &[Source],
     mesh: &Mesh,
     n_at: impl Fn(u32) -> f64,
+    n_outside: f64,
 ) -> Result<(Vec<Placed>, Vec<Element>)> {
     if sources.is_empty() {
         return Err(Error::Invalid("no sources".into()));
@@ -256,6 +301,15 @@ pub fn place(
             }
             _ => 0.0,
         };
+        // Only beams cross the surface at launch (see the module doc); line sources have a
+        // direction too, but it only spans the segment.
+        let beam = matches!(kind, KIND_PENCIL | KIND_CONE | KIND_DISK | KIND_GAUSSIAN);
+        let rsp = match dir {
+            Some(d) if beam && enters_from_outside(mesh, pos, d) => {
+                normal_reflectance(n_outside, n_at(mesh.regions[tet as usize]))
+            }
+            _ => 0.0,
+        };
         total += power;
         placed.push(Placed {
             kind,
@@ -266,6 +320,7 @@ pub fn place(
             tet,
             first: 0,
             count: 0,
+            rsp,
         });
     }
     for p in &mut placed {
@@ -306,6 +361,7 @@ fn table_source(
         tet: elements[first].tet,
         first: first as u32,
         count: (elements.len() - first) as u32,
+        rsp: 0.0,
     }
 }
 
@@ -489,19 +545,46 @@ pub fn isotropic(u1: f64, u2: f64) -> [f64; 3] {
     [sz * phi.cos(), sz * phi.sin(), cz]
 }
 
-/// A launched packet: position, direction, tetrahedron (None when a disk/Gaussian/line
-/// sample falls outside the mesh: the packet is counted as lost).
+/// Where and how a packet starts ([`launch`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Launched {
+    pub pos: [f64; 3],
+    pub dir: [f64; 3],
+    /// Start tetrahedron; None when a disk/Gaussian/line sample falls outside the mesh (the
+    /// packet is counted as lost).
+    pub tet: Option<u32>,
+    /// Index of the source that emitted it (its launch weight: [`Placed::specular`]).
+    pub source: usize,
+}
+
+/// Launch a packet: pick a source by its power share, then sample its start.
 pub fn launch(
     sources: &[Placed],
     elements: &[Element],
     mesh: &Mesh,
     rng: &mut Xoshiro128,
-) -> ([f64; 3], [f64; 3], Option<u32>) {
+) -> Launched {
     let pick = rng.uniform();
-    let s = sources
+    let source = sources
         .iter()
-        .find(|s| pick <= s.cumulative)
-        .unwrap_or(&sources[sources.len() - 1]);
+        .position(|s| pick <= s.cumulative)
+        .unwrap_or(sources.len() - 1);
+    let (pos, dir, tet) = sample(&sources[source], elements, mesh, rng);
+    Launched {
+        pos,
+        dir,
+        tet,
+        source,
+    }
+}
+
+/// Position, direction and tetrahedron of a packet of source `s`.
+fn sample(
+    s: &Placed,
+    elements: &[Element],
+    mesh: &Mesh,
+    rng: &mut Xoshiro128,
+) -> ([f64; 3], [f64; 3], Option<u32>) {
     match s.kind {
         KIND_ISOTROPIC => {
             let d = isotropic(rng.uniform(), rng.uniform());

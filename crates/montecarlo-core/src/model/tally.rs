@@ -1,8 +1,10 @@
 //! Tallies and the normalised result: absorbed weight per tetrahedron, escaped weight per
 //! boundary triangle, and the rest of the energy balance.
 
+use crate::model::detector::DetectorTally;
 use crate::model::mesh::Mesh;
 use crate::model::optics::Optics;
+use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 /// Time-of-flight gates `[k w, (k + 1) w)` ns for k = 0..count (lengths in mm, c in mm/ns):
@@ -68,7 +70,8 @@ impl FaceSet {
     }
 }
 
-/// Raw weight sums of a run (photon weights start at 1).
+/// Raw weight sums of a run, in units of the weight a source emits per photon (1: a
+/// packet entering through the surface starts with 1 - Rsp, the rest is in `specular`).
 #[derive(Debug, Clone)]
 pub struct Tally {
     /// Absorbed weight per tetrahedron (index 0 unused).
@@ -81,6 +84,9 @@ pub struct Tally {
     pub expired: f64,
     /// Weight of packets abandoned (launch outside the mesh, or the step limit).
     pub lost: f64,
+    /// Weight reflected at the surface at launch (specular reflection of beam sources on
+    /// the surface, see `model::source`).
+    pub specular: f64,
     /// Packets launched.
     pub photons: u64,
     /// Per tallied face (see [`FaceSet`]): sum of w / |cos| over crossings (|cos| < 0.1
@@ -91,6 +97,8 @@ pub struct Tally {
     /// Absorbed weight per gate and tetrahedron: `gated[g * (len + 1) + t]` (index 0 of each
     /// gate unused, as in `absorbed`); empty without gates.
     pub gated: Vec<f64>,
+    /// Detected photons and detector totals (empty without detectors).
+    pub detectors: DetectorTally,
 }
 
 impl Tally {
@@ -101,10 +109,12 @@ impl Tally {
             roulette: 0.0,
             expired: 0.0,
             lost: 0.0,
+            specular: 0.0,
             photons: 0,
             face_fluence: Vec::new(),
             face_current: Vec::new(),
             gated: Vec::new(),
+            detectors: DetectorTally::default(),
         }
     }
 
@@ -142,7 +152,9 @@ impl Tally {
         self.roulette += other.roulette;
         self.expired += other.expired;
         self.lost += other.lost;
+        self.specular += other.specular;
         self.photons += other.photons;
+        self.detectors = self.detectors.merge(other.detectors);
         self
     }
 }
@@ -156,7 +168,9 @@ pub struct Summary {
     pub roulette: f64,
     pub expired: f64,
     pub lost: f64,
-    /// absorbed + escaped + roulette + expired + lost - 1 (rounding only).
+    /// Reflected at the surface at launch (specular reflection, never entered the mesh).
+    pub specular: f64,
+    /// absorbed + escaped + roulette + expired + lost + specular - 1 (rounding only).
     pub balance_error: f64,
     pub seconds: f64,
     pub photons_per_ms: f64,
@@ -181,6 +195,7 @@ impl McResult {
         let absorbed = tally.absorbed.iter().sum::<f64>() / n;
         let escaped = tally.escaped.iter().sum::<f64>() / n;
         let (roulette, expired, lost) = (tally.roulette / n, tally.expired / n, tally.lost / n);
+        let specular = tally.specular / n;
         let summary = Summary {
             photons: tally.photons,
             absorbed,
@@ -188,10 +203,11 @@ impl McResult {
             roulette,
             expired,
             lost,
+            specular,
             balance_error: if tally.photons == 0 {
                 0.0
             } else {
-                absorbed + escaped + roulette + expired + lost - 1.0
+                absorbed + escaped + roulette + expired + lost + specular - 1.0
             },
             seconds,
             photons_per_ms: tally.photons as f64 / (seconds * 1e3).max(1e-12),
@@ -202,9 +218,12 @@ impl McResult {
         let mut r = McResult { tally, summary };
         let gates = r.tally.gates();
         if gates > 0 {
+            let len = r.tally.absorbed.len();
             r.summary.absorbed_per_gate = Some(
-                (0..gates)
-                    .map(|g| r.gated_absorbed(g).iter().sum())
+                r.tally
+                    .gated
+                    .par_chunks(len)
+                    .map(|gate| gate[1..].iter().sum::<f64>() / n)
                     .collect(),
             );
         }

@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::io::{gmsh, mmc, mmc_json, timos, vtk};
 use crate::model::mesh::{Imported, Mesh};
 use crate::model::optics::{Material, Optics};
-use crate::model::params::Params;
+use crate::model::params::{Estimator, Params};
 use crate::model::simulation::{Outputs, Simulation};
 use crate::model::source::Source;
 use crate::sim::generate;
@@ -52,6 +52,17 @@ pub enum MeshSpec {
         lateral_cells: usize,
         #[serde(default = "one_usize")]
         cells_per_layer: usize,
+        #[serde(default = "five")]
+        tets_per_cell: u32,
+    },
+    /// Nested spheres (a layered head): `radii[i]` is the outer radius of region i + 1,
+    /// strictly decreasing; each tetrahedron of a grid of about `cell` takes the region of
+    /// its centroid, those outside `radii[0]` are left out (see `generate::spheres_mesh`).
+    Spheres {
+        #[serde(default)]
+        centre: [f64; 3],
+        radii: Vec<f64>,
+        cell: f64,
         #[serde(default = "five")]
         tets_per_cell: u32,
     },
@@ -109,6 +120,16 @@ pub struct SimSpec {
     pub prwin: f64,
     #[serde(default)]
     pub outputs: Outputs,
+    /// `track-length` (default) or `interaction`.
+    #[serde(default)]
+    pub estimator: Estimator,
+    /// Specular reflection at launch for beam sources on the surface (default true).
+    #[serde(default = "yes")]
+    pub specular: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl Simulation {
@@ -125,8 +146,16 @@ impl Simulation {
             let r = mmc_json::resolve(path, value)?;
             let mesh = mmc::read_mmc_mesh(&r.node, &r.elem)
                 .map_err(|e| in_file(Some(path), "Domain.MeshID", e))?;
-            return Simulation::new(mesh, r.optics, &r.sources, r.photons, r.params)
-                .map_err(|e| in_file(Some(path), part(&e), e));
+            let mut sim = Simulation::new(mesh, r.optics, &r.sources, r.photons, r.params)
+                .map_err(|e| in_file(Some(path), part(&e), e))?;
+            if let Some(detection) = r.detection {
+                sim.set_outputs(Outputs {
+                    detection: Some(detection),
+                    ..Outputs::default()
+                })
+                .map_err(|e| in_file(Some(path), "Optode.Detector", e))?;
+            }
+            return Ok(sim);
         }
         let spec: SimSpec = serde_json::from_value(value).map_err(|source| Error::Json {
             path: path.to_path_buf(),
@@ -201,6 +230,15 @@ fn mesh_of(spec: &MeshSpec, base: &Path) -> Result<(Mesh, Vec<String>)> {
             )?,
             Vec::new(),
         ),
+        MeshSpec::Spheres {
+            centre,
+            radii,
+            cell,
+            tets_per_cell,
+        } => (
+            generate::spheres_mesh(*centre, radii, *cell, *tets_per_cell)?,
+            Vec::new(),
+        ),
     })
 }
 
@@ -231,6 +269,8 @@ fn resolve(spec: &SimSpec, base: &Path, file: Option<&Path>) -> Result<Simulatio
             prwin: spec.prwin,
             time_limit_ns: spec.time_limit_ns,
             seed: spec.seed,
+            estimator: spec.estimator,
+            specular: spec.specular,
         },
     )
     .map_err(|e| in_file(file, part(&e), e))
