@@ -971,29 +971,7 @@ fn write_maps(out: &OutDir, o: &OutputOpts, q: Quantity, maps: &Array3<f32>) -> 
     };
     write_imagej_tiff(out.file(&format!("{}.tif", q.stem))?, maps.view(), &meta)?;
     if o.gif && maps.dim().0 > 1 {
-        let p = write_gif_preview(
-            out.file(&format!("{}.gif", q.stem))?,
-            maps.view(),
-            o.cmap,
-            o.range,
-            &fig,
-            std::time::Duration::from_millis(100),
-            &GifLimits::default(),
-        )?;
-        if p.stride > 1 || p.downscale > 1 {
-            eprintln!(
-                "note: {}.gif shows {} of {} frames (every {}th){}",
-                q.stem,
-                p.frames,
-                maps.dim().0,
-                p.stride,
-                if p.downscale > 1 {
-                    format!(", maps averaged {0}x{0}", p.downscale)
-                } else {
-                    String::new()
-                }
-            );
-        }
+        gif_preview(out, &q, maps.view(), o, &fig, maps.dim().0, 1)?;
     }
     Ok(())
 }
@@ -1005,6 +983,44 @@ fn median(values: impl Iterator<Item = f32>) -> f64 {
     }
     v.sort_by(f32::total_cmp);
     f64::from(v[v.len() / 2])
+}
+
+/// Write `stack` as the GIF preview of `q` and say when it shows fewer or averaged frames:
+/// `total` maps exist, `averaged` is the block size they were averaged by before (the streamed
+/// path's small copies; 1 when `write_gif_preview` itself may downscale).
+fn gif_preview(
+    out: &OutDir,
+    q: &Quantity,
+    stack: ndarray::ArrayView3<'_, f32>,
+    o: &OutputOpts,
+    fig: &Figure,
+    total: usize,
+    averaged: usize,
+) -> anyhow::Result<()> {
+    let p = write_gif_preview(
+        out.file(&format!("{}.gif", q.stem))?,
+        stack,
+        o.cmap,
+        o.range,
+        fig,
+        std::time::Duration::from_millis(100),
+        &GifLimits::default(),
+    )?;
+    let factor = averaged.max(p.downscale);
+    if p.stride > 1 || factor > 1 {
+        eprintln!(
+            "note: {}.gif shows {} of {total} frames (every {}th){}",
+            q.stem,
+            p.frames,
+            p.stride,
+            if factor > 1 {
+                format!(", maps averaged {factor}x{factor}")
+            } else {
+                String::new()
+            }
+        );
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -22,9 +22,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use ndarray::{Array2, Array3, ArrayView2, Axis, Zip};
 use speckle_core::cpu::correct::subtract_dark;
 use speckle_core::cpu::{ContrastOut, TemporalStream, spatial_contrast_into};
-use speckle_core::io::output::{
-    GifLimits, ImageJMeta, ImageJTiffWriter, render_figure, write_gif_preview,
-};
+use speckle_core::io::output::{GifLimits, ImageJMeta, ImageJTiffWriter, render_figure};
 use speckle_core::io::{Frame, FrameSource};
 use speckle_core::model::flow;
 use speckle_core::{ContrastParams, Mode, Pixel, contrast};
@@ -515,29 +513,15 @@ impl MapWriter {
         let stack: Array3<f32> = ndarray::stack(Axis(0), &views)?;
         drop(small);
         let fig = figure(o, self.q)?;
-        let p = write_gif_preview(
-            out.file(&format!("{}.gif", self.q.stem))?,
+        super::gif_preview(
+            out,
+            &self.q,
             stack.view(),
-            o.cmap,
-            o.range,
+            o,
             &fig,
-            std::time::Duration::from_millis(100),
-            &GifLimits::default(),
+            self.frames,
+            self.factor,
         )?;
-        if p.stride > 1 || self.factor > 1 {
-            eprintln!(
-                "note: {}.gif shows {} of {} frames (every {}th){}",
-                self.q.stem,
-                p.frames,
-                self.frames,
-                p.stride,
-                if self.factor > 1 {
-                    format!(", maps averaged {0}x{0}", self.factor)
-                } else {
-                    String::new()
-                }
-            );
-        }
         Ok(())
     }
 }
