@@ -4,7 +4,7 @@
 //! is checked against the command before any driver is touched.
 
 use anyhow::{Context, bail};
-use gpu_runtime::{Backend, Device, DeviceRequest, Selection};
+use gpu_runtime::{Backend, Choice, Device, DeviceRequest, JobEstimate, KernelCache, Selection};
 use std::collections::HashSet;
 
 /// What `--device` names.
@@ -79,11 +79,28 @@ impl DeviceArg {
     /// back to the CPU), else every device named or found.
     pub fn resolve(&self) -> anyhow::Result<Vec<Device>> {
         match self {
+            // `auto` probes on a background thread while the command reads its input.
+            DeviceArg::One(DeviceRequest::Auto) => Ok(vec![Device::auto_in_background()]),
             DeviceArg::One(request) => Ok(vec![select(*request)?]),
             DeviceArg::List(requests) => requests.iter().map(|r| select(*r)).collect(),
             DeviceArg::All(backend) => Ok(Device::all_of(*backend)?),
         }
     }
+}
+
+/// The device for a job of a command run on `device` ([`Device::for_job`]): the choice and
+/// its reason logged (`-v`), and a note on stderr when the GPU is to compile this build's
+/// kernels first.
+pub fn choose(device: &Device, job: JobEstimate) -> Choice {
+    let choice = device.for_job(job);
+    tracing::info!("{}", choice.reason);
+    if choice.device.backend() == Backend::Cuda && !KernelCache::of_this_build().is_filled() {
+        eprintln!(
+            "biogpu: first GPU run of this build here: its kernels are compiled as they are \
+             first used (1-5 s, once; `biogpu devices` shows where they are kept)"
+        );
+    }
+    choice
 }
 
 /// Resolve one request, printing the one-line notice when `auto` falls back to the CPU.

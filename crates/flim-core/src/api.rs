@@ -20,6 +20,44 @@ use std::time::Instant;
 
 pub use crate::cpu::fit::fit_decay;
 
+/// What [`run_method`] costs on each side for `p`, for `auto`'s choice between a GPU and
+/// the CPU ([`Device::for_job`]). Rates per pixel x bin of the call (transfers and maps
+/// included): CPU seconds per thread from MLE mono on the real 512x512x256 `.sdt` (0.40 s
+/// on the 2-core CI machine: 1.2e-8; ~0.09 s on the H200 host's 16 threads: 2.1e-8, the
+/// larger taken), GPU seconds from the H100/H200 end-to-end benchmarks (docs/benchmarks.md:
+/// 15-28 M pixels/s at 256 bins; bi-exponential 7.6 M); first compilation 0.5 s (H200).
+///
+/// ```
+/// use flim_core::{Method, MethodOptions, job_estimate_for};
+/// let one_frame = job_estimate_for(512 * 512, 256, Method::Mle, &MethodOptions::default());
+/// assert!(one_frame.cpu_seconds(2) > one_frame.gpu_seconds);
+/// // On 16 threads the CPU fits it before a GPU has opened (measured: 0.31 s vs 0.47 s).
+/// assert!(one_frame.cpu_seconds(16) < gpu_runtime::GPU_OPEN_SECONDS);
+/// ```
+pub fn job_estimate_for(
+    pixels: usize,
+    bins: usize,
+    method: Method,
+    opts: &MethodOptions,
+) -> gpu_runtime::JobEstimate {
+    let (cpu, gpu) = match method {
+        Method::Iem | Method::Cmm | Method::Rld | Method::Phasor => (2.0e-9, 1.5e-10),
+        Method::Lsq | Method::Mle if opts.model == Model::Mono => (2.0e-8, 2.5e-10),
+        Method::Bcmm | Method::Lsq | Method::Mle | Method::Global => (1.0e-7, 6.0e-10),
+    };
+    gpu_runtime::JobEstimate::per_item((pixels * bins) as f64, cpu, gpu).with_first_compile(0.5)
+}
+
+/// [`job_estimate_for`] a prepared image.
+pub fn job_estimate(
+    p: &Prepared,
+    method: Method,
+    opts: &MethodOptions,
+) -> gpu_runtime::JobEstimate {
+    let (h, w) = p.cube.shape();
+    job_estimate_for(h * w, p.cube.bins(), method, opts)
+}
+
 /// Run `cpu` or `gpu` as `device` asks, timing the call.
 fn run<M>(
     device: &Device,

@@ -31,7 +31,8 @@ pub mod model;
 pub mod sim;
 
 pub use api::{
-    analyse, analyse_any, analyse_fret, fit, fit_decay, fit_global, kernel_time, run_method,
+    analyse, analyse_any, analyse_fret, fit, fit_decay, fit_global, job_estimate, job_estimate_for,
+    kernel_time, run_method,
 };
 pub use error::{Error, Result};
 pub use model::*;

@@ -31,8 +31,13 @@ impl<R: Runtime> std::fmt::Debug for Gpu<R> {
 }
 
 impl<R: Runtime> Gpu<R> {
-    pub(crate) fn new(client: ComputeClient<R>, info: DeviceInfo, limit: Option<u64>) -> Self {
+    pub(crate) fn new(client: ComputeClient<R>, mut info: DeviceInfo, limit: Option<u64>) -> Self {
         crate::faults::install();
+        // Selection does not read free CUDA memory (that would create the context twice);
+        // the client just opened it, so read it now for the budget.
+        if info.backend == crate::Backend::Cuda && info.free_memory.is_none() {
+            info.free_memory = crate::device::free_memory_now(&info);
+        }
         let budget = MemoryBudget::for_device(&info);
         let budget = limit.map_or(budget, |l| MemoryBudget::new(l.min(budget.bytes())));
         Gpu {
@@ -296,6 +301,20 @@ impl KnownRuntime for cubecl::wgpu::WgpuRuntime {
     }
 }
 
+static CUDA_OPENED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether this process has started the CUDA driver (probed or opened a device, perhaps
+/// still on a background thread): a program may then end with `_exit`, skipping the
+/// driver's slow tear-down of its contexts at exit (and never tearing down under a thread
+/// still inside the driver).
+pub fn cuda_was_started() -> bool {
+    CUDA_OPENED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+pub(crate) fn note_cuda_started() {
+    CUDA_OPENED.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
 impl crate::Device {
     /// Open this device as runtime `R`; an error if it is not an `R` device or the
     /// backend fails to start.
@@ -306,6 +325,10 @@ impl crate::Device {
             why: format!("it is not a {} device", std::any::type_name::<R>()),
         })?;
         crate::kernel_cache::configure();
+        if info.backend == crate::Backend::Cuda {
+            CUDA_OPENED.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        let _span = tracing::debug_span!("open_device", device = %info.id).entered();
         let client = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| R::client(&dev)))
             .map_err(|panic| Error::Backend {
                 device: info.id.clone(),
@@ -315,6 +338,42 @@ impl crate::Device {
                 ),
             })?;
         Ok(Gpu::new(client, info, self.memory_limit()))
+    }
+
+    /// Start opening this GPU on a background thread: the driver context and the compiled
+    /// kernels on disk (0.1-0.3 s on a server GPU), so that they overlap reading the input.
+    /// The first [`Device::open`] or [`Device::run`] then finds the device ready (or waits
+    /// for the rest). Does nothing on the CPU; a failure is left for that call to report.
+    ///
+    /// ```no_run
+    /// let device = gpu_runtime::Device::from_env(false)?.device;
+    /// device.open_in_background();
+    /// // ... read the input while the GPU opens ...
+    /// # Ok::<(), gpu_runtime::Error>(())
+    /// ```
+    pub fn open_in_background(&self) {
+        // `auto`'s probing thread opens what it picks.
+        if self.is_pending() || !self.is_gpu() {
+            return;
+        }
+        let device = self.clone();
+        let opened = std::thread::Builder::new()
+            .name("biogpu-open".into())
+            .spawn(move || device.open_quietly());
+        if let Err(e) = opened {
+            tracing::debug!(error = %e, "could not start opening the device in the background");
+        }
+    }
+
+    /// Open this GPU now and keep it open for later calls; a failure is left for them.
+    pub(crate) fn open_quietly(&self) {
+        use cubecl::cuda::CudaRuntime;
+        use cubecl::wgpu::WgpuRuntime;
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match self.handle() {
+            DeviceHandle::Cuda(_) => self.open::<CudaRuntime>().map(drop),
+            DeviceHandle::Wgpu(_) => self.open::<WgpuRuntime>().map(drop),
+            DeviceHandle::Cpu => Ok(()),
+        }));
     }
 
     /// Run `job` on this device's runtime. A CPU device gives [`Error::NotAGpu`]: callers

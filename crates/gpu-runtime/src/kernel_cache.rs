@@ -37,6 +37,53 @@ pub(crate) fn configure() {
     });
 }
 
+/// Where this build keeps its compiled kernels, and how much is there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KernelCache {
+    /// This build's folder; `None` when the cache is off (`BIOGPU_KERNEL_CACHE=off`) or no
+    /// folder can be named.
+    pub dir: Option<PathBuf>,
+    /// Bytes of compiled kernels in it (0 before the first GPU run of this build).
+    pub bytes: u64,
+}
+
+impl KernelCache {
+    /// The cache of the running build, read from disk now.
+    ///
+    /// ```
+    /// let cache = gpu_runtime::KernelCache::of_this_build();
+    /// if cache.dir.is_none() { assert_eq!(cache.bytes, 0); }
+    /// ```
+    pub fn of_this_build() -> Self {
+        let dir = build_folder();
+        let bytes = dir.as_deref().map_or(0, |d| bytes_under(d, 4));
+        KernelCache { dir, bytes }
+    }
+
+    /// Whether a GPU run finds its kernels compiled (some run of this build filled it).
+    pub fn is_filled(&self) -> bool {
+        self.bytes > 0
+    }
+}
+
+fn bytes_under(dir: &std::path::Path, depth: u32) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_file() => e.metadata().map_or(0, |m| m.len()),
+            Ok(t) if t.is_dir() && depth > 0 => bytes_under(&e.path(), depth - 1),
+            _ => 0,
+        })
+        .sum()
+}
+
+pub(crate) fn is_filled() -> bool {
+    KernelCache::of_this_build().is_filled()
+}
+
 /// This build's cache folder, or `None` when the cache is off or no folder can be named.
 fn build_folder() -> Option<PathBuf> {
     let base = match std::env::var_os(KERNEL_CACHE_ENV) {

@@ -10,6 +10,7 @@
 //! ```
 
 mod buffer;
+mod choice;
 mod contain;
 mod device;
 mod error;
@@ -23,14 +24,15 @@ mod staging;
 mod timing;
 
 pub use buffer::GpuArray;
+pub use choice::{Choice, FIRST_COMPILE_SECONDS, GPU_OPEN_SECONDS, JobEstimate};
 pub use contain::contain_panic;
 pub use device::{
     Backend, DEVICE_ENV, Device, DeviceHandle, DeviceInfo, DeviceRequest, Inventory, Selection,
 };
 pub use error::{Error, Result};
-pub use gpu::{Gpu, GpuJob, KnownRuntime};
+pub use gpu::{Gpu, GpuJob, KnownRuntime, cuda_was_started};
 pub use host_pin::HostPin;
-pub use kernel_cache::KERNEL_CACHE_ENV;
+pub use kernel_cache::{KERNEL_CACHE_ENV, KernelCache};
 pub use memory::{ChunkPlan, MEMORY_LIMIT_ENV, MemoryBudget, parse_bytes};
 pub use raw_transfers::RawTransfers;
 pub use staging::{HostStaging, par_copy};

@@ -54,6 +54,23 @@ pub struct RunInfo {
     pub threads: Option<usize>,
 }
 
+/// What a run of `photons` costs on each side, for `auto`'s choice between a GPU and the
+/// CPU ([`Device::for_job`]). Rates per photon for MCX's cube60 benchmark (about 100
+/// scattering events per photon; a mesh with more per photon costs more on both sides):
+/// CPU seconds per thread from the H200 host (1e6 photons in ~1.0 s on 16 threads; the
+/// 2-core CI machine: 4.1 s on 2 cores, 8e-6), GPU seconds from the H200 end-to-end figure
+/// (175,420 photons/ms, docs/benchmarks.md); first compilation 0.6 s (H200).
+///
+/// ```
+/// let small = montecarlo_core::job_estimate(10_000);
+/// assert!(small.cpu_seconds(16) < gpu_runtime::GPU_OPEN_SECONDS);
+/// let large = montecarlo_core::job_estimate(1_000_000);
+/// assert!(large.cpu_seconds(16) > gpu_runtime::GPU_OPEN_SECONDS + large.first_compile_seconds);
+/// ```
+pub fn job_estimate(photons: u64) -> gpu_runtime::JobEstimate {
+    gpu_runtime::JobEstimate::per_item(photons as f64, 1.6e-5, 5.7e-9).with_first_compile(0.6)
+}
+
 /// Run `sim` on `device` (the CPU path for a CPU device) in batches, calling
 /// `params.progress(done, total)` between batches; when `params.stop` is set, returns the
 /// result of the photons finished so far, normalised by that count and marked interrupted.

@@ -34,7 +34,7 @@ pub mod io;
 pub mod model;
 pub mod sim;
 
-pub use api::RunInfo;
+pub use api::{RunInfo, job_estimate};
 pub use error::{Error, Result};
 pub use model::fixed::FixedTally;
 pub use model::mesh::{Imported, Mesh};

@@ -155,3 +155,31 @@ pub fn kernel_times(
         gpu::kernel_times::<f32>(curves, problem, &setup, device, reps)
     }
 }
+
+/// What a fit of `voxels` curves of `frames` time points by `method` costs on each side, for
+/// `auto`'s choice between a GPU and the CPU ([`gpu_runtime::Device::for_job`]). Rates per
+/// voxel and time point, start search and restarts included: CPU core-seconds from the
+/// 2-core CI machine (the synthetic liver, 4,336 voxels x 128: LM 0.74 s, NM 0.83 s on 2
+/// cores), GPU seconds from the H200 end-to-end benchmark (626,400 voxels x 128 in 0.27 s);
+/// first compilation of the f64 kernels 2.8 s (LM) and 0.9 s (NM) on an H200.
+///
+/// ```
+/// use perfusion_core::{Method, job_estimate};
+/// let liver = job_estimate(4_336, 128, Method::LevenbergMarquardt);
+/// assert!(liver.cpu_seconds(2) > liver.gpu_seconds);
+/// // The liver demo on a 16-thread GPU host: the CPU first (measured 0.18 s vs 0.36 s).
+/// assert!(liver.cpu_seconds(16) < gpu_runtime::GPU_OPEN_SECONDS);
+/// ```
+pub fn job_estimate(
+    voxels: usize,
+    frames: usize,
+    method: crate::Method,
+) -> gpu_runtime::JobEstimate {
+    use crate::Method;
+    let (cpu, compile) = match method {
+        Method::LevenbergMarquardt => (2.65e-6, 2.8),
+        Method::NelderMead => (3.0e-6, 0.9),
+    };
+    gpu_runtime::JobEstimate::per_item((voxels * frames) as f64, cpu, 3.4e-9)
+        .with_first_compile(compile)
+}

@@ -39,7 +39,7 @@ pub mod io;
 mod model;
 pub mod sim;
 
-pub use api::{FitInput, fit, fit_with, kernel_times, mean_evaluations, predict};
+pub use api::{FitInput, fit, fit_with, job_estimate, kernel_times, mean_evaluations, predict};
 pub use error::{Error, Result};
 pub use model::convert;
 pub use model::population;

@@ -22,6 +22,22 @@ use ndarray::{ArrayView2, ArrayView3};
 use std::sync::mpsc::sync_channel;
 use std::time::{Duration, Instant};
 
+/// What [`contrast`] or [`stream`] costs on each side for `frames` frames of `pixels`
+/// pixels, for `auto`'s choice between a GPU and the CPU ([`Device::for_job`]). Rates per
+/// pixel and frame, reading and writing excluded (they are the same on both): the CPU's
+/// sliding sums from the 2-core CI machine (one 1280x1024 frame, 7x7 window: ~50 ms of
+/// compute on 2 cores), the GPU's from transfers at ~10 GB/s (2 bytes up, 8 down); first
+/// compilation 0.3 s (H200).
+///
+/// ```
+/// let frame = speckle_core::job_estimate(1280 * 1024, 1);
+/// assert!(frame.cpu_seconds(16) < gpu_runtime::GPU_OPEN_SECONDS);
+/// ```
+pub fn job_estimate(pixels: usize, frames: usize) -> gpu_runtime::JobEstimate {
+    gpu_runtime::JobEstimate::per_item((pixels * frames) as f64, 7.5e-8, 1.0e-9)
+        .with_first_compile(0.3)
+}
+
 /// Contrast of `stack` on `device`: the GPU kernels for integer pixels on a GPU, the CPU
 /// reference otherwise (float pixels always run on the CPU, which sums them in f64).
 ///

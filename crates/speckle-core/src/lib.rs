@@ -36,7 +36,7 @@ pub mod io;
 pub mod model;
 pub mod sim;
 
-pub use api::{calibrate, contrast, flow, mesi, roi, stream};
+pub use api::{calibrate, contrast, flow, job_estimate, mesi, roi, stream};
 pub use error::{Error, Result};
 pub use model::beta::{BetaEstimate, BetaOrigin, Calibration, CalibrationInfo, CalibrationParams};
 pub use model::contrast::{ContrastInfo, ContrastMaps, ContrastParams, Mode};

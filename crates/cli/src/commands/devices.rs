@@ -1,6 +1,6 @@
 //! `biogpu devices`: what this machine can compute on.
 
-use gpu_runtime::{Device, DeviceInfo};
+use gpu_runtime::{Device, DeviceInfo, KernelCache};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -11,8 +11,14 @@ pub struct Args {
 
 pub fn run(args: &Args) -> anyhow::Result<()> {
     let inv = Device::inventory();
+    let cache = KernelCache::of_this_build();
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&inv)?);
+        let mut json = serde_json::to_value(&inv)?;
+        json["kernel_cache"] = serde_json::json!({
+            "dir": cache.dir.as_ref().map(|d| d.display().to_string()),
+            "bytes": cache.bytes,
+        });
+        println!("{}", serde_json::to_string_pretty(&json)?);
         return Ok(());
     }
     println!(
@@ -34,9 +40,28 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             notes(d),
         );
     }
-    println!("\nauto selects: {}", inv.auto);
+    println!(
+        "\nauto selects: {} (small jobs still run on the CPU when it finishes first)",
+        inv.auto
+    );
     for note in &inv.notes {
         println!("  {note}");
+    }
+    match &cache.dir {
+        Some(dir) => println!(
+            "compiled GPU kernels of this build: {} ({:.1} MiB{})",
+            dir.display(),
+            cache.bytes as f64 / f64::from(1u32 << 20),
+            if cache.is_filled() {
+                ""
+            } else {
+                "; the first GPU run compiles them, 1-5 s"
+            }
+        ),
+        None => println!(
+            "compiled GPU kernels: not kept ({}=off): every GPU run compiles them",
+            gpu_runtime::KERNEL_CACHE_ENV
+        ),
     }
     Ok(())
 }

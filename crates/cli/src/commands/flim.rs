@@ -4,14 +4,15 @@
 //! [`flim_core::MethodOptions`]); preparation and the methods run in `flim_core`; this file
 //! writes the outputs.
 
+use super::batch;
 use super::flim_fit::{FitMethodArgs, Method, Model};
 use super::output::OutDir;
 use anyhow::{Context, bail};
 use flim_core::io::{
     IrfShift, IrfSource, MapSet, MapStats, OffsetSpec, PrepOptions, Prepared, RangeSpec,
     ReadOptions, Recording, lifetime_histogram, map_stats, phasor_calibration, phasor_omega,
-    prepare, read, write_histogram_csv, write_histogram_png, write_lifetime_png, write_map_png,
-    write_map_tiff, write_npy, write_phasor_png, write_summary_csv, write_tiff,
+    prepare, prepare_cube, read, write_histogram_csv, write_histogram_png, write_lifetime_png,
+    write_map_png, write_map_tiff, write_npy, write_phasor_png, write_summary_csv, write_tiff,
 };
 use flim_core::{Binning, GpuTuning, bin_spatial};
 use gpu_runtime::Device;
@@ -44,8 +45,11 @@ struct Input {
     /// TCSPC data: Becker & Hickl .sdt or .spc (with its .set), PicoQuant .ptu (T3 or T2),
     /// .pt3, .ht3 or .phu, multi-page TIFF (pages = time bins) or .npy ((y, x, bin) or
     /// (frame, y, x, bin)).
-    #[arg(value_name = "INPUT")]
-    path: PathBuf,
+    ///
+    /// `flim fit` takes several files or a folder (its TCSPC files): each gets a folder of
+    /// its own inside --out, named after the file; a bad file is reported and skipped.
+    #[arg(value_name = "INPUT", num_args = 1.., required = true)]
+    paths: Vec<PathBuf>,
     /// Bin width in ns (required for TIFF and .npy; overrides the header of other formats).
     #[arg(long)]
     bin_ns: Option<f64>,
@@ -110,12 +114,24 @@ impl Input {
         })
     }
 
+    /// The one input of a command that takes one (`what`).
+    fn single(&self, what: &str) -> anyhow::Result<&Path> {
+        match self.paths.as_slice() {
+            [path] if !path.is_dir() => Ok(path),
+            _ => bail!(
+                "`flim {what}` takes one input file ({} given); `flim fit` takes several files \
+                 or a folder",
+                self.paths.len()
+            ),
+        }
+    }
+
     /// Read with a spinner (PicoQuant files are histogrammed while they are read).
-    fn read(&self) -> anyhow::Result<Recording> {
+    fn read(&self, path: &Path) -> anyhow::Result<Recording> {
         let spinner =
-            ProgressBar::new_spinner().with_message(format!("reading {}", self.path.display()));
+            ProgressBar::new_spinner().with_message(format!("reading {}", path.display()));
         spinner.enable_steady_tick(std::time::Duration::from_millis(120));
-        let rec = read(&self.path, &self.read_options()?);
+        let rec = read(path, &self.read_options()?);
         spinner.finish_and_clear();
         let rec = rec?;
         for (k, v) in &rec.metadata {
@@ -328,36 +344,36 @@ fn progress(n: usize, what: &str) -> ProgressBar {
 
 /// Every map as a float TIFF with ImageJ metadata (masked pixels NaN), the stats of each
 /// for the summary.
+/// Write every map of `set` as a TIFF (in parallel) and give its summary rows, in order.
 fn write_set(
     out: &OutDir,
     label: &str,
     set: &MapSet,
     pixel_um: Option<f64>,
-    rows: &mut Vec<(String, String, MapStats)>,
-) -> anyhow::Result<()> {
-    for (name, _) in &set.maps {
-        let map = if name == "intensity" {
-            set.get(name).expect("present").clone()
-        } else {
-            set.masked(name).expect("present")
-        };
-        write_map_tiff(
-            &out.file(&format!("{}.tif", named(label, name)))?,
-            name,
-            map.view(),
-            pixel_um,
-        )?;
-        rows.push((
-            if label.is_empty() {
-                "all".into()
+) -> anyhow::Result<Vec<(String, String, MapStats)>> {
+    use rayon::prelude::*;
+    set.maps
+        .par_iter()
+        .map(|(name, _)| {
+            let map = if name == "intensity" {
+                set.get(name).expect("present").clone()
             } else {
-                label.to_string()
-            },
-            name.clone(),
-            map_stats(map.view(), set.mask.view()),
-        ));
-    }
-    Ok(())
+                set.masked(name).expect("present")
+            };
+            write_map_tiff(
+                &out.file(&format!("{}.tif", named(label, name)))?,
+                name,
+                map.view(),
+                pixel_um,
+            )?;
+            let image = if label.is_empty() { "all" } else { label };
+            Ok((
+                image.to_string(),
+                name.clone(),
+                map_stats(map.view(), set.mask.view()),
+            ))
+        })
+        .collect()
 }
 
 /// Every file a run writes, known before the work: per image (names prefixed by its label)
@@ -380,8 +396,8 @@ fn planned_files(rec: &Recording, prep: &Prep, maps: &[String], extra: &[String]
 }
 
 /// Inputs an output must never replace: the recording and any files the options name.
-fn input_files<'a>(input: &'a Input, prep: &'a Prep) -> Vec<&'a Path> {
-    let mut inputs = vec![input.path.as_path()];
+fn input_files<'a>(path: &'a Path, prep: &'a Prep) -> Vec<&'a Path> {
+    let mut inputs = vec![path];
     if let Some(irf) = prep.irf.as_deref().filter(|v| *v != "auto") {
         inputs.push(Path::new(irf));
     }
@@ -425,7 +441,42 @@ fn write_irf(
     })))
 }
 
+/// TCSPC files a folder given to `flim fit` stands for.
+const FLIM_EXTENSIONS: &[&str] = &[
+    "sdt", "spc", "ptu", "pt3", "ht3", "phu", "tif", "tiff", "npy",
+];
+
 fn run_fit(a: &FitArgs, tuning: GpuTuning, device: &Device) -> anyhow::Result<()> {
+    if !batch::is_batch(&a.input.paths) {
+        let path = a.input.single("fit")?;
+        let rec = tracing::debug_span!("read").in_scope(|| a.input.read(path))?;
+        return fit_one(a, tuning, device, path, rec, &a.output.out, 1);
+    }
+    let inputs = batch::expand(&a.input.paths, FLIM_EXTENSIONS)?;
+    let outs = batch::out_dirs(&a.output.out, &inputs);
+    let read_opts = a.input.read_options()?;
+    // Two files read ahead per four cores (each a decompression on one core).
+    let ahead = (rayon::current_num_threads() / 2).clamp(1, 8);
+    batch::run(
+        &inputs,
+        ahead,
+        |path| Ok(read(path, &read_opts)?),
+        |i, path, rec| fit_one(a, tuning, device, path, rec, &outs[i], inputs.len() - i),
+    )
+}
+
+/// `flim fit` of one recording `rec` (read from `path`) into the folder `out_dir`;
+/// `remaining` recordings (this one included) are still to be fitted in this process, which
+/// `auto` weighs as one job (the GPU opens once for all of them).
+fn fit_one(
+    a: &FitArgs,
+    tuning: GpuTuning,
+    device: &Device,
+    path: &Path,
+    mut rec: Recording,
+    out_dir: &Path,
+    remaining: usize,
+) -> anyhow::Result<()> {
     let prep = a.prep.options(tuning)?;
     let method = flim_core::Method::from(a.method);
     let opts = a.fit.options(a.method, a.model, tuning)?;
@@ -434,7 +485,6 @@ fn run_fit(a: &FitArgs, tuning: GpuTuning, device: &Device) -> anyhow::Result<()
         opts.fit_options(method, None, 0.0, 0.0, None, false)
             .estimator()
     });
-    let rec = a.input.read()?;
     let px = pixel_um(&rec);
     let maps = method.map_names(&opts, a.prep.irf_shift.as_deref() == Some("pixel"));
     let extra = [
@@ -444,16 +494,21 @@ fn run_fit(a: &FitArgs, tuning: GpuTuning, device: &Device) -> anyhow::Result<()
         "tau_histogram.png".into(),
     ];
     let out = OutDir::create(
-        &a.output.out,
+        out_dir,
         a.output.force,
-        &input_files(&a.input, &a.prep),
+        &input_files(path, &a.prep),
         planned_files(&rec, &a.prep, &maps, &extra),
     )?;
     let t0 = Instant::now();
     let bar = progress(rec.images.len(), "images");
     let mut rows = Vec::new();
+    // The device of the last image (`auto` may send a small image to the CPU).
+    let mut ran_on = device.info().id.clone();
     let mut images = Vec::new();
-    for image in &rec.images {
+    // Each image's cube goes to `prepare_cube` as it is (no copy of a 134 MB cube).
+    let labels: Vec<String> = rec.images.iter().map(|i| i.label(&rec)).collect();
+    let taken = std::mem::take(&mut rec.images);
+    for (image, label) in taken.into_iter().zip(labels) {
         // Reconvolution models the rise: fit the whole window unless told otherwise.
         let reconvolved = a.prep.irf.is_some() && method.reconvolves();
         let default_range = if reconvolved {
@@ -461,53 +516,70 @@ fn run_fit(a: &FitArgs, tuning: GpuTuning, device: &Device) -> anyhow::Result<()
         } else {
             RangeSpec::Peak
         };
-        let p = prepare(image, &rec, &prep, default_range)
+        let p = tracing::debug_span!("prepare")
+            .in_scope(|| prepare_cube(image.cube, label, &prep, default_range))
             .context("preparing the image (binning, range, offset, IRF)")?;
+        let choice = crate::device_arg::choose(
+            device,
+            flim_core::job_estimate(&p, method, &opts).times(remaining),
+        );
+        let device = &choice.device;
+        ran_on.clone_from(&device.info().id);
         let (set, info) = flim_core::run_method(&p, method, &opts, device)?;
         let secs = info.elapsed.as_secs_f64();
-        write_set(&out, &p.label, &set, px, &mut rows)?;
+        let write = tracing::debug_span!("write_outputs").entered();
         let (tau_name, tau) = &set.maps[0];
         let intensity = set.get("intensity").expect("intensity map");
-        let limits = write_lifetime_png(
-            &out.file(&format!("{}.png", named(&p.label, tau_name)))?,
-            // Multi-exponential fits show the amplitude-weighted mean, titled tau_m.
-            if set.get("tau_amp_mean_ns").is_some() {
-                "tau_amp_mean_ns"
-            } else {
-                tau_name
+        // The maps' TIFFs and the figures are encoded in parallel.
+        let (written, limits) = rayon::join(
+            || write_set(&out, &p.label, &set, px),
+            || -> anyhow::Result<(f32, f32)> {
+                let limits = write_lifetime_png(
+                    &out.file(&format!("{}.png", named(&p.label, tau_name)))?,
+                    // Multi-exponential fits show the amplitude-weighted mean, titled tau_m.
+                    if set.get("tau_amp_mean_ns").is_some() {
+                        "tau_amp_mean_ns"
+                    } else {
+                        tau_name
+                    },
+                    tau.view(),
+                    intensity.view(),
+                    set.mask.view(),
+                    a.output.cmap,
+                    a.output.tau_range,
+                )?;
+                write_map_png(
+                    &out.file(&format!("{}.png", named(&p.label, "intensity")))?,
+                    "intensity",
+                    intensity.view(),
+                    ndarray::Array2::from_elem(intensity.dim(), true).view(),
+                    Colormap::Grey,
+                    Range::Percentile(0.0, 99.5),
+                )?;
+                let hist = lifetime_histogram(
+                    tau.view(),
+                    set.mask.view(),
+                    intensity.view(),
+                    f64::from(limits.0),
+                    f64::from(limits.1),
+                    100,
+                )?;
+                write_histogram_csv(
+                    &out.file(&format!("{}.csv", named(&p.label, "tau_histogram")))?,
+                    &hist,
+                )?;
+                write_histogram_png(
+                    &out.file(&format!("{}.png", named(&p.label, "tau_histogram")))?,
+                    &hist,
+                    "LIFETIME (NS)",
+                )?;
+                Ok(limits)
             },
-            tau.view(),
-            intensity.view(),
-            set.mask.view(),
-            a.output.cmap,
-            a.output.tau_range,
-        )?;
-        write_map_png(
-            &out.file(&format!("{}.png", named(&p.label, "intensity")))?,
-            "intensity",
-            intensity.view(),
-            ndarray::Array2::from_elem(intensity.dim(), true).view(),
-            Colormap::Grey,
-            Range::Percentile(0.0, 99.5),
-        )?;
-        let hist = lifetime_histogram(
-            tau.view(),
-            set.mask.view(),
-            intensity.view(),
-            f64::from(limits.0),
-            f64::from(limits.1),
-            100,
-        )?;
-        write_histogram_csv(
-            &out.file(&format!("{}.csv", named(&p.label, "tau_histogram")))?,
-            &hist,
-        )?;
-        write_histogram_png(
-            &out.file(&format!("{}.png", named(&p.label, "tau_histogram")))?,
-            &hist,
-            "LIFETIME (NS)",
-        )?;
+        );
+        rows.extend(written?);
+        let limits = limits?;
         let irf = write_irf(&out, &p, px)?;
+        drop(write);
         let stats = map_stats(tau.view(), set.mask.view());
         println!(
             "{}{}x{} px, {} bins of {:.4} ns (range {}..{}): {} {} median {:.3} ns (IQR {:.3}-{:.3}) over {} pixels, {} masked, {} failed; {:.3} s on {}",
@@ -538,6 +610,7 @@ fn run_fit(a: &FitArgs, tuning: GpuTuning, device: &Device) -> anyhow::Result<()
             "width": p.cube.shape().1, "height": p.cube.shape().0, "bins": p.cube.bins(),
             "bin_ns": p.cube.bin_ns(), "period_ns": p.cube.period_ns(), "offset_per_bin": p.offset,
             "tau_colour_range_ns": [limits.0, limits.1], "seconds": secs, "irf": irf,
+            "device": device.info().id, "device_choice": choice.reason,
             "fit_range_bins": p.fit_range(),
             "tau": stats,
         }));
@@ -548,12 +621,12 @@ fn run_fit(a: &FitArgs, tuning: GpuTuning, device: &Device) -> anyhow::Result<()
     out.write_json(
         "summary.json",
         &serde_json::json!({
-            "input": a.input.path, "format": rec.format.name(),
+            "input": path, "format": rec.format.name(),
             "metadata": rec.metadata.iter().map(|(k, v)| (k.clone(), serde_json::Value::from(v.clone()))).collect::<serde_json::Map<_, _>>(),
             "method": method.name(), "model": format!("{:?}", a.model).to_lowercase(),
             "estimator": estimator.map(flim_core::Estimator::name),
             "chi2_red": estimator.map(flim_core::Estimator::goodness_of_fit),
-            "device": device.info().id, "binning": a.prep.circular.map_or(format!("square {}", a.prep.bin), |r| format!("circular {r}")),
+            "device": ran_on, "binning": a.prep.circular.map_or(format!("square {}", a.prep.bin), |r| format!("circular {r}")),
             "threshold": a.prep.threshold, "range": a.prep.range, "seconds": t0.elapsed().as_secs_f64(),
             "images": images,
             "maps": rows.iter().map(|(i, m, s)| serde_json::json!({"image": i, "map": m, "stats": s})).collect::<Vec<_>>(),
@@ -587,11 +660,12 @@ fn run_phasor(a: &PhasorArgs, tuning: GpuTuning, device: &Device) -> anyhow::Res
         (None, Some(_)) => bail!("--ref-tau needs a reference recording: --calibrate FILE"),
         (None, None) => 0.0,
     };
-    let rec = a.input.read()?;
+    let path = a.input.single("phasor")?;
+    let rec = a.input.read(path)?;
     // The reference is read like the data (binning, bins, bin width, period), all summed.
     let read_opts = a.input.read_options()?;
     let px = pixel_um(&rec);
-    let mut inputs = input_files(&a.input, &a.prep);
+    let mut inputs = input_files(path, &a.prep);
     inputs.extend(reference);
     let maps = flim_core::Method::Phasor.map_names(&flim_core::MethodOptions::default(), false);
     let mut extra = vec!["phasor.png".to_string(), "tau_phase_ns.png".to_string()];
@@ -606,6 +680,7 @@ fn run_phasor(a: &PhasorArgs, tuning: GpuTuning, device: &Device) -> anyhow::Res
         planned_files(&rec, &a.prep, &maps, &extra),
     )?;
     let mut rows = Vec::new();
+    let mut ran_on = device.info().id.clone();
     let mut images = Vec::new();
     let bar = progress(rec.images.len(), "images");
     for image in &rec.images {
@@ -651,14 +726,16 @@ fn run_phasor(a: &PhasorArgs, tuning: GpuTuning, device: &Device) -> anyhow::Res
         if let Some(c) = calibration {
             p.analysis = p.analysis.with_calibration(c);
         }
-        let (set, info) = flim_core::run_method(
-            &p,
-            flim_core::Method::Phasor,
-            &flim_core::MethodOptions::default(),
+        let phasor = flim_core::MethodOptions::default();
+        let choice = crate::device_arg::choose(
             device,
-        )?;
+            flim_core::job_estimate(&p, flim_core::Method::Phasor, &phasor),
+        );
+        let device = &choice.device;
+        ran_on.clone_from(&device.info().id);
+        let (set, info) = flim_core::run_method(&p, flim_core::Method::Phasor, &phasor, device)?;
         let secs = info.elapsed.as_secs_f64();
-        write_set(&out, &p.label, &set, px, &mut rows)?;
+        rows.extend(write_set(&out, &p.label, &set, px)?);
         let g = set.get("g").expect("g");
         let s = set.get("s").expect("s");
         let plotted = write_phasor_png(
@@ -734,7 +811,7 @@ fn run_phasor(a: &PhasorArgs, tuning: GpuTuning, device: &Device) -> anyhow::Res
     out.write_json(
         "summary.json",
         &serde_json::json!({
-            "input": a.input.path, "format": rec.format.name(), "device": device.info().id,
+            "input": path, "format": rec.format.name(), "device": ran_on,
             "metadata": rec.metadata.iter().map(|(k, v)| (k.clone(), serde_json::Value::from(v.clone()))).collect::<serde_json::Map<_, _>>(),
             "images": images,
             "maps": rows.iter().map(|(i, m, s)| serde_json::json!({"image": i, "map": m, "stats": s})).collect::<Vec<_>>(),
@@ -808,10 +885,9 @@ fn run_convert(a: &ConvertArgs) -> anyhow::Result<()> {
         "tif" | "tiff" => "tif",
         other => bail!("--to {other}: expected npy or tiff"),
     };
-    let rec = a.input.read()?;
-    let stem = a
-        .input
-        .path
+    let path = a.input.single("convert")?;
+    let rec = a.input.read(path)?;
+    let stem = path
         .file_stem()
         .and_then(|s| s.to_str())
         .unwrap_or("cube")
@@ -826,7 +902,7 @@ fn run_convert(a: &ConvertArgs) -> anyhow::Result<()> {
     let out = OutDir::create(
         &a.out,
         a.force,
-        &[&a.input.path],
+        &[path],
         rec.images.iter().map(|i| file_name(&i.label(&rec))),
     )?;
     for image in &rec.images {
@@ -887,6 +963,43 @@ mod tests {
         let _ = std::fs::remove_dir_all(&p);
         std::fs::create_dir_all(&p).unwrap();
         p
+    }
+
+    /// A folder of recordings in one run: each into its own folder, the bad one reported
+    /// and skipped, the command failing at the end; phasor and convert still take one.
+    #[test]
+    fn fit_takes_a_folder_and_skips_bad_files() {
+        let dir = tmp("batch");
+        let data = dir.join("data");
+        std::fs::create_dir_all(&data).unwrap();
+        for (name, tau) in [("a.sdt", 2.0), ("b.sdt", 4.0)] {
+            let cube = mono_exponential(&[tau], 8, 8, 128, 0.1, 12.8, 4000.0, 5).unwrap();
+            flim_core::io::write_sdt(&data.join(name), &[vec![cube]], true).unwrap();
+        }
+        std::fs::write(data.join("broken.sdt"), b"not an sdt").unwrap();
+        std::fs::write(data.join("notes.txt"), b"ignored").unwrap();
+        let out = dir.join("out");
+        let (d, o) = (data.to_str().unwrap(), out.to_str().unwrap());
+        let e = run_cli(&["fit", d, "--method", "cmm", "--range", "all", "--out", o]).unwrap_err();
+        assert!(e.to_string().starts_with("1 of 3 inputs failed"), "{e}");
+        assert!(e.to_string().contains("broken.sdt"), "{e}");
+        for (name, tau) in [("a", 2.0), ("b", 4.0)] {
+            let summary: serde_json::Value = serde_json::from_str(
+                &std::fs::read_to_string(out.join(name).join("summary.json")).unwrap(),
+            )
+            .unwrap();
+            let median = summary["images"][0]["tau"]["median"].as_f64().unwrap();
+            assert!((median - tau).abs() < 0.3, "{name}: {median} vs {tau}");
+        }
+        assert!(!out.join("broken").exists(), "no output for the bad file");
+        let a = data.join("a.sdt");
+        let e = run_cli(&["phasor", d, "--out", o]).unwrap_err();
+        assert!(e.to_string().contains("takes one input file"), "{e}");
+        let e = run_cli(&["convert", a.to_str().unwrap(), d, "--out", o]).unwrap_err();
+        assert!(
+            e.to_string().contains("takes one input file (2 given)"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -87,10 +87,15 @@ struct MeshArgs {
     force: bool,
 }
 
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 struct RunArgs {
     /// Simulation file (JSON).
     sim: PathBuf,
+    /// More simulation files: several (or a folder of .json for SIM) run in one process,
+    /// each into a folder of its own inside --out named after it; a bad file is reported
+    /// and skipped.
+    #[arg(value_name = "MORE")]
+    more: Vec<PathBuf>,
     /// Output folder: summary.json, result.vtu, tets.csv, exitance.csv (and faces.csv,
     /// gates.csv when tallied).
     #[arg(long, default_value = "biogpu-mc")]
@@ -304,6 +309,34 @@ fn print_header(sim: &Simulation, on: &str) {
 }
 
 fn run_sim(a: &RunArgs, devices: &[Device]) -> anyhow::Result<()> {
+    let given: Vec<PathBuf> = std::iter::once(a.sim.clone())
+        .chain(a.more.iter().cloned())
+        .collect();
+    if !super::batch::is_batch(&given) {
+        return run_one(a, devices);
+    }
+    #[cfg(feature = "mpi")]
+    if super::mc_mpi::World::init().is_some() {
+        anyhow::bail!("under MPI, `mc run` takes one simulation file");
+    }
+    let inputs = super::batch::expand(&given, &["json"])?;
+    let outs = super::batch::out_dirs(&a.out, &inputs);
+    super::batch::run(
+        &inputs,
+        1,
+        |path| Ok(path.to_path_buf()),
+        |i, _, path| {
+            let mut one = a.clone();
+            one.sim = path;
+            one.more.clear();
+            one.out.clone_from(&outs[i]);
+            run_one(&one, devices)
+        },
+    )
+}
+
+/// `mc run` of the one simulation file `a.sim` into `a.out`.
+fn run_one(a: &RunArgs, devices: &[Device]) -> anyhow::Result<()> {
     let sim = load_sim(a)?;
     #[cfg(feature = "mpi")]
     if let Some(world) = super::mc_mpi::World::init() {
@@ -319,6 +352,15 @@ fn run_sim(a: &RunArgs, devices: &[Device]) -> anyhow::Result<()> {
     // A second Ctrl-C while stopping falls through to the default (the handler is set once).
     let _ = ctrlc::set_handler(|| STOP.store(true, Ordering::Relaxed));
     let bar = progress_bar(sim.photons);
+    let chosen;
+    let devices = match devices {
+        [one] => {
+            let choice = crate::device_arg::choose(one, montecarlo_core::job_estimate(sim.photons));
+            chosen = [choice.device];
+            &chosen[..]
+        }
+        many => many,
+    };
     let on = devices
         .iter()
         .map(ToString::to_string)

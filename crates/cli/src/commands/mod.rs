@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+pub mod batch;
 pub mod demo;
 pub mod devices;
 pub mod flim;

@@ -376,6 +376,11 @@ fn run_fit(a: &FitArgs, device: &Device) -> anyhow::Result<()> {
         progress: Some(&progress),
         stop: Some(&STOP),
     };
+    let choice = crate::device_arg::choose(
+        device,
+        perfusion_core::job_estimate(n, job.problem.len(), opts.method),
+    );
+    let device = &choice.device;
     println!(
         "{} voxels x {} time points, {} model, {} on {device}",
         n,
@@ -395,7 +400,7 @@ fn run_fit(a: &FitArgs, device: &Device) -> anyhow::Result<()> {
     let counts = fits.status_counts();
     let flagged = fits.flag_counts();
     let summary = serde_json::json!({
-        "model": opts.model, "method": opts.method, "device": info.device, "precision": info.precision,
+        "model": opts.model, "method": opts.method, "device": info.device, "device_choice": choice.reason, "precision": info.precision,
         "voxels": n, "time_points": job.problem.len(), "seconds": secs, "voxels_per_second": n as f64 / secs,
         "status": FitStatus::ALL.iter().map(|s| (s.name().to_string(), serde_json::json!(counts[*s as usize]))).collect::<serde_json::Map<_, _>>(),
         "flags": Flags::ALL.iter().zip(flagged).map(|((bit, name), c)| (name.to_string(), serde_json::json!({"bit": bit, "voxels": c}))).collect::<serde_json::Map<_, _>>(),

@@ -45,7 +45,7 @@ enum Command {
 }
 
 /// Input file and how to read it.
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 struct Input {
     /// Raw frames: TIFF (8/16-bit, multi-page), PNG, or raw binary (with --raw).
     #[arg(value_name = "INPUT")]
@@ -72,7 +72,7 @@ struct Input {
 }
 
 /// How to compute contrast.
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 struct ContrastOpts {
     /// Spatial window side: odd, 3 to 31.
     #[arg(long, default_value_t = 7)]
@@ -92,7 +92,7 @@ struct ContrastOpts {
 }
 
 /// Where and how to write.
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 struct OutputOpts {
     /// Output folder (created); existing files are never overwritten without --force.
     #[arg(long, default_value = "speckle-out")]
@@ -123,10 +123,15 @@ struct OutputOpts {
     no_png: bool,
 }
 
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 struct ContrastArgs {
     #[command(flatten)]
     input: Input,
+    /// More inputs: several files (or a folder for INPUT) are computed in one run, each
+    /// into a folder of its own inside --out named after it; a bad file is reported and
+    /// skipped.
+    #[arg(value_name = "MORE")]
+    more: Vec<PathBuf>,
     #[command(flatten)]
     contrast: ContrastOpts,
     #[command(flatten)]
@@ -488,7 +493,35 @@ fn merge(mut a: serde_json::Value, b: serde_json::Value) -> serde_json::Value {
 
 /// `speckle contrast`, streamed: frames are read, computed and written one at a time
 /// (see `speckle_stream.rs`), so memory is bounded whatever the stack length.
+/// Frame files a folder given to `speckle contrast` stands for (raw binary needs --raw).
+const SPECKLE_EXTENSIONS: &[&str] = &["tif", "tiff", "png", "raw", "bin"];
+
 fn run_contrast(a: &ContrastArgs, device: &Device) -> anyhow::Result<()> {
+    let given: Vec<PathBuf> = std::iter::once(a.input.path.clone())
+        .chain(a.more.iter().cloned())
+        .collect();
+    if !super::batch::is_batch(&given) {
+        return contrast_one(a, device);
+    }
+    let inputs = super::batch::expand(&given, SPECKLE_EXTENSIONS)?;
+    let outs = super::batch::out_dirs(&a.output.out, &inputs);
+    // Frames stream from each file while they are computed: nothing to read ahead.
+    super::batch::run(
+        &inputs,
+        1,
+        |path| Ok(path.to_path_buf()),
+        |i, _, path| {
+            let mut one = a.clone();
+            one.input.path = path;
+            one.more.clear();
+            one.output.out.clone_from(&outs[i]);
+            contrast_one(&one, device)
+        },
+    )
+}
+
+/// `speckle contrast` of the one input `a.input.path` into `a.output.out`.
+fn contrast_one(a: &ContrastArgs, device: &Device) -> anyhow::Result<()> {
     let temporal = a.contrast.mode != Mode::Spatial;
     let opts = load_options(&a.input);
     let (mut source, camera, f) = speckle_core::io::open_frames_counted(&a.input.path, &opts)?;
@@ -526,6 +559,8 @@ fn run_contrast(a: &ContrastArgs, device: &Device) -> anyhow::Result<()> {
     planned.push("summary.json".into());
     let out = OutDir::create(&a.output.out, a.output.force, &[&a.input.path], planned)?;
     let dtype = if dark.is_some() { "f32" } else { first.dtype() };
+    let choice = crate::device_arg::choose(device, speckle_core::job_estimate(h * w, f));
+    let device = &choice.device;
     let backend =
         if device.is_gpu() && dark.is_none() && !matches!(first, speckle_core::Frame::F32(_)) {
             device.backend()
@@ -543,6 +578,7 @@ fn run_contrast(a: &ContrastArgs, device: &Device) -> anyhow::Result<()> {
     let summary = serde_json::json!({
         "input": a.input.path, "frames": f, "width": w, "height": h, "dtype": dtype,
         "border": format!("{:?}", p.border).to_lowercase(), "exposure_s": p.exposure_s, "device": device.info().id,
+        "device_choice": choice.reason,
         "backend": backend.to_string(), "seconds": secs, "frames_per_second": f as f64 / secs,
         "k_mean": totals.k_mean(), "undefined_pixels": totals.undefined,
         "saturated_pixels": totals.saturated,

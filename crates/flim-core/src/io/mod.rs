@@ -53,7 +53,7 @@ pub use plots::{
 };
 pub use prepare::{
     IrfShift, IrfSource, OffsetSpec, PrepOptions, Prepared, RangeSpec, phasor_calibration,
-    phasor_omega, prepare,
+    phasor_omega, prepare, prepare_cube,
 };
 pub use read::{read, read_cube};
 pub use recording::{Format, Image, ReadOptions, Recording};

@@ -146,7 +146,36 @@ pub fn prepare(
     opts: &PrepOptions,
     default_range: RangeSpec,
 ) -> Result<Prepared> {
-    let cube = bin_spatial(&image.cube, opts.binning)?;
+    let cube = if opts.binning.offsets()?.len() == 1 {
+        image.cube.clone()
+    } else {
+        bin_spatial(&image.cube, opts.binning)?
+    };
+    prepare_binned(cube, image.label(rec), opts, default_range)
+}
+
+/// [`prepare`] for a cube the caller gives up (labelled `label`, see [`Image::label`]):
+/// without binning the cube is used as it is, not copied (a 512x512x256 cube is 134 MB).
+pub fn prepare_cube(
+    cube: AnyCube,
+    label: String,
+    opts: &PrepOptions,
+    default_range: RangeSpec,
+) -> Result<Prepared> {
+    let cube = if opts.binning.offsets()?.len() == 1 {
+        cube
+    } else {
+        bin_spatial(&cube, opts.binning)?
+    };
+    prepare_binned(cube, label, opts, default_range)
+}
+
+fn prepare_binned(
+    cube: AnyCube,
+    label: String,
+    opts: &PrepOptions,
+    default_range: RangeSpec,
+) -> Result<Prepared> {
     let mut analysis = Analysis::default()
         .with_threshold(opts.threshold)
         .with_tuning(opts.tuning);
@@ -194,7 +223,7 @@ pub fn prepare(
         (i, _) => i,
     };
     Ok(Prepared {
-        label: image.label(rec),
+        label,
         cube,
         analysis,
         range,

@@ -460,7 +460,7 @@ pub fn read_sdt(path: &Path) -> Result<Recording> {
                 g.scan, g.image, g.bins
             ))
         })?;
-        let raw = if block_type & ZIPPED != 0 {
+        let values = if block_type & ZIPPED != 0 {
             // The stored (compressed) size is the distance to the next block.
             let stored_len = if next > data_offset {
                 next - data_offset
@@ -477,7 +477,7 @@ pub fn read_sdt(path: &Path) -> Result<Recording> {
             claimed
                 .claim(block, data_offset, stored_len, "data")
                 .map_err(|e| f.err(format!("{what}: {e}")))?;
-            unzip(&stored, length).map_err(|e| {
+            unzip(&stored, length, kind).map_err(|e| {
                 f.err(format!(
                     "{what}: compressed data at byte {data_offset}: {e}"
                 ))
@@ -487,42 +487,21 @@ pub fn read_sdt(path: &Path) -> Result<Recording> {
             claimed
                 .claim(block, data_offset, length, "data")
                 .map_err(|e| f.err(format!("{what}: {e}")))?;
-            raw
+            Values::read(&mut raw.as_slice(), length, kind)
+                .map_err(|e| f.err(format!("{what}: {e}")))?
         };
-        let per_channel = hgt * w * g.bins * size as usize;
-        for channel in 0..channels {
-            let bytes = &raw[channel * per_channel..(channel + 1) * per_channel];
-            let dim = (hgt, w, g.bins);
-            let cube: AnyCube = match kind {
-                "u16" => Cube::new(
-                    collect(
-                        dim,
-                        bytes
-                            .chunks_exact(2)
-                            .map(|b| u16::from_le_bytes([b[0], b[1]])),
-                    ),
-                    g.bin_ns,
-                )
-                .map_err(|e| in_file(path, &what, e))?
-                .into(),
-                "u32" => Cube::new(
-                    collect(
-                        dim,
-                        bytes
-                            .chunks_exact(4)
-                            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])),
-                    ),
-                    g.bin_ns,
-                )
-                .map_err(|e| in_file(path, &what, e))?
-                .into(),
-                _ => Cube::new(
-                    collect(
-                        dim,
-                        bytes
-                            .chunks_exact(8)
-                            .map(|b| f64::from_le_bytes(b.try_into().expect("8 bytes")) as f32),
-                    ),
+        let per_channel = hgt * w * g.bins;
+        let dim = (hgt, w, g.bins);
+        for (channel, values) in values.into_channels(channels, per_channel).enumerate() {
+            let cube: AnyCube = match values {
+                Values::U16(v) => Cube::new(shaped(dim, v), g.bin_ns)
+                    .map_err(|e| in_file(path, &what, e))?
+                    .into(),
+                Values::U32(v) => Cube::new(shaped(dim, v), g.bin_ns)
+                    .map_err(|e| in_file(path, &what, e))?
+                    .into(),
+                Values::F64(v) => Cube::new(
+                    shaped(dim, v.into_iter().map(|x| x as f32).collect()),
                     g.bin_ns,
                 )
                 .map_err(|e| in_file(path, &what, e))?
@@ -604,33 +583,121 @@ impl Claimed {
     }
 }
 
-fn collect<T>(dim: (usize, usize, usize), values: impl Iterator<Item = T>) -> Array3<T> {
-    Array3::from_shape_vec(dim, values.collect()).expect("length checked against the layout")
+fn shaped<T>(dim: (usize, usize, usize), values: Vec<T>) -> Array3<T> {
+    Array3::from_shape_vec(dim, values).expect("length checked against the layout")
 }
 
-/// The one member of a zipped data block, which must unzip to exactly `expected` bytes.
-fn unzip(stored: &[u8], expected: u64) -> std::result::Result<Vec<u8>, String> {
+/// A data block's counts, decoded straight into their own type: a 512x512x256 block is
+/// 134 MB, and every extra copy of it costs tens of milliseconds.
+enum Values {
+    U16(Vec<u16>),
+    U32(Vec<u32>),
+    F64(Vec<f64>),
+}
+
+impl Values {
+    /// Exactly `bytes` bytes of little-endian `kind` values from `from` (`bytes` is a whole
+    /// number of values, checked by the caller); fewer bytes, or more, is an error.
+    fn read(from: &mut impl Read, bytes: u64, kind: &str) -> std::result::Result<Values, String> {
+        fn fill<T: bytemuck::Pod + Default>(
+            from: &mut impl Read,
+            bytes: u64,
+        ) -> std::result::Result<Vec<T>, String> {
+            let n = usize::try_from(bytes).map_err(|_| format!("{bytes} bytes is too large"))?
+                / std::mem::size_of::<T>();
+            let mut v = vec![T::default(); n];
+            let buf: &mut [u8] = bytemuck::cast_slice_mut(&mut v);
+            let mut done = 0;
+            while done < buf.len() {
+                match from.read(&mut buf[done..]) {
+                    Ok(0) => {
+                        return Err(format!(
+                            "ends after {done} bytes, the block header says {bytes}"
+                        ));
+                    }
+                    Ok(k) => done += k,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(format!("reading failed after {done} bytes ({e})")),
+                }
+            }
+            // Never read past what the header promises; one byte more means it lied.
+            let mut extra = [0u8; 1];
+            match from.read(&mut extra) {
+                Ok(0) => Ok(v),
+                Ok(_) => Err(format!(
+                    "holds more than the {bytes} bytes the block header says"
+                )),
+                Err(e) => Err(format!("reading failed after {done} bytes ({e})")),
+            }
+        }
+        Ok(match kind {
+            "u16" => {
+                let mut v: Vec<u16> = fill(from, bytes)?;
+                for x in &mut v {
+                    *x = u16::from_le(*x);
+                }
+                Values::U16(v)
+            }
+            "u32" => {
+                let mut v: Vec<u32> = fill(from, bytes)?;
+                for x in &mut v {
+                    *x = u32::from_le(*x);
+                }
+                Values::U32(v)
+            }
+            _ => {
+                let v: Vec<u64> = fill(from, bytes)?;
+                Values::F64(
+                    v.into_iter()
+                        .map(|x| f64::from_bits(u64::from_le(x)))
+                        .collect(),
+                )
+            }
+        })
+    }
+
+    /// The block's `channels` consecutive channels of `per_channel` values each (the block
+    /// itself, without a copy, when it holds one channel).
+    fn into_channels(self, channels: usize, per_channel: usize) -> impl Iterator<Item = Values> {
+        fn split<T: Copy>(v: Vec<T>, channels: usize, per: usize) -> Vec<Vec<T>> {
+            if channels == 1 {
+                let mut v = v;
+                v.truncate(per);
+                return vec![v];
+            }
+            (0..channels)
+                .map(|c| v[c * per..(c + 1) * per].to_vec())
+                .collect()
+        }
+        let parts: Vec<Values> = match self {
+            Values::U16(v) => split(v, channels, per_channel)
+                .into_iter()
+                .map(Values::U16)
+                .collect(),
+            Values::U32(v) => split(v, channels, per_channel)
+                .into_iter()
+                .map(Values::U32)
+                .collect(),
+            Values::F64(v) => split(v, channels, per_channel)
+                .into_iter()
+                .map(Values::F64)
+                .collect(),
+        };
+        parts.into_iter()
+    }
+}
+
+/// The one member of a zipped data block, which must unzip to exactly `expected` bytes of
+/// `kind` values. Never unzips more than the header promises (a corrupt size cannot
+/// exhaust memory: the caller bounds `expected` by deflate's ratio).
+fn unzip(stored: &[u8], expected: u64, kind: &str) -> std::result::Result<Values, String> {
     let mut archive = zip::ZipArchive::new(std::io::Cursor::new(stored))
         .map_err(|e| format!("not a valid zip archive ({e})"))?;
     if archive.is_empty() {
         return Err("empty zip archive".into());
     }
-    let member = archive.by_index(0).map_err(|e| e.to_string())?;
-    // Deflate expands at most ~1032x: a corrupt size cannot reserve more than that.
-    let cap = expected.min(stored.len() as u64 * 1032);
-    let mut out = Vec::with_capacity(usize::try_from(cap).unwrap_or(0));
-    // Never unzip more than the header promises (a corrupt size cannot exhaust memory).
-    member
-        .take(expected + 1)
-        .read_to_end(&mut out)
-        .map_err(|e| format!("unzipping failed after {} bytes ({e})", out.len()))?;
-    if out.len() as u64 != expected {
-        return Err(format!(
-            "unzips to {} bytes, the block header says {expected}",
-            out.len()
-        ));
-    }
-    Ok(out)
+    let mut member = archive.by_index(0).map_err(|e| e.to_string())?;
+    Values::read(&mut member, expected, kind).map_err(|e| format!("unzipped, it {e}"))
 }
 
 /// Write a `.sdt` file as SPCM does: file header, info, setup text, one measurement

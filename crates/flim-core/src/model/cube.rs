@@ -71,7 +71,13 @@ impl<T: Count> Cube<T> {
         }
         Ok(Self {
             pin: None,
-            counts: counts.as_standard_layout().into_owned(),
+            // A standard-layout array is kept as it is: `as_standard_layout().into_owned()`
+            // would copy it (134 MB for a 512x512x256 recording).
+            counts: if counts.is_standard_layout() {
+                counts
+            } else {
+                counts.as_standard_layout().into_owned()
+            },
             bin_ns,
             period_ns: None,
         })

@@ -6,8 +6,11 @@ use crate::error::{Error, Result};
 use cudarc::driver::{result, sys};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-/// Every CUDA device, or why there is none.
-pub(super) fn probe() -> Result<Vec<DeviceInfo>> {
+/// Every CUDA device, or why there is none. `free_memory` is read only when `with_free`:
+/// reading it needs each device's context, whose creation is most of a short command's
+/// set-up (so selecting one device reads it later, through the context the work opens).
+pub(super) fn probe(with_free: bool) -> Result<Vec<DeviceInfo>> {
+    let _span = tracing::debug_span!("cuda_probe", with_free).entered();
     // SAFETY: `is_culib_present` only tries to dlopen the library names and closes them.
     if !unsafe { sys::is_culib_present() } {
         return Err(Error::DriverMissing {
@@ -33,8 +36,9 @@ pub(super) fn probe() -> Result<Vec<DeviceInfo>> {
                 .into(),
         });
     }
+    crate::gpu::note_cuda_started();
     // cudarc panics on a missing driver symbol (an old driver); turn that into an error.
-    catch_unwind(AssertUnwindSafe(query_devices)).unwrap_or_else(|panic| {
+    catch_unwind(AssertUnwindSafe(|| query_devices(with_free))).unwrap_or_else(|panic| {
         Err(Error::DriverMissing {
             backend: "CUDA",
             why: format!("driver query failed: {}", panic_text(&panic)),
@@ -42,7 +46,7 @@ pub(super) fn probe() -> Result<Vec<DeviceInfo>> {
     })
 }
 
-fn query_devices() -> Result<Vec<DeviceInfo>> {
+fn query_devices(with_free: bool) -> Result<Vec<DeviceInfo>> {
     let driver_err = |what: &str, e: cudarc::driver::DriverError| Error::DriverMissing {
         backend: "CUDA",
         why: format!("{what}: {e}"),
@@ -77,7 +81,7 @@ fn query_devices() -> Result<Vec<DeviceInfo>> {
                 name,
                 backend: Backend::Cuda,
                 total_memory: total,
-                free_memory: free_memory(dev),
+                free_memory: if with_free { free_memory(dev) } else { None },
                 compute_capability: Some((major as u32, minor as u32)),
                 compute_units: Some(sms as u32),
                 max_buffer_bytes: total,
@@ -102,6 +106,13 @@ fn free_memory(dev: sys::CUdevice) -> Option<u64> {
         let _ = result::primary_ctx::release(dev);
         free
     }
+}
+
+/// Free memory on the device of `info` now, read through its primary context (made current
+/// on this thread and kept, as CubeCL keeps it): no context is created only to be destroyed.
+pub(crate) fn free_memory_now(info: &DeviceInfo) -> Option<u64> {
+    make_current(info).ok()?;
+    result::mem_get_info().ok().map(|(free, _)| free as u64)
 }
 
 fn driver_version() -> Option<String> {

@@ -6,9 +6,12 @@
 //! never chosen silently: only `wgpu:software`, or a caller that allows it (the test
 //! harness), gets one.
 
+use std::sync::mpsc::{Receiver, channel};
+use std::sync::{Arc, Mutex, OnceLock};
+
 mod cpu;
 mod cuda;
-pub(crate) use cuda::{make_current, panic_text};
+pub(crate) use cuda::{free_memory_now, make_current, panic_text};
 mod wgpu_probe;
 
 use crate::error::{Error, Result};
@@ -145,6 +148,27 @@ pub struct Device {
     info: DeviceInfo,
     handle: DeviceHandle,
     memory_limit: Option<u64>,
+    /// `auto` picked it: [`Device::for_job`] may trade it for the CPU on a small job.
+    picked_by_auto: bool,
+    /// `auto` still probing on a background thread ([`Device::auto_in_background`]): every
+    /// accessor waits for its pick, which is then used in place of this value's fields.
+    pending: Option<Arc<PendingAuto>>,
+}
+
+/// `auto`'s pick, arriving from the thread that probes (and then opens) the device.
+struct PendingAuto {
+    receive: Mutex<Option<Receiver<Device>>>,
+    picked: OnceLock<Device>,
+    /// Set when a job went to the CPU without waiting: the thread then opens nothing.
+    abandoned: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl fmt::Debug for PendingAuto {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PendingAuto")
+            .field("picked", &self.picked.get().map(|d| &d.info.id))
+            .finish_non_exhaustive()
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -180,6 +204,8 @@ impl Device {
             info: cpu::info(),
             handle: DeviceHandle::Cpu,
             memory_limit: None,
+            picked_by_auto: false,
+            pending: None,
         }
     }
 
@@ -198,7 +224,7 @@ impl Device {
                 notes: vec![],
             }),
             DeviceRequest::Cuda(i) => {
-                let devices = cuda::probe()?;
+                let devices = cuda::probe(false)?;
                 let n = devices.len();
                 devices
                     .into_iter()
@@ -208,6 +234,8 @@ impl Device {
                             info,
                             handle: DeviceHandle::Cuda(i),
                             memory_limit: None,
+                            picked_by_auto: false,
+                            pending: None,
                         },
                         notes: vec![],
                     })
@@ -260,18 +288,52 @@ impl Device {
                     why: "no software Vulkan adapter (install mesa-vulkan-drivers for lavapipe)"
                         .into(),
                 }),
-            DeviceRequest::Auto => {
-                let inv = Self::inventory_with_handles();
-                let device = inv.1.into_iter().next().unwrap_or_else(Device::cpu);
-                let mut notes = Vec::new();
-                if device.backend() == Backend::Cpu {
-                    notes.push(format!(
-                        "no GPU found ({}); running on the CPU",
-                        inv.0.notes.join("; ")
-                    ));
+            DeviceRequest::Auto => Ok(Self::auto()),
+        }
+    }
+
+    /// `auto`'s pick, as [`Device::inventory`] names it (CUDA device 0, else the first
+    /// hardware wgpu adapter, else the CPU), probing no further than needed: a machine with
+    /// CUDA never starts a Vulkan instance (a third of a second on a GPU server).
+    fn auto() -> Selection {
+        let mut notes = Vec::new();
+        match cuda::probe(false) {
+            Ok(list) => {
+                if let Some(info) = list.into_iter().next() {
+                    return Selection {
+                        device: Device {
+                            info,
+                            handle: DeviceHandle::Cuda(0),
+                            memory_limit: None,
+                            picked_by_auto: true,
+                            pending: None,
+                        },
+                        notes,
+                    };
                 }
-                Ok(Selection { device, notes })
             }
+            Err(e) => notes.push(e.to_string()),
+        }
+        let adapters = wgpu_probe::probe();
+        if let Some(a) = adapters.iter().find(|a| !a.info.software) {
+            let mut device = a.to_device();
+            device.picked_by_auto = true;
+            return Selection {
+                device,
+                notes: vec![],
+            };
+        }
+        notes.push(if adapters.is_empty() {
+            "wgpu: no Vulkan/Metal/DX12 adapter".into()
+        } else {
+            "wgpu: only a software adapter (not used unless asked for as wgpu:software)".into()
+        });
+        Selection {
+            device: Device::cpu(),
+            notes: vec![format!(
+                "no GPU found ({}); running on the CPU",
+                notes.join("; ")
+            )],
         }
     }
 
@@ -299,7 +361,7 @@ impl Device {
         match backend {
             Backend::Cpu => Ok(vec![Device::cpu()]),
             Backend::Cuda => {
-                let list = cuda::probe().map_err(|e| none(e.to_string()))?;
+                let list = cuda::probe(false).map_err(|e| none(e.to_string()))?;
                 if list.is_empty() {
                     return Err(none("the driver reports no CUDA device".into()));
                 }
@@ -310,6 +372,8 @@ impl Device {
                         info,
                         handle: DeviceHandle::Cuda(i),
                         memory_limit: None,
+                        picked_by_auto: false,
+                        pending: None,
                     })
                     .collect())
             }
@@ -347,13 +411,15 @@ impl Device {
         let mut devices = Vec::new();
         let mut candidates = Vec::new();
         let mut notes = Vec::new();
-        match cuda::probe() {
+        match cuda::probe(true) {
             Ok(list) => {
                 for (i, info) in list.into_iter().enumerate() {
                     candidates.push(Device {
                         info: info.clone(),
                         handle: DeviceHandle::Cuda(i),
                         memory_limit: None,
+                        picked_by_auto: false,
+                        pending: None,
                     });
                     devices.push(info);
                 }
@@ -389,41 +455,128 @@ impl Device {
         )
     }
 
+    /// `auto`'s pick, probed on a background thread so that a command reads its input
+    /// meanwhile (the CUDA driver's start takes ~0.1 s on a server); the thread then opens
+    /// the GPU it picked (context and compiled kernels). The first call that needs a fact of
+    /// the device waits for the probe, not for the opening. Notes (no GPU found, running on
+    /// the CPU) are logged as warnings.
+    ///
+    /// ```
+    /// let device = gpu_runtime::Device::auto_in_background();
+    /// // ... read the input ...
+    /// println!("running on {device}");
+    /// ```
+    pub fn auto_in_background() -> Device {
+        let (send, receive) = channel();
+        let abandoned = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let abandon = Arc::clone(&abandoned);
+        let spawned = std::thread::Builder::new()
+            .name("biogpu-auto".into())
+            .spawn(move || {
+                let Selection { device, notes } = Device::auto();
+                for note in notes {
+                    tracing::warn!("{note}");
+                }
+                let _ = send.send(device.clone());
+                if !abandon.load(std::sync::atomic::Ordering::Relaxed) {
+                    device.open_quietly();
+                }
+            });
+        if spawned.is_err() {
+            return Device::auto().device;
+        }
+        Device {
+            pending: Some(Arc::new(PendingAuto {
+                receive: Mutex::new(Some(receive)),
+                picked: OnceLock::new(),
+                abandoned,
+            })),
+            ..Device::cpu()
+        }
+    }
+
+    /// For `auto`'s pick still being probed: stop there (a job went to the CPU without
+    /// waiting for the probe), so that no GPU context is opened for nothing.
+    pub(crate) fn abandon_pending(&self) {
+        if let Some(p) = &self.pending {
+            p.abandoned
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// This device, or `auto`'s pick once the probe has answered.
+    fn resolved(&self) -> &Device {
+        let Some(pending) = &self.pending else {
+            return self;
+        };
+        pending.picked.get_or_init(|| {
+            let receive = pending.receive.lock().ok().and_then(|mut r| r.take());
+            // A probe thread that died without an answer: probe here.
+            receive
+                .and_then(|r| r.recv().ok())
+                .unwrap_or_else(|| Device::auto().device)
+        })
+    }
+
+    /// Whether this is `auto`'s pick still being probed (nothing waits for it here).
+    pub fn is_pending(&self) -> bool {
+        self.pending
+            .as_ref()
+            .is_some_and(|p| p.picked.get().is_none())
+    }
+
     pub fn info(&self) -> &DeviceInfo {
-        &self.info
+        &self.resolved().info
     }
 
     /// Cap the device memory work on this device may use (on top of what the device and
     /// `BIOGPU_MEMORY_LIMIT` allow): work is then split into more, smaller chunks.
-    pub fn with_memory_limit(mut self, bytes: u64) -> Self {
-        self.memory_limit = Some(bytes);
-        self
+    pub fn with_memory_limit(self, bytes: u64) -> Self {
+        let mut device = self.resolved().clone();
+        device.memory_limit = Some(bytes);
+        device
+    }
+
+    #[cfg(test)]
+    pub(crate) fn from_parts(info: DeviceInfo, handle: DeviceHandle, picked_by_auto: bool) -> Self {
+        Device {
+            info,
+            handle,
+            memory_limit: None,
+            picked_by_auto,
+            pending: None,
+        }
+    }
+
+    /// Whether `auto` picked this device (so that a job may still go to the CPU).
+    pub fn picked_by_auto(&self) -> bool {
+        self.resolved().picked_by_auto
     }
 
     pub(crate) fn memory_limit(&self) -> Option<u64> {
-        self.memory_limit
+        self.resolved().memory_limit
     }
 
     pub fn backend(&self) -> Backend {
-        self.info.backend
+        self.info().backend
     }
 
     pub fn is_gpu(&self) -> bool {
-        self.info.backend != Backend::Cpu
+        self.info().backend != Backend::Cpu
     }
 
     pub(crate) fn handle(&self) -> &DeviceHandle {
-        &self.handle
+        &self.resolved().handle
     }
 
     /// Fail with [`Error::UnsupportedPrecision`] unless the device computes in f64.
     pub fn require_f64(&self) -> Result<()> {
-        if self.info.supports_f64 {
+        if self.info().supports_f64 {
             Ok(())
         } else {
             Err(Error::UnsupportedPrecision {
                 precision: "f64",
-                device: self.info.id.clone(),
+                device: self.info().id.clone(),
                 why: "WGSL has no 64-bit floats; use cuda or cpu, or f32 where the method allows it",
             })
         }
@@ -432,7 +585,7 @@ impl Device {
 
 impl fmt::Display for Device {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} ({})", self.info.id, self.info.name)
+        write!(f, "{} ({})", self.info().id, self.info().name)
     }
 }
 
@@ -528,5 +681,24 @@ mod tests {
                 "falling back to the CPU says why, in one line"
             );
         }
+    }
+
+    /// `auto` probed in the background picks what `auto` picks in the foreground; its
+    /// copies share the one pick, and it is marked as `auto`'s (so small jobs may go to
+    /// the CPU).
+    #[test]
+    fn auto_in_the_background_picks_what_auto_picks() {
+        let eager = Device::select(DeviceRequest::Auto, false).unwrap().device;
+        let lazy = Device::auto_in_background();
+        let copy = lazy.clone();
+        assert_eq!(lazy.info().id, eager.info().id);
+        assert!(!lazy.is_pending(), "answered once asked");
+        assert!(!copy.is_pending(), "copies share the pick");
+        assert_eq!(copy.backend(), eager.backend());
+        assert_eq!(lazy.picked_by_auto(), eager.is_gpu());
+        assert_eq!(format!("{lazy}"), format!("{eager}"));
+        let capped = lazy.with_memory_limit(1 << 20);
+        assert_eq!(capped.memory_limit(), Some(1 << 20));
+        assert!(!capped.is_pending());
     }
 }

@@ -18,6 +18,8 @@ impl Adapter {
             info: self.info.clone(),
             handle: DeviceHandle::Wgpu(self.handle.clone()),
             memory_limit: None,
+            picked_by_auto: false,
+            pending: None,
         }
     }
 }

@@ -1,0 +1,221 @@
+//! Many inputs in one process: a folder or several files through one command, each into an
+//! output folder of its own. The fixed costs (process start, opening the GPU, loading its
+//! kernels) are paid once, and the next inputs are read on other cores while the current
+//! one is computed. A bad input is reported and skipped; the others complete.
+
+use anyhow::{Context, bail};
+use indicatif::{ProgressBar, ProgressStyle};
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::sync_channel;
+
+/// The inputs named on the command line, a folder standing for its files whose extension is
+/// one of `extensions` (sorted by name; subfolders are not entered). A missing path or a
+/// folder without such files is an error before any work.
+pub fn expand(given: &[PathBuf], extensions: &[&str]) -> anyhow::Result<Vec<PathBuf>> {
+    let mut inputs = Vec::new();
+    for path in given {
+        if path.is_dir() {
+            let mut found: Vec<PathBuf> = std::fs::read_dir(path)
+                .with_context(|| format!("reading the folder {}", path.display()))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.is_file() && has_extension(p, extensions))
+                .collect();
+            if found.is_empty() {
+                bail!(
+                    "{} holds no input file (expected {})",
+                    path.display(),
+                    extensions
+                        .iter()
+                        .map(|e| format!(".{e}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+            }
+            found.sort();
+            inputs.extend(found);
+        } else if path.exists() {
+            inputs.push(path.clone());
+        } else {
+            bail!("{}: no such file or folder", path.display());
+        }
+    }
+    let mut seen = HashSet::new();
+    inputs.retain(|p| seen.insert(p.canonicalize().unwrap_or_else(|_| p.clone())));
+    Ok(inputs)
+}
+
+fn has_extension(path: &Path, extensions: &[&str]) -> bool {
+    path.extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| extensions.iter().any(|x| x.eq_ignore_ascii_case(e)))
+}
+
+/// Whether `given` means several inputs (more than one path, or a folder): each then gets
+/// its own output folder inside `--out`.
+pub fn is_batch(given: &[PathBuf]) -> bool {
+    given.len() > 1 || given.iter().any(|p| p.is_dir())
+}
+
+/// The output folder of each input inside `out`: the file's name without its extension,
+/// numbered where two inputs share a name (`a`, `a-2`).
+pub fn out_dirs(out: &Path, inputs: &[PathBuf]) -> Vec<PathBuf> {
+    let mut used = HashSet::new();
+    inputs
+        .iter()
+        .map(|p| {
+            let stem = p
+                .file_stem()
+                .map_or_else(|| "input".into(), |s| s.to_string_lossy().into_owned());
+            let mut name = stem.clone();
+            let mut n = 1;
+            while !used.insert(name.clone()) {
+                n += 1;
+                name = format!("{stem}-{n}");
+            }
+            out.join(name)
+        })
+        .collect()
+}
+
+/// Run `process` on every input in order, with up to `ahead` inputs read in advance on
+/// other threads by `read`. A failed read or process is printed (`error: INPUT: why`) and
+/// the next input goes on; the result is an error naming how many failed.
+pub fn run<T: Send>(
+    inputs: &[PathBuf],
+    ahead: usize,
+    read: impl Fn(&Path) -> anyhow::Result<T> + Sync,
+    mut process: impl FnMut(usize, &Path, T) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let bar = ProgressBar::new(inputs.len() as u64).with_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} inputs, {per_sec}, eta {eta} {msg}")
+            .expect("valid template"),
+    );
+    let ahead = ahead.max(1);
+    let mut failed = Vec::new();
+    std::thread::scope(|scope| {
+        let (send, receive) = sync_channel(ahead);
+        let read = &read;
+        scope.spawn(move || {
+            use rayon::prelude::*;
+            for chunk in inputs.chunks(ahead) {
+                let read: Vec<_> = chunk.par_iter().map(|p| read(p)).collect();
+                for r in read {
+                    if send.send(r).is_err() {
+                        return; // the consumer stopped
+                    }
+                }
+            }
+        });
+        for (i, (path, data)) in inputs.iter().zip(receive).enumerate() {
+            bar.set_message(path.display().to_string());
+            let outcome = data.and_then(|d| process(i, path, d));
+            if let Err(e) = outcome {
+                let shown = path.display().to_string();
+                let text = format!("{e:#}");
+                // Readers name their file already; say it once.
+                let line = if text.contains(&shown) {
+                    text
+                } else {
+                    format!("{shown}: {text}")
+                };
+                bar.suspend(|| eprintln!("error: {line}"));
+                failed.push(path.display().to_string());
+            }
+            bar.inc(1);
+        }
+    });
+    bar.finish_and_clear();
+    match failed.len() {
+        0 => Ok(()),
+        n => bail!(
+            "{n} of {} inputs failed (each reported above): {}",
+            inputs.len(),
+            failed.join(", ")
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("biogpu-batch-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn folders_expand_to_their_inputs_in_name_order() {
+        let dir = scratch("expand");
+        for f in ["b.sdt", "a.SDT", "notes.txt", "c.ptu"] {
+            std::fs::write(dir.join(f), b"x").unwrap();
+        }
+        std::fs::create_dir(dir.join("sub.sdt")).unwrap();
+        let got = expand(std::slice::from_ref(&dir), &["sdt", "ptu"]).unwrap();
+        let names: Vec<_> = got
+            .iter()
+            .map(|p| p.file_name().unwrap().to_owned())
+            .collect();
+        assert_eq!(names, ["a.SDT", "b.sdt", "c.ptu"]);
+        // Named twice: once.
+        let twice = expand(&[dir.join("b.sdt"), dir.join("b.sdt")], &["sdt"]).unwrap();
+        assert_eq!(twice.len(), 1);
+        let e = expand(&[dir.join("missing.sdt")], &["sdt"]).unwrap_err();
+        assert!(e.to_string().contains("no such file or folder"), "{e}");
+        let empty = scratch("expand-empty");
+        let e = expand(&[empty], &["sdt"]).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("holds no input file (expected .sdt)"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn output_folders_are_named_after_inputs_and_never_shared() {
+        let dirs = out_dirs(
+            Path::new("out"),
+            &["x/a.sdt".into(), "y/a.sdt".into(), "b.ptu".into()],
+        );
+        assert_eq!(
+            dirs,
+            [
+                PathBuf::from("out/a"),
+                PathBuf::from("out/a-2"),
+                PathBuf::from("out/b")
+            ]
+        );
+    }
+
+    #[test]
+    fn a_bad_input_is_reported_and_the_others_complete() {
+        let inputs: Vec<PathBuf> = (0..7).map(|i| PathBuf::from(format!("{i}.in"))).collect();
+        let mut done = Vec::new();
+        let e = run(
+            &inputs,
+            3,
+            |p| {
+                if p == Path::new("2.in") {
+                    bail!("unreadable")
+                }
+                Ok(p.to_path_buf())
+            },
+            |i, p, d| {
+                assert_eq!(p, d.as_path());
+                if i == 5 {
+                    bail!("fit failed")
+                }
+                done.push(i);
+                Ok(())
+            },
+        )
+        .unwrap_err();
+        assert_eq!(done, [0, 1, 3, 4, 6], "in order, the bad ones skipped");
+        let text = e.to_string();
+        assert!(text.starts_with("2 of 7 inputs failed"), "{text}");
+        assert!(text.contains("2.in") && text.contains("5.in"), "{text}");
+    }
+}
