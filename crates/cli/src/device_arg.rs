@@ -89,12 +89,13 @@ impl DeviceArg {
 }
 
 /// The device for a job of a command run on `device` ([`Device::for_job`]): the choice and
-/// its reason logged (`-v`), and a note on stderr when the GPU is to compile this build's
-/// kernels first.
+/// its reason logged (`-v`), and a note on stderr when `auto`'s GPU is to compile this
+/// build's kernels first (`main` says it for a GPU asked for by name).
 pub fn choose(device: &Device, job: JobEstimate) -> Choice {
     let choice = device.for_job(job);
     tracing::info!("{}", choice.reason);
-    if choice.device.backend() == Backend::Cuda && !KernelCache::of_this_build().is_filled() {
+    let cuda = choice.device.backend() == Backend::Cuda;
+    if cuda && choice.device.picked_by_auto() && !KernelCache::of_this_build().is_filled() {
         eprintln!(
             "biogpu: first GPU run of this build here: its kernels are compiled as they are \
              first used (1-5 s, once; `biogpu devices` shows where they are kept)"
