@@ -95,13 +95,21 @@ pub fn choose(device: &Device, job: JobEstimate) -> Choice {
     let choice = device.for_job(job);
     tracing::info!("{}", choice.reason);
     let cuda = choice.device.backend() == Backend::Cuda;
-    if cuda && choice.device.picked_by_auto() && !KernelCache::of_this_build().is_filled() {
+    if cuda && choice.device.picked_by_auto() {
+        note_first_compile();
+    }
+    choice
+}
+
+/// Say on stderr that CUDA kernels are about to be compiled, when this build's kernel cache
+/// is still empty (the wait of a first run is then explained).
+pub fn note_first_compile() {
+    if !KernelCache::of_this_build().is_filled() {
         eprintln!(
             "biogpu: first GPU run of this build here: its kernels are compiled as they are \
              first used (1-5 s, once; `biogpu devices` shows where they are kept)"
         );
     }
-    choice
 }
 
 /// Resolve one request, printing the one-line notice when `auto` falls back to the CPU.

@@ -138,11 +138,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     let cuda = devices
         .iter()
         .any(|d| !d.is_pending() && d.backend() == gpu_runtime::Backend::Cuda);
-    if cuda && !gpu_runtime::KernelCache::of_this_build().is_filled() {
-        eprintln!(
-            "biogpu: first GPU run of this build here: its kernels are compiled as they are \
-             first used (1-5 s, once; `biogpu devices` shows where they are kept)"
-        );
+    if cuda {
+        device_arg::note_first_compile();
     }
     match cli.command {
         Command::Devices(args) => commands::devices::run(&args),
