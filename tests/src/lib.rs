@@ -1,31 +1,29 @@
 //! Harness for GPU-vs-CPU tests: which device to test on, and named tolerances.
 //!
-//! Each GPU test is written once with [`gpu_test!`] and instantiated per backend (`cuda`,
-//! `wgpu`); software adapters such as lavapipe are allowed here, unlike in the CLI. An
-//! instance whose backend is absent prints `SKIPPED (no <backend> device): ...` and passes,
-//! unless `BIOGPU_REQUIRE_GPU` names that backend (`cuda`, `wgpu`, or `1` for the backend
-//! of `BIOGPU_DEVICE`; CI and the GPU bundle set it), in which case it fails.
+//! Each GPU test is written once with [`gpu_test!`] and registered per backend (`cuda`,
+//! `wgpu`) as `module::test::backend`; software adapters such as lavapipe are allowed here,
+//! unlike in the CLI. The `gpu_vs_cpu` binary runs them with its own harness ([`harness`],
+//! `harness = false`, on `libtest-mimic`, with libtest's command line): each backend is
+//! probed once; the tests of one that is absent are reported **ignored** in the summary line
+//! (`test result: ok. 0 passed; 0 failed; 112 ignored; ...`) and counted, with the reason,
+//! in the binary's last line (`GPU tests skipped: 56 (56 with no cuda device: ...)`), unless
+//! `BIOGPU_REQUIRE_GPU` names that backend (`cuda`, `wgpu`, or `1` for the backend of
+//! `BIOGPU_DEVICE`; CI and the GPU bundle set it), in which case they fail. A body that
+//! cannot run on the device it got (no f64) calls [`skip`], counted the same way.
 
-use gpu_runtime::{Backend, Device, DeviceRequest};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use gpu_runtime::{Backend, Device};
+use std::sync::Mutex;
+
+pub mod harness;
+
+pub use harness::skip;
+
+#[doc(hidden)]
+pub use inventory;
 
 /// GPU tests take turns: CubeCL reports kernel-build faults per process, so two tests
 /// compiling kernels at once could see each other's faults; one device is shared anyway.
 static GPU_TURN: Mutex<()> = Mutex::new(());
-
-/// The device under test, held exclusively for the life of the value.
-#[derive(Debug)]
-pub struct GpuLease {
-    device: Device,
-    _turn: MutexGuard<'static, ()>,
-}
-
-impl std::ops::Deref for GpuLease {
-    type Target = Device;
-    fn deref(&self) -> &Device {
-        &self.device
-    }
-}
 
 /// Environment variable that turns a missing GPU into a test failure.
 pub const REQUIRE_GPU_ENV: &str = "BIOGPU_REQUIRE_GPU";
@@ -43,73 +41,30 @@ pub fn proptest_cases(default: u32) -> proptest::test_runner::Config {
     }
 }
 
-/// The backends every GPU test is instantiated for (see [`gpu_test!`]): the test's module
-/// gets one `#[test]` per entry, named as here.
+/// The backends every GPU test is instantiated for (see [`gpu_test!`]), its name ending
+/// in each entry's name.
 pub const BACKENDS: [Backend; 2] = [Backend::Cuda, Backend::Wgpu];
 
-/// The device a test instance for `backend` runs on: the one `BIOGPU_DEVICE` names when it
-/// is of that backend (`cuda:1`, `wgpu:0`), else `cuda:0` or the software wgpu adapter
-/// (lavapipe), which CI uses.
-fn request_for(backend: Backend) -> DeviceRequest {
-    let named = DeviceRequest::from_env().unwrap_or_else(|e| panic!("{e}"));
-    match (backend, named) {
-        (Backend::Cuda, DeviceRequest::Cuda(i)) => DeviceRequest::Cuda(i),
-        (Backend::Cuda, _) => DeviceRequest::Cuda(0),
-        (Backend::Wgpu, r @ (DeviceRequest::Wgpu(_) | DeviceRequest::WgpuSoftware)) => r,
-        (Backend::Wgpu, _) => DeviceRequest::WgpuSoftware,
-        (Backend::Cpu, _) => DeviceRequest::Cpu,
+/// One GPU test on one backend, as [`gpu_test!`] registers it for [`harness`].
+#[derive(Debug)]
+pub struct GpuTest {
+    /// `module_path!()` of the test's module, crate first: `gpu_vs_cpu::speckle::chunked`.
+    pub path: &'static str,
+    pub backend: Backend,
+    pub body: fn(&Device),
+}
+
+impl GpuTest {
+    /// The test's name as libtest would give it: `speckle::chunked::cuda`.
+    pub fn name(&self) -> String {
+        let path = self.path.split_once("::").map_or(self.path, |(_, p)| p);
+        format!("{path}::{}", self.backend)
     }
 }
 
-/// Whether a missing `backend` fails its tests: `BIOGPU_REQUIRE_GPU` lists backends
-/// (`cuda`, `wgpu`, comma-separated), or is `1` for the backend `BIOGPU_DEVICE` names.
-fn required(backend: Backend) -> bool {
-    let Ok(value) = std::env::var(REQUIRE_GPU_ENV) else {
-        return false;
-    };
-    value.split(',').map(str::trim).any(|v| match v {
-        "1" => match DeviceRequest::from_env() {
-            Ok(DeviceRequest::Cuda(_)) => backend == Backend::Cuda,
-            Ok(DeviceRequest::Wgpu(_) | DeviceRequest::WgpuSoftware) => backend == Backend::Wgpu,
-            _ => false,
-        },
-        name => name.split(':').next() == Some(&backend.to_string()),
-    })
-}
+inventory::collect!(GpuTest);
 
-/// The `backend` device under test, held exclusively for the life of the value, or `None`
-/// (after printing `SKIPPED`) when this machine has none.
-///
-/// # Panics
-/// When the backend is missing and required (`BIOGPU_REQUIRE_GPU`).
-pub fn lease(backend: Backend, test: &str) -> Option<GpuLease> {
-    let turn = GPU_TURN.lock().unwrap_or_else(PoisonError::into_inner);
-    let why = match Device::select(request_for(backend), true) {
-        Ok(sel) if sel.device.is_gpu() => {
-            return Some(GpuLease {
-                device: sel.device,
-                _turn: turn,
-            });
-        }
-        Ok(sel) => sel.notes.join("; "),
-        Err(e) => e.to_string(),
-    };
-    assert!(
-        !required(backend),
-        "{test} on {backend}: the backend is required ({REQUIRE_GPU_ENV}) but not usable: {why}"
-    );
-    eprintln!("SKIPPED (no {backend} device): {test}: {why}");
-    None
-}
-
-/// Run `body` on the `backend` device when there is one (see [`lease`]).
-pub fn run_on(backend: Backend, test: &str, body: impl FnOnce(&Device)) {
-    if let Some(device) = lease(backend, test) {
-        body(&device);
-    }
-}
-
-/// Define a GPU-vs-CPU test once and instantiate it for every backend in [`BACKENDS`]:
+/// Define a GPU-vs-CPU test once and register it for every backend in [`BACKENDS`]:
 ///
 /// ```ignore
 /// biogpu_tests::gpu_test! {
@@ -120,9 +75,11 @@ pub fn run_on(backend: Backend, test: &str, body: impl FnOnce(&Device)) {
 /// }
 /// ```
 ///
-/// expands to `mod sums_match { #[test] fn cuda() .. #[test] fn wgpu() .. }`; an instance
-/// whose backend is absent prints `SKIPPED` (or fails where `BIOGPU_REQUIRE_GPU` asks for
-/// it). Property tests put the closure form of `proptest!` in the body.
+/// expands to `mod sums_match { fn body(device) .. }` and registers `sums_match::cuda` and
+/// `sums_match::wgpu` for the binary's [`harness`] (a plain `#[test]` would not run
+/// there): an instance whose backend is absent is ignored and counted as skipped (or fails
+/// where `BIOGPU_REQUIRE_GPU` asks for it). Property tests put the closure form of
+/// `proptest!` in the body; a body that cannot run on the device it got calls [`skip`].
 #[macro_export]
 macro_rules! gpu_test {
     ($(#[$meta:meta])* fn $name:ident($device:ident) $body:block) => {
@@ -133,14 +90,20 @@ macro_rules! gpu_test {
 
             fn body($device: &::gpu_runtime::Device) $body
 
-            #[test]
-            fn cuda() {
-                $crate::run_on(::gpu_runtime::Backend::Cuda, module_path!(), body);
+            $crate::inventory::submit! {
+                $crate::GpuTest {
+                    path: module_path!(),
+                    backend: ::gpu_runtime::Backend::Cuda,
+                    body,
+                }
             }
 
-            #[test]
-            fn wgpu() {
-                $crate::run_on(::gpu_runtime::Backend::Wgpu, module_path!(), body);
+            $crate::inventory::submit! {
+                $crate::GpuTest {
+                    path: module_path!(),
+                    backend: ::gpu_runtime::Backend::Wgpu,
+                    body,
+                }
             }
         }
     };

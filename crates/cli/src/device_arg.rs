@@ -94,6 +94,7 @@ impl DeviceArg {
 pub fn choose(device: &Device, job: JobEstimate) -> Choice {
     let choice = device.for_job(job);
     tracing::info!("{}", choice.reason);
+    crate::record::note_device(&choice.device, &choice.reason);
     let cuda = choice.device.backend() == Backend::Cuda;
     if cuda && choice.device.picked_by_auto() {
         note_first_compile();

@@ -2,6 +2,7 @@
 
 mod commands;
 mod device_arg;
+mod record;
 
 use clap::{Parser, Subcommand};
 use device_arg::DeviceArg;
@@ -38,6 +39,10 @@ struct Cli {
     /// More log output (-v info, -vv debug with kernel and transfer spans).
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     verbose: u8,
+    /// Print the run's summary as JSON on stdout (the same document as its summary.json,
+    /// provenance included; one per output folder); messages go to stderr.
+    #[arg(long, global = true)]
+    json: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -56,6 +61,10 @@ enum Command {
     Mc(Box<commands::mc::Args>),
     /// DCE perfusion: voxelwise pharmacokinetic fits.
     Perfusion(Box<commands::perfusion::Args>),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell) to stdout.
+    Completions(commands::help_files::CompletionsArgs),
+    /// Print the man page (roff) to stdout, or write one page per command into a folder.
+    Man(commands::help_files::ManArgs),
 }
 
 fn main() -> ExitCode {
@@ -64,7 +73,7 @@ fn main() -> ExitCode {
     quiet_vulkan_loader();
     let cli = parse_cli();
     init_logging(cli.verbose);
-    let outcome = run(cli);
+    let outcome = run(cli).and_then(|()| record::print_json());
     // With -vv: the whole command's wall time from main, beside the spans of its phases.
     tracing::debug!(ms = started.elapsed().as_secs_f64() * 1e3, "command done");
     let code = report(outcome);
@@ -110,25 +119,43 @@ fn exit_without_driver_teardown(code: ExitCode) -> ! {
 
 /// The command line, with negative numbers taken as values everywhere (`--exposure -1`
 /// reaches the check that explains why it is wrong, instead of clap's "unexpected argument").
+///
+/// The run's record ([`record::begin`]) starts here, with every argument as parsed.
 fn parse_cli() -> Cli {
-    use clap::{CommandFactory, FromArgMatches};
+    use clap::FromArgMatches;
+    let command = cli_command();
+    let matches = command.clone().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    record::begin(&command, &matches, cli.json);
+    cli
+}
+
+/// The clap definition as parsed: negative numbers are values in every subcommand.
+fn cli_command() -> clap::Command {
+    use clap::CommandFactory;
     fn negatives(command: clap::Command) -> clap::Command {
         command
             .allow_negative_numbers(true)
             .mut_subcommands(negatives)
     }
-    let matches = negatives(Cli::command()).get_matches();
-    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+    negatives(Cli::command())
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
-    if let Command::Devices(args) = &cli.command {
-        return commands::devices::run(args);
+    // Commands that need no device answer before any probing.
+    match &cli.command {
+        Command::Devices(args) => return commands::devices::run(args),
+        Command::Completions(args) => {
+            return commands::help_files::completions(args, cli_command());
+        }
+        Command::Man(args) => return commands::help_files::man(args, cli_command()),
+        _ => {}
     }
     let devices = {
         let _span = tracing::debug_span!("select_device").entered();
         device_arg_for(&cli)?.resolve()?
     };
+    record::note_devices(&devices);
     // The GPU's context and kernel cache open while the command reads its input.
     for device in &devices {
         device.open_in_background();
@@ -143,6 +170,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     }
     match cli.command {
         Command::Devices(args) => commands::devices::run(&args),
+        Command::Completions(args) => commands::help_files::completions(&args, cli_command()),
+        Command::Man(args) => commands::help_files::man(&args, cli_command()),
         Command::Demo(args) => commands::demo::run(&args, one(&devices)?),
         Command::Speckle(args) => commands::speckle::run(*args, one(&devices)?),
         Command::Flim(args) => commands::flim::run(*args, one(&devices)?),
@@ -166,6 +195,8 @@ fn device_arg_for(cli: &Cli) -> anyhow::Result<DeviceArg> {
     let (splits, name) = match &cli.command {
         Command::Mc(args) => (args.splits_photons(), args.name()),
         Command::Devices(_) => (false, "devices"),
+        Command::Completions(_) => (false, "completions"),
+        Command::Man(_) => (false, "man"),
         Command::Demo(_) => (false, "demo"),
         Command::Speckle(_) => (false, "speckle"),
         Command::Flim(_) => (false, "flim"),

@@ -49,6 +49,17 @@ pub fn job_estimate_for(
 }
 
 /// [`job_estimate_for`] a prepared image.
+///
+/// ```
+/// use flim_core::io::{PrepOptions, RangeSpec, prepare_cube};
+/// use flim_core::{Method, MethodOptions, job_estimate, sim::mono_exponential};
+/// let cube = mono_exponential(&[2.5], 8, 8, 256, 0.05, 12.8, 5_000.0, 1)?;
+/// let p = prepare_cube(cube.into(), String::new(), &PrepOptions::default(), RangeSpec::All)?;
+/// let e = job_estimate(&p, Method::Cmm, &MethodOptions::default());
+/// // 64 pixels: one CPU core is done long before a GPU has opened, so `auto` keeps the CPU.
+/// assert!(e.cpu_seconds(1) < 1e-3 && e.cpu_seconds(1) < gpu_runtime::GPU_OPEN_SECONDS);
+/// # Ok::<(), flim_core::Error>(())
+/// ```
 pub fn job_estimate(
     p: &Prepared,
     method: Method,
@@ -66,7 +77,10 @@ fn run<M>(
     gpu: impl FnOnce() -> Result<M>,
 ) -> Result<(M, RunInfo)> {
     let t0 = Instant::now();
+    let started = std::time::SystemTime::now();
     let maps = if device.is_gpu() { gpu()? } else { cpu()? };
+    // GPU kernels compute in f32; the CPU reference in f64.
+    let precision = if device.is_gpu() { "f32" } else { "f64" };
     Ok((
         maps,
         RunInfo {
@@ -74,6 +88,7 @@ fn run<M>(
             device: device.info().id.clone(),
             pixels,
             elapsed: t0.elapsed(),
+            provenance: gpu_runtime::Provenance::new(device, precision, started),
         },
     ))
 }
@@ -112,6 +127,16 @@ pub fn analyse<T: Count>(
 }
 
 /// [`analyse`] for a cube of whichever count type it holds.
+///
+/// ```
+/// use flim_core::{Analysis, AnyCube, analyse_any, sim::mono_exponential};
+/// // Two bars, 2 ns (left) and 4 ns (right), as a reader returns them: an `AnyCube`.
+/// let cube: AnyCube = mono_exponential(&[2.0, 4.0], 4, 8, 256, 0.05, 12.8, 20_000.0, 3)?.into();
+/// let (maps, _) = analyse_any(&cube, &Analysis::default(), &gpu_runtime::Device::cpu())?;
+/// assert!((maps.tau_cmm[[0, 0]] - 2.0).abs() < 0.1, "{}", maps.tau_cmm[[0, 0]]);
+/// assert!((maps.tau_cmm[[0, 7]] - 4.0).abs() < 0.2, "{}", maps.tau_cmm[[0, 7]]);
+/// # Ok::<(), flim_core::Error>(())
+/// ```
 pub fn analyse_any(
     cube: &AnyCube,
     opts: &Analysis,
@@ -205,6 +230,16 @@ pub fn fit_global<T: Count>(
 /// kernel when `fret` names the donor, over the whole of `cube` already on the device: the
 /// median of `reps` rounds of four launches and one synchronisation, per launch. For
 /// benchmarks: what the kernel costs apart from transfers. A GPU device only.
+///
+/// ```
+/// use flim_core::{Analysis, kernel_time, sim::mono_exponential};
+/// let cube = mono_exponential(&[2.5], 4, 4, 64, 0.2, 12.8, 1_000.0, 1)?;
+/// // Without a GPU there is no kernel to time: the CPU device is an error, not a panic.
+/// let cpu = gpu_runtime::Device::cpu();
+/// let err = kernel_time(&cube, &Analysis::default(), None, &cpu, 5).unwrap_err();
+/// assert!(err.to_string().contains("needs a GPU device"), "{err}");
+/// # Ok::<(), flim_core::Error>(())
+/// ```
 pub fn kernel_time<T: Count>(
     cube: &Cube<T>,
     opts: &Analysis,
@@ -226,6 +261,19 @@ pub fn kernel_time<T: Count>(
 /// analysis over `opts.segments`), with the preparation's range, threshold, offset and
 /// shifted IRF (a per-pixel shift map makes the shift a fitted parameter). The result's
 /// first map is the main lifetime (`tau_<method>_ns`).
+///
+/// ```
+/// use flim_core::io::{PrepOptions, RangeSpec, prepare_cube};
+/// use flim_core::{Method, MethodOptions, run_method, sim::mono_exponential};
+/// let cube = mono_exponential(&[2.5], 8, 8, 256, 0.05, 12.8, 20_000.0, 1)?;
+/// let p = prepare_cube(cube.into(), String::new(), &PrepOptions::default(), RangeSpec::All)?;
+/// let opts = MethodOptions::default(); // mono-exponential
+/// let (set, _) = run_method(&p, Method::Mle, &opts, &gpu_runtime::Device::cpu())?;
+/// assert_eq!(set.maps[0].0, "tau_mle_ns");
+/// let tau = set.get("tau_mle_ns").unwrap()[[4, 4]];
+/// assert!((tau - 2.5).abs() < 0.1, "{tau}");
+/// # Ok::<(), flim_core::Error>(())
+/// ```
 pub fn run_method(
     p: &Prepared,
     method: Method,

@@ -342,7 +342,7 @@ impl crate::Device {
 
     /// Start opening this GPU on a background thread: the driver context and the compiled
     /// kernels on disk (0.1-0.3 s on a server GPU), so that they overlap reading the input.
-    /// The first [`Device::open`] or [`Device::run`] then finds the device ready (or waits
+    /// The first [`Device::open`](crate::Device::open) or [`Device::run`](crate::Device::run) then finds the device ready (or waits
     /// for the rest). Does nothing on the CPU; a failure is left for that call to report.
     ///
     /// ```no_run

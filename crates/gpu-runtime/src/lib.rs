@@ -3,10 +3,18 @@
 //! on machines without a GPU.
 //!
 //! ```
-//! use gpu_runtime::{Device, DeviceRequest};
-//! // `auto` picks CUDA, then a hardware wgpu adapter, then the CPU.
-//! let selection = Device::select(DeviceRequest::Auto, false).unwrap();
-//! println!("running on {}", selection.device);
+//! use gpu_runtime::{Backend, Device, DeviceRequest};
+//! // The CPU device is always there; every modality's verbs run their f64 reference on it.
+//! let cpu = Device::cpu();
+//! assert_eq!((cpu.backend(), cpu.is_gpu()), (Backend::Cpu, false));
+//! // Device names as `--device` and `BIOGPU_DEVICE` take them.
+//! let request: DeviceRequest = "cpu".parse()?;
+//! assert_eq!(Device::select(request, false)?.device.info().id, "cpu");
+//! assert!("cuda:x".parse::<DeviceRequest>().is_err());
+//! // `auto` picks CUDA, then a hardware wgpu adapter, then the CPU (with a note saying why).
+//! let selection = Device::select(DeviceRequest::Auto, false)?;
+//! println!("running on {} {:?}", selection.device, selection.notes);
+//! # Ok::<(), gpu_runtime::Error>(())
 //! ```
 
 mod buffer;
@@ -19,6 +27,7 @@ mod gpu;
 mod host_pin;
 mod kernel_cache;
 mod memory;
+mod provenance;
 mod raw_transfers;
 mod staging;
 mod timing;
@@ -34,6 +43,7 @@ pub use gpu::{Gpu, GpuJob, KnownRuntime, cuda_was_started};
 pub use host_pin::HostPin;
 pub use kernel_cache::{KERNEL_CACHE_ENV, KernelCache};
 pub use memory::{ChunkPlan, MEMORY_LIMIT_ENV, MemoryBudget, parse_bytes};
+pub use provenance::Provenance;
 pub use raw_transfers::RawTransfers;
 pub use staging::{HostStaging, par_copy};
 pub use timing::{Timing, bench};

@@ -9,6 +9,7 @@ pub mod draw;
 mod error;
 mod gif_writer;
 mod stack_axes;
+mod stamp;
 #[cfg(test)]
 mod test_util;
 mod tiff_writer;
@@ -20,6 +21,7 @@ pub use self::colormap::{
 pub use self::error::{Error, Result};
 pub use self::gif_writer::{GifLimits, GifPreview, downscale, write_gif, write_gif_preview};
 pub use self::stack_axes::StackAxes;
+pub use self::stamp::{set_software_note, software_note};
 pub use self::tiff_writer::{
     GraySample, TiffStackWriter, write_gray_stack, write_map_tiff, write_stack_tiff,
 };

@@ -184,7 +184,11 @@ fn page<W: Write + Seek, K: TiffKind, C: colortype::ColorType>(
 where
     [C::Inner]: tiff::encoder::TiffValue,
 {
-    e.write_image::<C>(w as u32, h as u32, data)
+    let mut image = e.new_image::<C>(w as u32, h as u32)?;
+    image
+        .encoder()
+        .write_tag(tiff::tags::Tag::Software, crate::software_note())?;
+    image.write_data(data)
 }
 
 fn check_size(path: &Path, w: usize, h: usize) -> Result<()> {

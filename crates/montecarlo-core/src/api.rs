@@ -52,7 +52,14 @@ pub struct RunInfo {
     pub cubes: Option<u32>,
     /// CPU: rayon threads.
     pub threads: Option<usize>,
+    /// The record to keep with the result: library, device (the first of several), precision,
+    /// start time.
+    pub provenance: gpu_runtime::Provenance,
 }
+
+/// The arithmetic of each path, for [`RunInfo::provenance`].
+const GPU_PRECISION: &str = "f32 transport, exact fixed-point tallies";
+const CPU_PRECISION: &str = "f64";
 
 /// What a run of `photons` costs on each side, for `auto`'s choice between a GPU and the
 /// CPU ([`Device::for_job`]). Rates per photon for MCX's cube60 benchmark (about 100
@@ -75,11 +82,29 @@ pub fn job_estimate(photons: u64) -> gpu_runtime::JobEstimate {
 /// `params.progress(done, total)` between batches; when `params.stop` is set, returns the
 /// result of the photons finished so far, normalised by that count and marked interrupted.
 /// On a GPU, `params.tuning` chooses the kernel variant and launch size.
+///
+/// ```
+/// use montecarlo_core::{RunParams, api, sim::demo_simulation};
+/// use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+/// // The demo's two-layer slab under a pencil beam, 2,000 photons, with progress reports.
+/// let (sim, cpu) = (demo_simulation(2_000)?, gpu_runtime::Device::cpu());
+/// let done = AtomicU64::new(0);
+/// let progress = |d: u64, _total: u64| done.store(d, Ordering::Relaxed);
+/// let (r, info) = api::run(&sim, &RunParams::new().with_progress(&progress), &cpu)?;
+/// assert_eq!((done.load(Ordering::Relaxed), info.photons), (2_000, 2_000));
+/// assert!(r.summary.absorbed > 0.0 && r.summary.balance_error.abs() < 1e-9);
+/// // A stop flag already set (say by Ctrl-C): the photons so far (none), marked interrupted.
+/// let stop = AtomicBool::new(true);
+/// let (r, info) = api::run(&sim, &RunParams::new().with_stop(&stop), &cpu)?;
+/// assert!(info.interrupted && r.summary.photons < 2_000);
+/// # Ok::<(), montecarlo_core::Error>(())
+/// ```
 pub fn run(sim: &Simulation, params: &RunParams, device: &Device) -> Result<(McResult, RunInfo)> {
     if device.is_gpu() {
         return run_on(sim, params, std::slice::from_ref(device));
     }
     let start = Instant::now();
+    let started = std::time::SystemTime::now();
     let (tally, interrupted) = run_batched(sim, params.stop, &|done, total| {
         params.report(done, total);
     });
@@ -100,6 +125,7 @@ pub fn run(sim: &Simulation, params: &RunParams, device: &Device) -> Result<(McR
         variant: None,
         cubes: None,
         threads: Some(threads),
+        provenance: gpu_runtime::Provenance::new(device, CPU_PRECISION, started),
     };
     Ok((r, info))
 }
@@ -108,6 +134,19 @@ pub fn run(sim: &Simulation, params: &RunParams, device: &Device) -> Result<(McR
 /// ranges (one thread per device); naming a device twice runs two workers on it (results
 /// are the same as with one). Progress and stop as in [`run`]; when stopped, every device
 /// stops after its current batch.
+///
+/// ```
+/// use gpu_runtime::{Backend, Device};
+/// use montecarlo_core::{RunParams, api, sim::demo_simulation};
+/// let sim = demo_simulation(1_000)?;
+/// // GPUs only: an empty list or the CPU is an error (the CPU runs through `api::run`).
+/// assert!(api::run_on(&sim, &RunParams::new(), &[]).is_err());
+/// assert!(api::run_on(&sim, &RunParams::new(), &[Device::cpu()]).is_err());
+/// // On a GPU host: every CUDA device splits the photons, the result the same as on one.
+/// let gpus = Device::all_of(Backend::Cuda).unwrap_or_default();
+/// assert!(gpus.iter().all(Device::is_gpu));
+/// # Ok::<(), montecarlo_core::Error>(())
+/// ```
 pub fn run_on(
     sim: &Simulation,
     params: &RunParams,
@@ -130,12 +169,23 @@ pub fn run_on(
 
 /// [`run_on`]'s exact tallies, before normalisation (bit-identical whatever the batching,
 /// launch size, packing order or split between devices).
+///
+/// ```
+/// use montecarlo_core::{RunParams, api, sim::demo_simulation};
+/// let sim = demo_simulation(1_000)?;
+/// // Exact tallies come from the GPU kernels: the CPU device is refused, with the reason.
+/// let cpu = gpu_runtime::Device::cpu();
+/// let err = api::run_fixed(&sim, &RunParams::new(), &[cpu]).unwrap_err();
+/// assert!(err.to_string().contains("not a GPU"), "{err}");
+/// # Ok::<(), montecarlo_core::Error>(())
+/// ```
 pub fn run_fixed(
     sim: &Simulation,
     params: &RunParams,
     devices: &[Device],
 ) -> Result<(FixedTally, RunInfo)> {
     let start = Instant::now();
+    let started = std::time::SystemTime::now();
     if devices.is_empty() {
         return Err(Error::Invalid("no GPU devices given".into()));
     }
@@ -151,6 +201,8 @@ pub fn run_fixed(
         params.report(done, total);
     })?;
     let names: Vec<_> = devices.iter().map(|d| d.info().id.clone()).collect();
+    let mut provenance = gpu_runtime::Provenance::new(&devices[0], GPU_PRECISION, started);
+    provenance.device_id = names.join("+");
     let info = RunInfo {
         device: names.join("+"),
         requested: total,
@@ -161,6 +213,7 @@ pub fn run_fixed(
         variant: Some(tuning.variant),
         cubes: Some(tuning.cubes_on(&devices[0])),
         threads: None,
+        provenance,
     };
     Ok((fixed, info))
 }
@@ -200,6 +253,22 @@ impl RangeTally {
 /// MPI mode). Progress is `params.report(done, count)`; when `params.stop` is set, returns
 /// the photons finished so far (`RunInfo::interrupted`). `count` may be 0 (zero tallies of
 /// the right shape).
+///
+/// ```
+/// use montecarlo_core::api::{RangeTally, run_range};
+/// use montecarlo_core::{RunParams, sim::demo_simulation};
+/// let (sim, cpu) = (demo_simulation(2_000)?, gpu_runtime::Device::cpu());
+/// // Two "processes" share the 2,000 photons: 0..1200 and 1200..2000.
+/// let (a, _) = run_range(&sim, &RunParams::new(), &cpu, 0, 1_200)?;
+/// let (b, info) = run_range(&sim, &RunParams::new(), &cpu, 1_200, 800)?;
+/// assert!(matches!(b, RangeTally::Float(_)) && info.photons == 800 && a.photons() == 1_200);
+/// let shared = a.to_tally(&sim).merge(b.to_tally(&sim));
+/// let whole = sim.run_cpu(0, 2_000).tally;
+/// let sum = |v: &[f64]| v.iter().sum::<f64>();
+/// assert!((sum(&shared.absorbed) / sum(&whole.absorbed) - 1.0).abs() < 1e-9);
+/// assert!(run_range(&sim, &RunParams::new(), &cpu, 1_500, 600).is_err()); // past the end
+/// # Ok::<(), montecarlo_core::Error>(())
+/// ```
 pub fn run_range(
     sim: &Simulation,
     params: &RunParams,
@@ -214,6 +283,7 @@ pub fn run_range(
         )));
     }
     let start = Instant::now();
+    let started = std::time::SystemTime::now();
     if device.is_gpu() {
         let tuning = &params.tuning;
         tuning
@@ -248,6 +318,7 @@ pub fn run_range(
             variant: Some(tuning.variant),
             cubes: Some(tuning.cubes_on(device)),
             threads: None,
+            provenance: gpu_runtime::Provenance::new(device, GPU_PRECISION, started),
         };
         return Ok((RangeTally::Exact(fixed), info));
     }
@@ -277,12 +348,23 @@ pub fn run_range(
         variant: None,
         cubes: None,
         threads: Some(threads),
+        provenance: gpu_runtime::Provenance::new(device, CPU_PRECISION, started),
     };
     Ok((RangeTally::Float(tally), info))
 }
 
 impl Simulation {
     /// The CPU path for photons `first..first + count` (no batching, no stop flag).
+    ///
+    /// ```
+    /// let sim = montecarlo_core::sim::demo_simulation(1_000)?;
+    /// // Each photon's random stream is seeded by its index: a range repeats to rounding.
+    /// let (a, b) = (sim.run_cpu(0, 500), sim.run_cpu(0, 500));
+    /// assert_eq!(a.summary.photons, 500);
+    /// assert!((a.summary.absorbed - b.summary.absorbed).abs() < 1e-12);
+    /// assert!(a.summary.balance_error.abs() < 1e-9);
+    /// # Ok::<(), montecarlo_core::Error>(())
+    /// ```
     pub fn run_cpu(&self, first: u64, count: u64) -> McResult {
         let start = Instant::now();
         let t = Cpu::new(self).run(first, count, None);

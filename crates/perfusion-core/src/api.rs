@@ -63,6 +63,26 @@ pub fn fit(input: FitInput<'_>, params: &FitParams, device: &Device) -> Result<(
 
 /// [`fit`] with progress reports and interruption: a stopped job returns the voxels fitted
 /// so far, the others with status [`FitStatus::NotFitted`](crate::FitStatus::NotFitted).
+///
+/// ```
+/// use gpu_runtime::Device;
+/// use perfusion_core::sim::Simulation;
+/// use perfusion_core::{Control, FitInput, FitParams, FitStatus, Model, fit_with};
+/// use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+/// let sim = Simulation::paper(64).with_voxels(16).run()?; // the paper's liver, 16 curves
+/// let input = FitInput::new(sim.curves.view(), &sim.problem);
+/// let params = FitParams::new(Model::DualInput);
+/// let done = AtomicUsize::new(0);
+/// let progress = |d: usize, _total: usize| { done.fetch_max(d, Ordering::Relaxed); };
+/// let control = Control { progress: Some(&progress), stop: None };
+/// let (fits, _) = fit_with(input, &params, &Device::cpu(), &control)?;
+/// assert_eq!((done.load(Ordering::Relaxed), fits.status(15)), (16, FitStatus::Converged));
+/// let stop = AtomicBool::new(true); // e.g. set by a Ctrl-C handler before the first block
+/// let control = Control { progress: None, stop: Some(&stop) };
+/// let (fits, _) = fit_with(input, &params, &Device::cpu(), &control)?;
+/// assert_eq!(fits.status(0), FitStatus::NotFitted);
+/// # Ok::<(), perfusion_core::Error>(())
+/// ```
 pub fn fit_with(
     input: FitInput<'_>,
     params: &FitParams,
@@ -76,9 +96,10 @@ pub fn fit_with(
         let _span = tracing::debug_span!("start_plan").entered();
         setup.with_plan(problem)
     };
+    // Standard errors and quality flags: one CPU pass after either path's fit.
     let flag = |fits: &mut Fits| {
         let _span = tracing::debug_span!("quality_flags").entered();
-        fits.set_flags(curves, &setup);
+        fits.set_flags(curves, problem, &setup);
     };
     if device.is_gpu() {
         let use_f64 = gpu_f64(params.precision, device)?;
@@ -129,6 +150,18 @@ pub fn predict(problem: &Problem, model: Model, theta: &[f64]) -> Result<Vec<f64
 /// Mean number of model evaluations per voxel of the CPU fit over `input` (cost passes for
 /// Nelder-Mead; cost and Jacobian passes for LM, a Jacobian pass counted as one): for
 /// performance accounting (`biogpu-bench` divides kernel times by it).
+///
+/// ```
+/// use perfusion_core::sim::Simulation;
+/// use perfusion_core::{FitInput, FitParams, Method, Model, mean_evaluations};
+/// let sim = Simulation::paper(64).with_voxels(4).run()?;
+/// let input = FitInput::new(sim.curves.view(), &sim.problem);
+/// let params = FitParams::new(Model::DualInput); // Levenberg-Marquardt
+/// let lm = mean_evaluations(input, &params)?;
+/// let nm = mean_evaluations(input, &params.clone().with_method(Method::NelderMead))?;
+/// assert!(lm >= 1.0 && nm > lm, "LM {lm}, NM {nm}"); // the simplex needs many more passes
+/// # Ok::<(), perfusion_core::Error>(())
+/// ```
 pub fn mean_evaluations(input: FitInput<'_>, params: &FitParams) -> Result<f64> {
     let setup = params.setup()?.with_plan(input.problem);
     input.problem.check_model(params.model)?;
@@ -140,6 +173,18 @@ pub fn mean_evaluations(input: FitInput<'_>, params: &FitParams) -> Result<f64> 
 /// (`biogpu-bench --filter perfusion`); the arithmetic as [`fit`] chooses it, the launch
 /// shape from [`FitParams::gpu`]. Returns the per-repetition times and the units per cube
 /// used.
+///
+/// ```
+/// use perfusion_core::sim::Simulation;
+/// use perfusion_core::{FitInput, FitParams, Model, kernel_times};
+/// let sim = Simulation::paper(64).with_voxels(4).run()?;
+/// let input = FitInput::new(sim.curves.view(), &sim.problem);
+/// // A GPU measure: on the CPU device it is an error, not a panic; on a GPU, one time
+/// // per repetition.
+/// let cpu = gpu_runtime::Device::cpu();
+/// assert!(kernel_times(input, &FitParams::new(Model::DualInput), &cpu, 3).is_err());
+/// # Ok::<(), perfusion_core::Error>(())
+/// ```
 pub fn kernel_times(
     input: FitInput<'_>,
     params: &FitParams,

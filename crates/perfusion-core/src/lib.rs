@@ -46,6 +46,6 @@ pub use model::population;
 pub use model::t1;
 pub use model::{
     CUBE_ENV, Control, DelayGrid, FitInfo, FitParams, FitStatus, Fits, Flags, GpuTuning,
-    MAX_PARAMS, Method, Model, PERSISTENT_ENV, POOR_FIT_NOISE, ParamInfo, Precision, Problem,
-    StartSearch, UNITS_ENV, finite_median,
+    MAX_PARAMS, Method, Model, PERSISTENT_ENV, POOR_FIT_NOISE, POORLY_DETERMINED_SE, ParamInfo,
+    Precision, Problem, StartSearch, UNITS_ENV, finite_median,
 };

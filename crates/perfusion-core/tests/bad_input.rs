@@ -276,6 +276,7 @@ fn spec(curves: PathBuf, aif: &Path) -> InputSpec {
     InputSpec {
         model: Model::Tofts,
         dce: None,
+        series: None,
         mask: None,
         curves: Some(curves),
         aif: Some(aif.display().to_string()),

@@ -360,6 +360,7 @@ fn spec(dce: &Path, aif: &Path) -> InputSpec {
     InputSpec {
         model: Model::Tofts,
         dce: Some(dce.to_path_buf()),
+        series: None,
         mask: None,
         curves: None,
         aif: Some(aif.display().to_string()),
@@ -486,4 +487,65 @@ fn spgr_settings_take_the_options_first_and_the_header_otherwise() {
         Acquisition::default().spgr_settings(None, Some(0.004)),
         (None, Some(0.004))
     );
+}
+
+/// `InputSpec::series` (`--series`) chooses one of several DICOM series under the folder
+/// given, by number or UID, for the job and for the header lookup of the SPGR settings;
+/// without it the error lists them; it is refused for a NIfTI series.
+#[test]
+fn a_job_reads_the_series_it_is_told_to_from_a_folder_of_several() {
+    let dir = scratch("job-series");
+    copy_fixture("series", &dir.join("a"));
+    copy_fixture("midnight", &dir.join("b"));
+    let aif = write_aif(&dir, 8);
+    let e = load(&spec(&dir, &aif)).unwrap_err().to_string();
+    assert_contains(
+        &e,
+        &[
+            "2 DICOM series",
+            "--series",
+            "1. 1.2.826.0.1.3680043.8.498.10 \"dce oblique\"",
+            "2. 1.2.826.0.1.3680043.8.498.11 \"dce midnight\"",
+        ],
+    );
+    for (choice, tag) in [
+        ("1", "series"),
+        ("1.2.826.0.1.3680043.8.498.11", "midnight"),
+    ] {
+        let job = load(&InputSpec {
+            series: Some(choice.into()),
+            ..spec(&dir, &aif)
+        })
+        .unwrap();
+        let want = read_series(&fixture(tag)).unwrap();
+        assert_eq!(job.problem.times(), want.times.as_slice(), "{choice}");
+        assert_eq!(job.acquisition, Some(want.acquisition), "{choice}");
+        assert_eq!(
+            job.volume.as_ref().unwrap().header.srow_x,
+            want.series.header.srow_x
+        );
+        assert_eq!(
+            perfusion_core::io::input::dce_acquisition(&dir, Some(choice)).unwrap(),
+            Some(want.acquisition)
+        );
+    }
+    let e = load(&InputSpec {
+        series: Some("3".into()),
+        ..spec(&dir, &aif)
+    })
+    .unwrap_err()
+    .to_string();
+    assert_contains(&e, &["no series `3`", "dce midnight"]);
+    // A NIfTI series holds one series: --series is refused, naming the file.
+    let nifti = dir.join("dce.nii");
+    let s = read_series(&fixture("series")).unwrap();
+    perfusion_core::io::nifti::write_series(&nifti, &s.series.data, [1.0; 3], 4.5).unwrap();
+    let e = load(&InputSpec {
+        series: Some("1".into()),
+        ..spec(&nifti, &aif)
+    })
+    .unwrap_err()
+    .to_string();
+    assert_contains(&e, &["dce.nii", "--series 1", "NIfTI"]);
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -254,6 +254,7 @@ fn a_fit_of_a_nifti2_series_writes_nifti2_maps() {
     let job = load(&InputSpec {
         model: Model::Tofts,
         dce: Some(data("series_nifti2.nii")),
+        series: None,
         mask: None,
         curves: None,
         aif: None,

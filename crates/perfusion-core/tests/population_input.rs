@@ -26,6 +26,7 @@ fn spec(curves: PathBuf, aif: &str, hematocrit: Option<f64>) -> InputSpec {
     InputSpec {
         model: Model::Tofts,
         dce: None,
+        series: None,
         mask: None,
         curves: Some(curves),
         aif: Some(aif.into()),

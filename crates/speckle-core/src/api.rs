@@ -1,13 +1,18 @@
 //! The public verbs, one form each: `op(input, &OpParams, &Device) -> Result<(OpMaps, OpInfo)>`
 //! ([`stream`] hands each frame's maps to a sink and returns its report). This file holds
 //! the crate's only CPU-vs-GPU branch: every verb runs the f64 CPU reference of [`crate::cpu`]
-//! on the CPU device and the kernels through [`crate::gpu`] on a GPU, with the same
+//! on the CPU device and the kernels through `crate::gpu` on a GPU, with the same
 //! parameters and the same result types.
 
 use crate::cpu;
 use crate::error::{Error, Result};
 use crate::gpu;
 use crate::io::FrameSource;
+use gpu_runtime::Provenance;
+
+/// The arithmetic of integer frames' contrast, on either path.
+const INTEGER_SUMS: &str = "exact integer window sums, f32 maps";
+
 use crate::model::beta::{Calibration, CalibrationInfo, CalibrationParams};
 use crate::model::contrast::{ContrastInfo, ContrastMaps, ContrastParams, Mode};
 use crate::model::flags;
@@ -56,12 +61,14 @@ pub fn contrast(
     params: &ContrastParams,
     device: &Device,
 ) -> Result<(ContrastMaps, ContrastInfo)> {
+    let started = std::time::SystemTime::now();
     if device.is_gpu() {
         let on_gpu = |maps| {
             Ok((
                 maps,
                 ContrastInfo {
                     backend: device.backend(),
+                    provenance: Provenance::new(device, INTEGER_SUMS, started),
                 },
             ))
         };
@@ -78,10 +85,15 @@ pub fn contrast(
         RawStack::U16(s) => cpu::contrast::contrast(s.view(), params)?,
         RawStack::F32(s) => cpu::contrast::contrast(s.view(), params)?,
     };
+    let precision = match stack {
+        RawStack::F32(_) => "f64 window sums of f32 frames, f32 maps",
+        _ => INTEGER_SUMS,
+    };
     Ok((
         maps,
         ContrastInfo {
             backend: Backend::Cpu,
+            provenance: Provenance::new(&Device::cpu(), precision, started),
         },
     ))
 }
@@ -102,15 +114,20 @@ pub fn flow(
     params: &FlowParams,
     device: &Device,
 ) -> Result<(TauMap, FlowInfo)> {
+    let started = std::time::SystemTime::now();
     if !device.is_gpu() {
         let map = cpu::tau_c::tau_c_map(k, params.exposure_s, params.beta, params.model)?;
-        let info = FlowInfo::of(&map, Backend::Cpu);
+        let info = FlowInfo::of(&map, Backend::Cpu, Provenance::new(device, "f64", started));
         return Ok((map, info));
     }
     let t = check_exposure(params.exposure_s)?;
     let beta = check_beta(params.beta)?;
     let map = gpu::tau_c::tau_c_map(k, t, beta, params.model, device)?;
-    let info = FlowInfo::of(&map, device.backend());
+    let info = FlowInfo::of(
+        &map,
+        device.backend(),
+        Provenance::new(device, "f32", started),
+    );
     Ok((map, info))
 }
 
@@ -119,16 +136,34 @@ pub fn flow(
 /// pixel has a [`crate::FitStatus`] (`maps.status`) and a residual (`maps.rss`,
 /// [`MesiMaps::residual_rms`]); [`MesiMaps::masked`] blanks the fits that did not converge,
 /// and `info.status_counts` counts each status.
+///
+/// ```
+/// use ndarray::Array3;
+/// use speckle_core::{FitStatus, MesiInput, MesiOptions, MesiParams, mesi, sim::simulate_mesi};
+/// // Seven exposures of a 2x3 image, every pixel the MESI curve of tau_c = 1 ms.
+/// let truth = MesiParams { tau_c: 1e-3, rho: 0.9, v_noise: 0.001, beta: 0.5 };
+/// let exposures = [5e-5, 1e-4, 5e-4, 1e-3, 5e-3, 1e-2, 5e-2];
+/// let k = simulate_mesi(&truth, &exposures, 0.0, 1);
+/// let stack = Array3::from_shape_fn((7, 2, 3), |(e, _, _)| k[e] as f32);
+/// let input = MesiInput { k: stack.view(), exposures_s: &exposures };
+/// let (maps, info) = mesi(input, &MesiOptions::fixed_beta(0.5), &gpu_runtime::Device::cpu())?;
+/// assert_eq!(maps.status[[1, 2]], FitStatus::Converged as u8);
+/// assert_eq!(info.status_counts[0], 6); // all six pixels converged
+/// assert!((maps.tau_c[[1, 2]] / 1e-3 - 1.0).abs() < 0.01, "{}", maps.tau_c[[1, 2]]);
+/// # Ok::<(), speckle_core::Error>(())
+/// ```
 pub fn mesi(
     input: MesiInput<'_>,
     params: &MesiOptions,
     device: &Device,
 ) -> Result<(MesiMaps, MesiInfo)> {
+    let started = std::time::SystemTime::now();
     if !device.is_gpu() {
         let maps = cpu::mesi::fit_mesi_map(input.k, input.exposures_s, params)?;
         let info = MesiInfo {
             backend: Backend::Cpu,
             status_counts: maps.status_counts(),
+            provenance: Provenance::new(device, "f64", started),
         };
         return Ok((maps, info));
     }
@@ -137,6 +172,7 @@ pub fn mesi(
     let info = MesiInfo {
         backend: device.backend(),
         status_counts: maps.status_counts(),
+        provenance: Provenance::new(device, "f32", started),
     };
     Ok((maps, info))
 }
@@ -262,6 +298,7 @@ pub fn calibrate(
         cal,
         CalibrationInfo {
             backend: info.backend,
+            provenance: info.provenance,
         },
     ))
 }
@@ -284,6 +321,7 @@ pub fn roi(
     device: &Device,
 ) -> Result<(Table, RoiInfo)> {
     let _ = device;
+    let started = std::time::SystemTime::now();
     let mut table = cpu::roi::time_course(stack, &params.rois)?;
     if !params.names.is_empty() {
         table = table.with_names(params.names.clone())?;
@@ -292,6 +330,7 @@ pub fn roi(
         table,
         RoiInfo {
             backend: Backend::Cpu,
+            provenance: Provenance::new(&Device::cpu(), "f64 means", started),
         },
     ))
 }

@@ -11,19 +11,23 @@
 //! paths agree on (parameters, formulas, flags, statuses, results, [`GpuTuning`]); [`cpu`]
 //! is the f64 reference, one file per operation; the GPU host code calls
 //! `gpu_kernels::speckle`. [`io`] reads TIFF, PNG, raw binary and live streams and writes
-//! maps; [`sim`] simulates speckle with known statistics and runs the [`sim::demo`].
+//! maps; [`sim`] simulates speckle with known statistics and runs the [`sim::demo()`].
 //!
 //! ```
-//! use ndarray::Array3;
-//! use speckle_core::{ContrastParams, FlowParams, RawStack, Window, contrast, flow};
+//! use ndarray::{Axis, s};
+//! use speckle_core::sim::{Camera, FlowPhantom};
+//! use speckle_core::{ContrastParams, FlowParams, Window, contrast, flow};
 //! let device = gpu_runtime::Device::cpu();
-//! let stack = RawStack::U16(Array3::from_shape_fn((4, 32, 32), |(t, y, x)| ((t * 7 + y * 13 + x * 31) % 97 + 20) as u16));
+//! // A vessel (tau_c 1 ms on its axis, row 15.5) in static tissue; 5 ms exposure, 16 bits.
+//! let phantom = FlowPhantom::new(64, 32, 1, 5e-3, 1e-3).with_channel(15.5, 8.0).with_seed(1);
+//! let raw = Camera::new(1000.0, 16).expose(phantom.simulate()?.intensity.view(), 2)?;
 //! let params = ContrastParams::spatial(Window::new(7)?).with_exposure(5e-3)?;
-//! let (maps, info) = contrast(&stack, &params, &device)?;
-//! assert_eq!(maps.k.dim(), (4, 32, 32));
-//! assert!(maps.sfi.is_some());
-//! let (tau, _) = flow(maps.k.index_axis(ndarray::Axis(0), 0), &FlowParams::new(5e-3, 1.0), &device)?;
-//! assert_eq!(tau.tau_c.dim(), (32, 32));
+//! let (maps, info) = contrast(&raw, &params, &device)?;
+//! let k = maps.k.index_axis(Axis(0), 0);
+//! assert!(k[[3, 32]] > 1.5 * k[[15, 32]]); // static tissue keeps its contrast
+//! let (tau, _) = flow(k, &FlowParams::new(5e-3, 1.0), &device)?; // simulated beta = 1
+//! let on_axis = tau.tau_c.slice(s![15, 8..56]).mean().unwrap();
+//! assert!((on_axis / 1e-3 - 1.0).abs() < 0.3, "{on_axis}");
 //! println!("K on {}", info.backend);
 //! # Ok::<(), speckle_core::Error>(())
 //! ```

@@ -828,7 +828,7 @@ impl FitParams {
     }
 }
 
-/// Launch [`fit_kernel`]; checks every length first. `irf` holds `stride` values (any
+/// Launch [`fit_kernel()`]; checks every length first. `irf` holds `stride` values (any
 /// length >= 1 without an IRF), `init` 3 start lifetimes (0 = from the data), `mask` the
 /// image's mask (>= 1 value).
 pub fn fit<R: Runtime>(

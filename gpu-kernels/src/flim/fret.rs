@@ -2,7 +2,7 @@
 //! the sums `S0, K, S1, S2` and the phasor in one pass, then the window-exact BCMM solve
 //! (BCMM1: bracketed Newton in ln a_F; BCMM2: Newton along the curve where the S1 equation
 //! holds, one window-sum evaluation per loop pass; flim-core's `fret` line by line) and the
-//! paper's PM. The solvers use CUDA's fast division, exponential and logarithm (see [`FAST`]).
+//! paper's PM. The solvers use CUDA's fast division, exponential and logarithm (see `FAST`).
 
 use super::{
     KIND_F32, KIND_U16, TILE, TILE_ROW, count, cube_first_pixel, decays, fetch_tile, holds_decays,
@@ -734,7 +734,7 @@ pub struct FretParams {
     pub kind: u32,
 }
 
-/// Launch [`fret_kernel`]; `out` holds `FRET_PLANES * pixels` values.
+/// Launch [`fret_kernel()`]; `out` holds `FRET_PLANES * pixels` values.
 pub fn fret<R: Runtime>(
     gpu: &Gpu<R>,
     words: &GpuArray<u32>,

@@ -959,7 +959,7 @@ pub fn global_planes(p: &FitParams) -> usize {
 }
 
 /// Run global analysis: the fit of each segment's summed decay (the per-pixel fit kernel on
-/// `sums`, `segments x stride` f32 counts as words), then [`global_kernel`] for each size
+/// `sums`, `segments x stride` f32 counts as words), then [`global_kernel()`] for each size
 /// class. `words` holds the `p.pixels` compact decays (segment by segment, `p.kind`,
 /// `p.stride` counts each), `offsets` the CSR offsets (`segments + 1`, strictly increasing
 /// from 0 to at most `p.pixels`), `init` 3 start lifetimes (0 = from the data). Writes

@@ -115,7 +115,7 @@ pub(crate) fn b_deriv(x: f32) -> f32 {
     r
 }
 
-/// Convergence of [`cmm_rate`] on ln a (f32 cannot resolve much finer steps).
+/// Convergence of `cmm_rate` on ln a (f32 cannot resolve much finer steps).
 pub const CMM_TOLERANCE: f32 = 1e-6;
 
 /// `a = h / tau` whose window-cut mean bin index `B(a) - m B(am)` is `mu` (flim-core's
@@ -411,7 +411,7 @@ pub struct LifetimeParams {
     pub methods: u32,
 }
 
-/// Launch [`lifetimes_kernel`]; checks every length first. `out` holds
+/// Launch [`lifetimes_kernel()`]; checks every length first. `out` holds
 /// `planes(p.methods) * pixels` values.
 pub fn lifetimes<R: Runtime>(
     gpu: &Gpu<R>,

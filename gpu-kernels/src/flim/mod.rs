@@ -1,4 +1,4 @@
-//! FLIM kernels, f32: the non-iterative lifetime methods ([`lifetimes`]), the fast
+//! FLIM kernels, f32: the non-iterative lifetime methods ([`mod@lifetimes`]), the fast
 //! bi-exponential methods ([`fret`]) and per-pixel iterative fits ([`fit`]), one unit
 //! (thread) per pixel, and global analysis ([`global`], one cube per segment). flim-core
 //! holds the formulas and the f64 CPU references.

@@ -1,6 +1,6 @@
 //! Monte Carlo light transport in tetrahedral meshes (f32), after FullMonteCUDA and MCX.
 //!
-//! - [`transport`]: the transport kernel (flat event loop with photon relaunch, exact
+//! - [`mod@transport`]: the transport kernel (flat event loop with photon relaunch, exact
 //!   fixed-point tallies, accumulation cache), its physics and its launch wrapper
 //!   ([`transport()`](transport::transport), with the buffers [`McScene`], [`McTallies`] and
 //!   the launch settings [`McBatch`]); montecarlo-core's `cpu/transport.rs` and

@@ -1035,7 +1035,7 @@ pub struct McScene {
     /// Elements of volume and surface sources, `4 AUX_VECS` floats each (at least 4
     /// floats).
     pub src_aux: GpuArray<f32>,
-    /// Per tetrahedron face (4 per tet): the index of its face tally or [`NO_SLOT`] (at
+    /// Per tetrahedron face (4 per tet): the index of its face tally or [`NO_SLOT`](super::NO_SLOT) (at
     /// least one element).
     pub face_slot: GpuArray<u32>,
     /// Reference unit normal per tallied face, 4 floats each (at least 4 floats).
@@ -1062,7 +1062,7 @@ pub struct McScene {
 }
 
 /// The tallies a run adds to: 64-bit fixed-point entries as two u32 words
-/// (see [`FIXED_SCALE`]), zero at the start.
+/// (see [`FIXED_SCALE`](super::FIXED_SCALE)), zero at the start.
 #[derive(Debug)]
 pub struct McTallies {
     /// Two words per tetrahedron.

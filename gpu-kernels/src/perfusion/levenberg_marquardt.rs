@@ -72,7 +72,7 @@ struct LmConfig<F: Float> {
 }
 
 /// Bounded Levenberg-Marquardt fits (perfusion-core's `levenberg_marquardt`, with the
-/// start comparison first). Outputs as [`nelder_mead_kernel`].
+/// start comparison first). Outputs as [`nelder_mead_kernel()`](super::nelder_mead_kernel()).
 ///
 /// One flat loop with one evaluation of the normal equations per turn (the fit's start,
 /// then each trial point), as Nelder-Mead's: a unit whose fit ends writes it and starts its
@@ -597,7 +597,7 @@ pub(crate) fn definition<R: Runtime, F: KernelFloat>(
     )
 }
 
-/// Launch [`levenberg_marquardt_kernel`] on `b` ([`FitBuffers`], as Nelder-Mead's) with the
+/// Launch [`levenberg_marquardt_kernel()`] on `b` ([`FitBuffers`], as Nelder-Mead's) with the
 /// settings `p`.
 pub fn levenberg_marquardt<R: Runtime, F: KernelFloat>(
     gpu: &Gpu<R>,

@@ -234,7 +234,7 @@ pub const fn shared_inputs_len(nt: u32) -> u32 {
     2 * (3 * nt + 2)
 }
 
-/// Set in LM's comptime model word (with the cube size, as [`SHARED_CURVE`]) when the
+/// Set in LM's comptime model word (with the cube size, as `SHARED_CURVE`) when the
 /// accepted point's J^T J, J^T r, x and the trial point wait in shared memory (30 values
 /// per unit) while the trial is evaluated.
 pub const LM_STASH: u32 = 0x400;

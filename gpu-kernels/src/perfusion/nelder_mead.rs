@@ -550,7 +550,7 @@ pub(crate) fn definition<R: Runtime, F: KernelFloat>(
     )
 }
 
-/// Launch [`nelder_mead_kernel`] on `b` ([`FitBuffers`]) with the settings `p`.
+/// Launch [`nelder_mead_kernel()`] on `b` ([`FitBuffers`]) with the settings `p`.
 pub fn nelder_mead<R: Runtime, F: KernelFloat>(
     gpu: &Gpu<R>,
     b: &FitBuffers<'_, F>,

@@ -741,7 +741,7 @@ pub(crate) fn definition<R: Runtime, F: KernelFloat>(
     )
 }
 
-/// Launch [`start_kernel`] over the voxels of `b` (curves, setup, and `starts`, which
+/// Launch [`start_kernel()`] over the voxels of `b` (curves, setup, and `starts`, which
 /// receives [`CANDIDATES`] starts per voxel) with the search `s` and its `tables`.
 pub fn start_search<R: Runtime, F: KernelFloat>(
     gpu: &Gpu<R>,

@@ -434,7 +434,7 @@ pub struct MesiFitParams {
     pub tolerance: f32,
 }
 
-/// Launch [`mesi_fit_kernel`]: `k` holds `exposures.len() * pixels` contrasts
+/// Launch [`mesi_fit_kernel()`]: `k` holds `exposures.len() * pixels` contrasts
 /// (exposure-major), `out` `5 * pixels` values, `status` `pixels` words.
 pub fn mesi_fit<R: Runtime>(
     gpu: &Gpu<R>,

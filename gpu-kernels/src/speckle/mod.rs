@@ -1,7 +1,7 @@
 //! Laser speckle kernels, one file per kernel: [`spatial`] K over a square window and
 //! [`temporal`] (and spatio-temporal) K over a sliding frame window, both from the exact
-//! integer sums of [`sums`]; [`tau_c`] inversion and per-pixel [`mesi`] fits (f32) from the
-//! flow models of [`model`]. Shared constants live here, with the module's [`catalog`].
+//! integer sums of [`sums`]; [`mod@tau_c`] inversion and per-pixel [`mesi`] fits (f32) from the
+//! flow models of [`model`]. Shared constants live here, with the module's `catalog`.
 
 pub mod mesi;
 pub mod model;

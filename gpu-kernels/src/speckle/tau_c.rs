@@ -58,7 +58,7 @@ pub fn tau_c_kernel(
     }
 }
 
-/// Launch [`tau_c_kernel`] over `k.len()` pixels.
+/// Launch [`tau_c_kernel()`] over `k.len()` pixels.
 pub fn tau_c<R: Runtime>(
     gpu: &Gpu<R>,
     k: &GpuArray<f32>,

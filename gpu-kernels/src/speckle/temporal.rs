@@ -20,7 +20,7 @@ use gpu_runtime::{Error, Gpu, GpuArray, Result};
 /// `(2r + 1)^2` spatial window and `frames_n` consecutive frames, sliding along the stack
 /// with exact running sums (add the entering frame, subtract the leaving one).
 /// Output frame t covers input frames t..t + frames_n. Launched unchecked, as the spatial
-/// kernel is (see [`super::spatial::spatial_contrast_kernel`]).
+/// kernel is (see [`super::spatial::spatial_contrast_kernel()`]).
 // Fast division, as for the spatial kernel.
 #[cube(launch_unchecked, fast_math = FastMath::AllowReciprocal | FastMath::ReducedPrecision | FastMath::UnsignedZero | FastMath::NotInf)]
 pub fn temporal_contrast_kernel(

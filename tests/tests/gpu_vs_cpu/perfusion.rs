@@ -9,7 +9,7 @@
 //!   own tolerances (SSE within `tol_fun`, and for converged fits every parameter within
 //!   2 `tol_x`); at most 10% may part (H100: 1.6-3% after the near-zero floor) and at most 1%
 //!   (LM) or 10% (Nelder-Mead, from the searched start) may end elsewhere. Devices
-//!   without f64 (wgpu) skip this test, saying so.
+//!   without f64 (wgpu) skip this test (`biogpu_tests::skip`: ignored, and counted).
 //! - f32 (wgpu, and CUDA when asked): a different arithmetic, so a different path to the
 //!   same minimum. Where both converge the GPU's SSE is at most [`F32_SSE_LM`] (LM) or
 //!   [`F32_SSE_NM`] (Nelder-Mead, which stops where f32 can no longer rank the vertices)
@@ -259,11 +259,10 @@ biogpu_tests::gpu_test! {
 biogpu_tests::gpu_test! {
     fn f64_fits_match_the_cpu_to_1e_minus_6(device) {
         if !device.info().supports_f64 {
-            eprintln!(
-                "SKIPPED (no f64): f64_fits_match_the_cpu_to_1e_minus_6: {} has no f64 arithmetic; run on CUDA",
+            biogpu_tests::skip(format!(
+                "no f64: {} has no f64 arithmetic; run on CUDA",
                 device.info().id
-            );
-            return;
+            ));
         }
         let cases = [
             (Model::DualInput, 128, 512, Some(30.0)),

@@ -87,6 +87,8 @@ pub fn run<T: Send>(
     read: impl Fn(&Path) -> anyhow::Result<T> + Sync,
     mut process: impl FnMut(usize, &Path, T) -> anyhow::Result<()>,
 ) -> anyhow::Result<()> {
+    // Each output folder records its own input, not the batch's others.
+    crate::record::note_batch(inputs);
     let bar = ProgressBar::new(inputs.len() as u64).with_style(
         ProgressStyle::with_template("{bar:40} {pos}/{len} inputs, {per_sec}, eta {eta} {msg}")
             .expect("valid template"),

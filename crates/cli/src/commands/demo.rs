@@ -15,7 +15,7 @@ pub struct Args {
 type Demo = fn(&std::path::Path, &Device) -> anyhow::Result<bool>;
 
 pub fn run(args: &Args, device: &Device) -> anyhow::Result<()> {
-    println!("device: {device}");
+    crate::say!("device: {device}");
     self_check(device)?;
     speckle(args, device).context("speckle demo")?;
     let mut pending = Vec::new();
@@ -29,11 +29,25 @@ pub fn run(args: &Args, device: &Device) -> anyhow::Result<()> {
         }
     }
     if !pending.is_empty() {
-        println!(
+        crate::say!(
             "modalities not landed yet: {} (see README.md)",
             pending.join(", ")
         );
     }
+    write_provenance(&args.out)
+}
+
+/// `provenance.json` in the demo's folder (each run of the demo replaces its outputs).
+fn write_provenance(dir: &std::path::Path) -> anyhow::Result<()> {
+    let doc = crate::record::with_provenance(
+        serde_json::json!({ "demo": "every modality checked against the CPU", "outputs": dir }),
+        &[],
+    );
+    let path = dir.join("provenance.json");
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    std::fs::write(&path, serde_json::to_string_pretty(&doc)? + "\n")
+        .with_context(|| format!("writing {}", path.display()))?;
+    crate::record::summary_written(&doc);
     Ok(())
 }
 
@@ -50,7 +64,7 @@ fn self_check(device: &Device) -> anyhow::Result<()> {
         .collect();
     let want: f64 = x.iter().map(|&v| f64::from(2.0f32.mul_add(v, v))).sum();
     if !device.is_gpu() {
-        println!("self-check: CPU path only (sum of 2x + x over 1 Mi elements = {want:.3})");
+        crate::say!("self-check: CPU path only (sum of 2x + x over 1 Mi elements = {want:.3})");
         return Ok(());
     }
     let got = with_gpu!(device, |gpu| {
@@ -64,7 +78,7 @@ fn self_check(device: &Device) -> anyhow::Result<()> {
         err < 1e-5,
         "device self-check failed: GPU sum {got}, CPU sum {want}"
     );
-    println!(
+    crate::say!(
         "self-check: axpy + block sum of 1 Mi elements on {} matches the CPU (rel. diff {err:.1e})",
         device.info().id
     );

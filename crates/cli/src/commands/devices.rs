@@ -2,23 +2,20 @@
 
 use gpu_runtime::{Device, DeviceInfo, KernelCache};
 
+/// `--json` (global) prints the inventory as JSON instead of a table.
 #[derive(Debug, clap::Args)]
-pub struct Args {
-    /// Print JSON instead of a table.
-    #[arg(long)]
-    json: bool,
-}
+pub struct Args {}
 
-pub fn run(args: &Args) -> anyhow::Result<()> {
+pub fn run(_args: &Args) -> anyhow::Result<()> {
     let inv = Device::inventory();
     let cache = KernelCache::of_this_build();
-    if args.json {
+    if crate::record::json_mode() {
         let mut json = serde_json::to_value(&inv)?;
         json["kernel_cache"] = serde_json::json!({
             "dir": cache.dir.as_ref().map(|d| d.display().to_string()),
             "bytes": cache.bytes,
         });
-        println!("{}", serde_json::to_string_pretty(&json)?);
+        crate::record::set_result(json);
         return Ok(());
     }
     println!(

@@ -526,6 +526,7 @@ fn fit_one(
         let device = &choice.device;
         ran_on.clone_from(&device.info().id);
         let (set, info) = flim_core::run_method(&p, method, &opts, device)?;
+        crate::record::note_library(&info.provenance);
         let secs = info.elapsed.as_secs_f64();
         let write = tracing::debug_span!("write_outputs").entered();
         let (tau_name, tau) = &set.maps[0];
@@ -581,7 +582,7 @@ fn fit_one(
         let irf = write_irf(&out, &p, px)?;
         drop(write);
         let stats = map_stats(tau.view(), set.mask.view());
-        println!(
+        crate::say!(
             "{}{}x{} px, {} bins of {:.4} ns (range {}..{}): {} {} median {:.3} ns (IQR {:.3}-{:.3}) over {} pixels, {} masked, {} failed; {:.3} s on {}",
             if p.label.is_empty() {
                 String::new()
@@ -634,7 +635,7 @@ fn fit_one(
     )?;
     let shown = out.path().display().to_string();
     out.commit()?;
-    println!("outputs in {shown}");
+    crate::say!("outputs in {shown}");
     Ok(())
 }
 
@@ -734,6 +735,7 @@ fn run_phasor(a: &PhasorArgs, tuning: GpuTuning, device: &Device) -> anyhow::Res
         let device = &choice.device;
         ran_on.clone_from(&device.info().id);
         let (set, info) = flim_core::run_method(&p, flim_core::Method::Phasor, &phasor, device)?;
+        crate::record::note_library(&info.provenance);
         let secs = info.elapsed.as_secs_f64();
         rows.extend(write_set(&out, &p.label, &set, px)?);
         let g = set.get("g").expect("g");
@@ -759,7 +761,7 @@ fn run_phasor(a: &PhasorArgs, tuning: GpuTuning, device: &Device) -> anyhow::Res
         let irf = write_irf(&out, &p, px)?;
         let gs = map_stats(g.view(), set.mask.view());
         let ss = map_stats(s.view(), set.mask.view());
-        println!(
+        crate::say!(
             "{}phasor at {:.2} MHz (harmonic {}) over {}: median g {:.3}, s {:.3}, phase lifetime {:.3} ns; {} pixels plotted{}; {:.3} s on {}",
             if p.label.is_empty() {
                 String::new()
@@ -819,7 +821,7 @@ fn run_phasor(a: &PhasorArgs, tuning: GpuTuning, device: &Device) -> anyhow::Res
     )?;
     let shown = out.path().display().to_string();
     out.commit()?;
-    println!("outputs in {shown}");
+    crate::say!("outputs in {shown}");
     Ok(())
 }
 
@@ -920,7 +922,7 @@ fn run_convert(a: &ConvertArgs) -> anyhow::Result<()> {
             write_tiff(&path, &cube)?;
         }
         let (h, w) = cube.shape();
-        println!(
+        crate::say!(
             "{}: {w}x{h} px x {} bins of {:.5} ns ({}), period {:.4} ns, {:.0} photons",
             out.path().join(&name).display(),
             cube.bins(),
@@ -937,7 +939,7 @@ fn run_convert(a: &ConvertArgs) -> anyhow::Result<()> {
 /// analysed on `device`, checked against the CPU reference and the simulated truth; maps and
 /// lifetime images under `out/flim`.
 pub fn demo(out: &Path, device: &Device) -> anyhow::Result<bool> {
-    println!("{}", flim_core::sim::demo(out, device)?);
+    crate::say!("{}", flim_core::sim::demo(out, device)?);
     Ok(true)
 }
 

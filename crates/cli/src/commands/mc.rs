@@ -158,6 +158,14 @@ fn tuning() -> anyhow::Result<GpuTuning> {
 /// photons (`main` lets several through only for those).
 pub fn run(args: Args, devices: &[Device]) -> anyhow::Result<()> {
     match args.command {
+        // The example is the output; under `--json` it comes as `simulation` beside the
+        // provenance.
+        Command::Example if crate::record::json_mode() => {
+            crate::record::set_result(
+                serde_json::json!({ "simulation": serde_json::to_value(SimSpec::example())? }),
+            );
+            Ok(())
+        }
         Command::Example => {
             let text = serde_json::to_string_pretty(&SimSpec::example())?;
             let mut out = std::io::stdout().lock();
@@ -210,6 +218,7 @@ fn bench(a: &BenchArgs, devices: &[Device]) -> anyhow::Result<()> {
     let _ = ctrlc::set_handler(|| STOP.store(true, Ordering::Relaxed));
     let params = RunParams::new().with_tuning(tuning()?).with_stop(&STOP);
     let (r, info) = run_on(&sim, &params, devices)?;
+    crate::record::note_library(&info.provenance);
     let s = &r.summary;
     let threads = if gpu { None } else { Some(rayon_threads()) };
     let reference = problems::reference(&a.problem);
@@ -231,7 +240,17 @@ fn bench(a: &BenchArgs, devices: &[Device]) -> anyhow::Result<()> {
         out["photons_per_ms_per_thread"] = (s.photons_per_ms / t as f64).into();
         out["threads"] = t.into();
     }
-    println!("{}", serde_json::to_string_pretty(&out)?);
+    print_or_record(out)
+}
+
+/// A command's JSON answer: printed, or under `--json` kept for `main` to print with its
+/// provenance.
+fn print_or_record(value: serde_json::Value) -> anyhow::Result<()> {
+    if crate::record::json_mode() {
+        crate::record::set_result(value);
+    } else {
+        println!("{}", serde_json::to_string_pretty(&value)?);
+    }
     Ok(())
 }
 
@@ -273,8 +292,7 @@ fn mesh_info(a: &MeshArgs) -> anyhow::Result<()> {
         vtk::write_vtu(&out.file(name)?, m, &[])?;
         out.commit()?;
     }
-    println!("{}", serde_json::to_string_pretty(&info)?);
-    Ok(())
+    print_or_record(info)
 }
 
 /// The simulation file with the command line's overrides.
@@ -299,7 +317,7 @@ fn progress_bar(photons: u64) -> ProgressBar {
 }
 
 fn print_header(sim: &Simulation, on: &str) {
-    println!(
+    crate::say!(
         "{} tetrahedra, {} regions, {} sources, {} photons on {on}",
         sim.mesh.len(),
         sim.optics.materials.len(),
@@ -346,7 +364,7 @@ fn run_one(a: &RunArgs, devices: &[Device]) -> anyhow::Result<()> {
         return Ok(());
     }
     for note in &sim.notes {
-        println!("mesh: {note}");
+        crate::say!("mesh: {note}");
     }
     let out = OutDir::create(&a.out, a.force, &[&a.sim], results::file_names(&sim))?;
     // A second Ctrl-C while stopping falls through to the default (the handler is set once).
@@ -373,6 +391,7 @@ fn run_one(a: &RunArgs, devices: &[Device]) -> anyhow::Result<()> {
         .with_stop(&STOP)
         .with_progress(&progress);
     let (result, info) = run_on(&sim, &params, devices)?;
+    crate::record::note_library(&info.provenance);
     bar.finish_and_clear();
     let ran_on = (devices.len() > 1).then(|| format!("{} (photons split evenly)", info.device));
     finish(out, &sim, &result, ran_on)
@@ -393,7 +412,7 @@ fn run_sim_mpi(
     world.check_same(sim, device.is_gpu());
     let out = if root {
         for note in &sim.notes {
-            println!("mesh: {note}");
+            crate::say!("mesh: {note}");
         }
         Some(OutDir::create(
             &a.out,
@@ -425,6 +444,7 @@ fn run_sim_mpi(
         .with_progress(&progress);
     let start = std::time::Instant::now();
     let (part, info) = api::run_range(sim, &params, device, lo, hi - lo)?;
+    crate::record::note_library(&info.provenance);
     bar.finish_and_clear();
     let Some(tally) = world.reduce_tally(sim, part) else {
         return Ok(());
@@ -457,7 +477,7 @@ fn finish(
     let shown = out.path().display().to_string();
     out.commit()?;
     let s = &result.summary;
-    println!(
+    crate::say!(
         "{} photons in {:.3} s ({:.0} photons/ms): absorbed {:.4}, escaped {:.4}, roulette {:.2e}, time-limited {:.4}{}",
         s.photons,
         s.seconds,
@@ -473,35 +493,35 @@ fn finish(
         }
     );
     if s.specular > 0.0 {
-        println!(
+        crate::say!(
             "specular reflection at launch: {:.4} of the launched weight",
             s.specular
         );
     }
     let det = &result.tally.detectors;
     for (k, (count, w)) in det.count.iter().zip(&det.weight).enumerate() {
-        println!(
+        crate::say!(
             "detector {}: {count} photons, weight {:.4e} per launched photon",
             k + 1,
             w / s.photons.max(1) as f64
         );
     }
     if det.dropped > 0 {
-        println!(
+        crate::say!(
             "warning: {} detected photons not recorded (over outputs.detection.max_photons); detector totals include them",
             det.dropped
         );
     }
     if let Some(on) = ran_on {
-        println!("ran on {on}");
+        crate::say!("ran on {on}");
     }
-    println!("outputs in {shown}");
+    crate::say!("outputs in {shown}");
     Ok(())
 }
 
 /// `biogpu demo`'s Monte Carlo part (see `montecarlo_core::sim::demo`).
 pub fn demo(out: &Path, device: &Device) -> anyhow::Result<bool> {
-    println!("{}", montecarlo_core::sim::demo(out, &tuning()?, device)?);
+    crate::say!("{}", montecarlo_core::sim::demo(out, &tuning()?, device)?);
     Ok(true)
 }
 

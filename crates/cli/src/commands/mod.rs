@@ -5,6 +5,7 @@ pub mod demo;
 pub mod devices;
 pub mod flim;
 pub mod flim_fit;
+pub mod help_files;
 pub mod mc;
 #[cfg(feature = "mpi")]
 pub mod mc_mpi;

@@ -8,6 +8,11 @@
 //! [`OutDir::commit`] only when the run has succeeded; a run that fails drops its staging
 //! folder, so no partial or truncated file is left behind. A staging folder left by a killed
 //! run is removed by the next run in that folder.
+//!
+//! Every folder records how it was made ([`crate::record`]): its `summary.json` gets a
+//! `provenance` block when it is committed (version, commit, command line, parameters,
+//! device, inputs with SHA-256); a folder without a summary gets `provenance.json`, and a
+//! command that writes one named file gets `<file>.provenance.json` beside it.
 
 use anyhow::{Context, bail};
 use std::collections::BTreeSet;
@@ -21,6 +26,10 @@ pub struct OutDir {
     dir: PathBuf,
     staging: PathBuf,
     planned: BTreeSet<String>,
+    /// What the outputs were made from: the command's inputs and every path argument.
+    inputs: Vec<PathBuf>,
+    /// Where the provenance goes when there is no `summary.json` to hold it.
+    provenance_file: Option<String>,
     committed: bool,
 }
 
@@ -33,11 +42,15 @@ impl OutDir {
         inputs: &[&Path],
         planned: impl IntoIterator<Item = S>,
     ) -> anyhow::Result<Self> {
-        let planned: BTreeSet<String> = planned
+        let mut planned: BTreeSet<String> = planned
             .into_iter()
             .map(|s| s.as_ref().to_string())
             .collect();
+        let provenance_file = provenance_file(&planned);
+        planned.extend(provenance_file.clone());
         check_planned(dir, force, inputs, &planned)?;
+        let inputs = crate::record::inputs_of(dir, inputs);
+        crate::record::hash_inputs(&inputs);
         std::fs::create_dir_all(dir)
             .with_context(|| format!("creating output folder {}", dir.display()))?;
         remove_stale_staging(dir);
@@ -55,6 +68,8 @@ impl OutDir {
             dir: dir.to_path_buf(),
             staging,
             planned,
+            inputs,
+            provenance_file,
             committed: false,
         })
     }
@@ -93,8 +108,10 @@ impl OutDir {
             .with_context(|| format!("writing {}", self.dir.join(name).display()))
     }
 
-    /// Move every staged file into the output folder and remove the staging folder.
+    /// Record the provenance (in `summary.json`, or its own file), move every staged file
+    /// into the output folder and remove the staging folder.
     pub fn commit(mut self) -> anyhow::Result<()> {
+        self.write_provenance()?;
         let staged = staged_files(&self.staging)?;
         for name in &staged {
             if !self.planned.contains(name) {
@@ -117,6 +134,56 @@ impl OutDir {
         self.committed = true;
         std::fs::remove_dir_all(&self.staging)
             .with_context(|| format!("removing {}", self.staging.display()))
+    }
+}
+
+impl OutDir {
+    /// Stamp the staged `summary.json` with the run's provenance, or write the provenance
+    /// file; either document is what `--json` prints for this folder.
+    fn write_provenance(&self) -> anyhow::Result<()> {
+        let summary = self.staging.join("summary.json");
+        let (path, doc) = if let Some(name) = &self.provenance_file {
+            let outputs: Vec<String> = staged_files(&self.staging)?;
+            let doc = serde_json::json!({ "outputs": outputs });
+            (
+                self.staging.join(name),
+                crate::record::with_provenance(doc, &self.inputs),
+            )
+        } else if summary.is_file() {
+            let text = std::fs::read_to_string(&summary)
+                .with_context(|| format!("reading back {}", summary.display()))?;
+            let doc: serde_json::Value = serde_json::from_str(&text).with_context(|| {
+                format!(
+                    "internal error: {} is not JSON",
+                    self.dir.join("summary.json").display()
+                )
+            })?;
+            (summary, crate::record::with_provenance(doc, &self.inputs))
+        } else {
+            // summary.json was planned but not written (a run that writes it only on success).
+            return Ok(());
+        };
+        let name = path
+            .strip_prefix(&self.staging)
+            .unwrap_or(&path)
+            .display()
+            .to_string();
+        std::fs::write(&path, serde_json::to_string_pretty(&doc)? + "\n")
+            .with_context(|| format!("writing {}", self.dir.join(name).display()))?;
+        crate::record::summary_written(&doc);
+        Ok(())
+    }
+}
+
+/// The provenance file of a folder whose planned outputs hold no `summary.json`:
+/// `<file>.provenance.json` beside a single named file, else `provenance.json`.
+fn provenance_file(planned: &BTreeSet<String>) -> Option<String> {
+    if planned.contains("summary.json") {
+        return None;
+    }
+    match planned.iter().collect::<Vec<_>>().as_slice() {
+        [one] => Some(format!("{one}.provenance.json")),
+        _ => Some("provenance.json".into()),
     }
 }
 
@@ -278,8 +345,35 @@ mod tests {
         std::fs::write(out.file("sub/b.txt").unwrap(), "b").unwrap();
         assert!(!dir.join("a.txt").exists(), "nothing visible before commit");
         out.commit().unwrap();
-        assert_eq!(entries(&dir), ["a.txt", "sub"]);
+        // A folder without a summary.json records its provenance in its own file.
+        assert_eq!(entries(&dir), ["a.txt", "provenance.json", "sub"]);
         assert_eq!(std::fs::read_to_string(dir.join("sub/b.txt")).unwrap(), "b");
+        let record: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("provenance.json")).unwrap())
+                .unwrap();
+        assert_eq!(record["outputs"], serde_json::json!(["a.txt", "sub/b.txt"]));
+    }
+
+    /// One named file gets its provenance beside it; a summary.json gets it inside.
+    #[test]
+    fn provenance_goes_beside_one_file_or_into_the_summary() {
+        let dir = scratch("beside");
+        let out = OutDir::create(&dir, false, &[], ["beta.json"]).unwrap();
+        std::fs::write(out.file("beta.json").unwrap(), "{}").unwrap();
+        out.commit().unwrap();
+        assert_eq!(entries(&dir), ["beta.json", "beta.json.provenance.json"]);
+        let dir = scratch("summary");
+        let out = OutDir::create(&dir, false, &[], ["k.tif", "summary.json"]).unwrap();
+        std::fs::write(out.file("k.tif").unwrap(), "").unwrap();
+        out.write_json("summary.json", &serde_json::json!({"k_mean": 0.1}))
+            .unwrap();
+        out.commit().unwrap();
+        assert_eq!(entries(&dir), ["k.tif", "summary.json"]);
+        let summary: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap())
+                .unwrap();
+        assert_eq!(summary["k_mean"], 0.1);
+        assert!(summary.get("provenance").is_some(), "{summary}");
     }
 
     #[test]

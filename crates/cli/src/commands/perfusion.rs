@@ -12,7 +12,7 @@ use perfusion_core::io::{csv as pcsv, nifti as pnii, png as ppng};
 use perfusion_core::sim::{Simulation, synthetic_liver};
 use perfusion_core::{
     Control, DelayGrid, FitInput, FitParams, FitStatus, Fits, Flags, GpuTuning, Method, Model,
-    POOR_FIT_NOISE, Precision, StartSearch, finite_median, fit_with, predict,
+    POOR_FIT_NOISE, POORLY_DETERMINED_SE, Precision, StartSearch, finite_median, fit_with, predict,
 };
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -54,6 +54,10 @@ struct FitArgs {
     /// DICOM times come from the acquisition times; masks and T1 maps stay NIfTI on its grid.
     #[arg(long, conflicts_with = "curves", required_unless_present = "curves")]
     dce: Option<PathBuf>,
+    /// Which DICOM series to read where the --dce folder holds several: its number in the
+    /// list the error for such a folder prints (1, 2, ...) or its SeriesInstanceUID.
+    #[arg(long, requires = "dce")]
+    series: Option<String>,
     /// Voxels to fit (non-zero); default: every voxel.
     #[arg(long, requires = "dce")]
     mask: Option<PathBuf>,
@@ -153,8 +157,9 @@ struct FitArgs {
     #[arg(long)]
     plot: Vec<String>,
     /// Leave voxels out of the PNG overlays (anatomy shows through) unless their fit
-    /// converged without a quality flag (poor fit, at a bound, non-identifiable). The
-    /// NIfTI maps keep every voxel; status.nii.gz and flags.nii.gz mask them.
+    /// converged without a quality flag (poor fit, at a bound, non-identifiable, poorly
+    /// determined). The NIfTI maps keep every voxel; status.nii.gz and flags.nii.gz mask
+    /// them.
     #[arg(long)]
     hide_flagged: bool,
 }
@@ -208,10 +213,26 @@ pub fn run(args: Args, device: &Device) -> anyhow::Result<()> {
 }
 
 fn print_models() {
+    if crate::record::json_mode() {
+        let models: Vec<serde_json::Value> = Model::ALL
+            .iter()
+            .map(|m| {
+                serde_json::json!({
+                    "model": m.to_string(),
+                    "params": m.params().iter().map(|p| serde_json::json!({
+                        "name": p.name, "unit": p.unit, "lower": p.lower, "upper": p.upper,
+                        "start": p.start, "description": p.description,
+                    })).collect::<Vec<_>>(),
+                })
+            })
+            .collect();
+        crate::record::set_result(serde_json::json!({ "models": models }));
+        return;
+    }
     for m in Model::ALL {
-        println!("{m}");
+        crate::say!("{m}");
         for p in m.params() {
-            println!(
+            crate::say!(
                 "  {:<7} {:<12} [{}, {}] start {}  {}",
                 p.name,
                 if p.unit.is_empty() { "-" } else { p.unit },
@@ -314,7 +335,8 @@ fn conversion(a: &FitArgs) -> anyhow::Result<Conversion> {
         "none" => Conversion::None,
         "spgr" => {
             let header = match &a.dce {
-                Some(dce) => perfusion_core::io::input::dce_acquisition(dce)?.unwrap_or_default(),
+                Some(dce) => perfusion_core::io::input::dce_acquisition(dce, a.series.as_deref())?
+                    .unwrap_or_default(),
                 None => perfusion_core::io::dicom::Acquisition::default(),
             };
             let (flip, tr) = header.spgr_settings(a.flip_angle, a.tr);
@@ -344,6 +366,7 @@ fn input_spec(a: &FitArgs) -> anyhow::Result<InputSpec> {
     Ok(InputSpec {
         model: a.model,
         dce: a.dce.clone(),
+        series: a.series.clone(),
         mask: a.mask.clone(),
         curves: a.curves.clone(),
         aif: a.aif.clone(),
@@ -364,7 +387,7 @@ fn run_fit(a: &FitArgs, device: &Device) -> anyhow::Result<()> {
     let opts = options(a)?;
     let job = load(&input_spec(a)?)?;
     let inputs: Vec<&Path> = job.inputs.iter().map(PathBuf::as_path).collect();
-    let out = OutDir::create(&a.out, a.force, &inputs, fit_outputs(a, &job, opts.model)?)?;
+    let out = OutDir::create(&a.out, a.force, &inputs, fit_outputs(a, &job, &opts)?)?;
     let n = job.curves.nrows();
     let _ = ctrlc::set_handler(|| STOP.store(true, Ordering::Relaxed));
     let bar = ProgressBar::new(n as u64).with_style(
@@ -381,7 +404,7 @@ fn run_fit(a: &FitArgs, device: &Device) -> anyhow::Result<()> {
         perfusion_core::job_estimate(n, job.problem.len(), opts.method),
     );
     let device = &choice.device;
-    println!(
+    crate::say!(
         "{} voxels x {} time points, {} model, {} on {device}",
         n,
         job.problem.len(),
@@ -396,7 +419,7 @@ fn run_fit(a: &FitArgs, device: &Device) -> anyhow::Result<()> {
     let (fits, info) = fit_with(input, &opts, device, &control)?;
     let secs = t0.elapsed().as_secs_f64();
     bar.finish_and_clear();
-    write_fit_outputs(&out, a, &job, &fits)?;
+    write_fit_outputs(&out, a, &job, &opts, &fits)?;
     let counts = fits.status_counts();
     let flagged = fits.flag_counts();
     let summary = serde_json::json!({
@@ -407,6 +430,10 @@ fn run_fit(a: &FitArgs, device: &Device) -> anyhow::Result<()> {
         "median": opts.model.params().iter().enumerate().map(|(i, p)| {
             (p.name.to_string(), serde_json::json!(finite_median(fits.params.row(i).iter().copied())))
         }).collect::<serde_json::Map<_, _>>(),
+        "median_se": opts.model.params().iter().enumerate().map(|(i, p)| {
+            (p.name.to_string(), serde_json::json!(finite_median(fits.se.row(i).iter().copied())))
+        }).collect::<serde_json::Map<_, _>>(),
+        "poorly_determined_se": POORLY_DETERMINED_SE,
         "units": opts.model.params().iter().map(|p| (p.name.to_string(), serde_json::json!(p.unit))).collect::<serde_json::Map<_, _>>(),
         "options": {
             "start": opts.start, "lower": opts.lower, "upper": opts.upper, "fixed": opts.fixed,
@@ -417,7 +444,7 @@ fn run_fit(a: &FitArgs, device: &Device) -> anyhow::Result<()> {
     out.write_json("summary.json", &summary)?;
     let shown = out.path().display().to_string();
     out.commit()?;
-    println!(
+    crate::say!(
         "{n} voxels in {secs:.3} s ({:.0} voxels/s, {} {}): {} converged, {} at a bound, {} max iterations, {} invalid input, {} failed{}",
         n as f64 / secs,
         info.device,
@@ -434,18 +461,23 @@ fn run_fit(a: &FitArgs, device: &Device) -> anyhow::Result<()> {
         }
     );
     if flagged.iter().any(|&c| c > 0) {
-        println!(
-            "flags: {} poor fit (R^2 < 0 or residual > {POOR_FIT_NOISE} x noise), {} at a bound, {} non-identifiable (flags.nii.gz / results.csv; --hide-flagged hides them in the PNGs)",
-            flagged[0], flagged[1], flagged[2]
+        crate::say!(
+            "flags: {} poor fit (R^2 < 0 or residual > {POOR_FIT_NOISE} x noise), {} at a bound, {} non-identifiable, {} poorly determined (a rate or volume's standard error > {:.0}% of it, or J^T J singular) (flags.nii.gz / results.csv; --hide-flagged hides them in the PNGs)",
+            flagged[0],
+            flagged[1],
+            flagged[2],
+            flagged[3],
+            100.0 * POORLY_DETERMINED_SE
         );
     }
-    println!("outputs in {shown}");
+    crate::say!("outputs in {shown}");
     Ok(())
 }
 
 /// Every file `fit` writes, after checking the options that name them (`--slice`, `--plot`),
 /// so that neither can fail after the fit.
-fn fit_outputs(a: &FitArgs, job: &Job, model: Model) -> anyhow::Result<Vec<String>> {
+fn fit_outputs(a: &FitArgs, job: &Job, opts: &FitParams) -> anyhow::Result<Vec<String>> {
+    let model = opts.model;
     let mut files = vec!["summary.json".to_string()];
     match &job.volume {
         Some(VolumeGrid { shape, .. }) => {
@@ -459,6 +491,11 @@ fn fit_outputs(a: &FitArgs, job: &Job, model: Model) -> anyhow::Result<Vec<Strin
             for name in names {
                 files.push(format!("{name}.nii.gz"));
                 files.push(format!("{name}_z{z}.png"));
+            }
+            for (p, &fixed) in model.params().iter().zip(&opts.fixed) {
+                if !fixed {
+                    files.push(format!("{}_se.nii.gz", p.name));
+                }
             }
             files.extend([
                 "iterations.nii.gz".into(),
@@ -491,7 +528,13 @@ fn plot_name(spec: &str) -> String {
     spec.trim().replace([',', '/', '\\', ' '], "_")
 }
 
-fn write_fit_outputs(out: &OutDir, a: &FitArgs, job: &Job, fits: &Fits) -> anyhow::Result<()> {
+fn write_fit_outputs(
+    out: &OutDir,
+    a: &FitArgs,
+    job: &Job,
+    opts: &FitParams,
+    fits: &Fits,
+) -> anyhow::Result<()> {
     let model = fits.model;
     match &job.volume {
         Some(VolumeGrid {
@@ -528,6 +571,17 @@ fn write_fit_outputs(out: &OutDir, a: &FitArgs, job: &Job, fits: &Fits) -> anyho
                         mean.index_axis(Axis(2), z),
                         drawn.index_axis(Axis(2), z),
                         None,
+                    )?;
+                }
+            }
+            // Standard errors of the free parameters (a fixed one has none).
+            for (i, (p, &fixed)) in model.params().iter().zip(&opts.fixed).enumerate() {
+                if !fixed {
+                    let map = pnii::scatter(fits.se.row(i), index, *shape);
+                    pnii::write_map(
+                        &out.file(&format!("{}_se.nii.gz", p.name))?,
+                        map.view(),
+                        header,
                     )?;
                 }
             }
@@ -628,14 +682,14 @@ fn run_simulate(a: &SimArgs) -> anyhow::Result<()> {
         }
         write_inputs(&out, &liver.times, &liver.arterial, Some(&liver.portal))?;
         out.commit()?;
-        println!(
+        crate::say!(
             "synthetic liver 48x40x4, {} frames over 120 s, {} voxels, CNR {}: dce.nii.gz, mask.nii.gz, inputs.csv, truth_*.nii.gz in {}",
             a.nt,
             liver.mask.iter().filter(|&&m| m).count(),
             a.cnr.map_or("inf".into(), |c| c.to_string()),
             shown
         );
-        println!(
+        crate::say!(
             "fit it with: biogpu perfusion fit --dce {shown}/dce.nii.gz --mask {shown}/mask.nii.gz --aif {shown}/inputs.csv:aif --pv {shown}/inputs.csv:pv",
         );
         return Ok(());
@@ -671,11 +725,13 @@ fn run_simulate(a: &SimArgs) -> anyhow::Result<()> {
         }),
     )?;
     out.commit()?;
-    println!(
+    crate::say!(
         "{} curves of the {} model, {} points over 120 s: curves.csv, inputs.csv, truth.json in {shown}",
-        a.voxels, a.model, a.nt,
+        a.voxels,
+        a.model,
+        a.nt,
     );
-    println!(
+    crate::say!(
         "fit them with: biogpu perfusion fit --model {} --curves {1}/curves.csv --aif {1}/inputs.csv:aif{2}",
         a.model,
         shown,
@@ -700,6 +756,6 @@ fn write_inputs(out: &OutDir, t: &[f64], aif: &[f64], pv: Option<&[f64]>) -> any
 /// This modality's part of `biogpu demo` (`perfusion_core::sim::demo`): the built-in
 /// synthetic liver fitted on `device`, checked against the CPU and the true parameters.
 pub fn demo(out: &Path, device: &Device) -> anyhow::Result<bool> {
-    println!("{}", perfusion_core::sim::demo(out, device)?);
+    crate::say!("{}", perfusion_core::sim::demo(out, device)?);
     Ok(true)
 }

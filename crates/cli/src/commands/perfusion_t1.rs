@@ -174,7 +174,7 @@ pub fn run(a: &T1mapArgs) -> anyhow::Result<()> {
     out.write_json("summary.json", &summary(a, &vfa, &maps, secs))?;
     let shown = out.path().display().to_string();
     out.commit()?;
-    println!(
+    crate::say!(
         "{} voxels in {secs:.3} s: {} ok, {} out of range, {} invalid input, {} failed; median T1 {} s",
         index.len(),
         counts[0],
@@ -183,7 +183,7 @@ pub fn run(a: &T1mapArgs) -> anyhow::Result<()> {
         counts[3],
         finite_median(ok_values(&maps, &maps.t1_s)).map_or("-".into(), |m| format!("{m:.3}")),
     );
-    println!("outputs in {shown}");
+    crate::say!("outputs in {shown}");
     Ok(())
 }
 

@@ -238,7 +238,7 @@ struct RoiArgs {
 
 /// The speckle part of `biogpu demo`: prints the library demo's report.
 pub fn demo(out: &Path, device: &Device) -> anyhow::Result<bool> {
-    println!("{}", speckle_core::sim::demo(out, device)?);
+    crate::say!("{}", speckle_core::sim::demo(out, device)?);
     Ok(true)
 }
 
@@ -355,7 +355,7 @@ fn contrast_with_progress(
         bar.inc((end - start) as u64);
     }
     bar.finish_and_clear();
-    let info = parts[0].1;
+    let info = parts[0].1.clone();
     let maps: Vec<ContrastMaps> = parts.into_iter().map(|(m, _)| m).collect();
     let maps = ContrastMaps::concat(&maps)?.expect("at least one batch");
     Ok((maps, info))
@@ -520,6 +520,9 @@ fn run_contrast(a: &ContrastArgs, device: &Device) -> anyhow::Result<()> {
     )
 }
 
+/// The arithmetic of integer frames' contrast (as `speckle_core::contrast` records it).
+const INTEGER_SUMS: &str = "exact integer window sums, f32 maps";
+
 /// `speckle contrast` of the one input `a.input.path` into `a.output.out`.
 fn contrast_one(a: &ContrastArgs, device: &Device) -> anyhow::Result<()> {
     let temporal = a.contrast.mode != Mode::Spatial;
@@ -570,11 +573,26 @@ fn contrast_one(a: &ContrastArgs, device: &Device) -> anyhow::Result<()> {
     let out_frames = if temporal { f - p.frames + 1 } else { f };
     stream::keep_frame_buffers_in_the_heap();
     let t0 = Instant::now();
+    let started = std::time::SystemTime::now();
     let writer = stream::Writer::new(&out, &a.output, out_frames, p.exposure_s.is_some());
     let (_, totals) = stream::run_with_writer(writer, |recycle, sink| {
         stream::compute(first, source, dark.as_ref(), &p, device, recycle, sink)
     })?;
     let secs = t0.elapsed().as_secs_f64();
+    // Integer frames: exact window sums on either path; dark-subtracted or float frames
+    // run on the CPU in f32 frames.
+    let (ran_on, precision) = if backend == gpu_runtime::Backend::Cpu {
+        let float = dark.is_some() || dtype == "f32";
+        let precision = if float {
+            "f32 frames, CPU window sums"
+        } else {
+            INTEGER_SUMS
+        };
+        (Device::cpu(), precision)
+    } else {
+        (device.clone(), INTEGER_SUMS)
+    };
+    crate::record::note_library(&gpu_runtime::Provenance::new(&ran_on, precision, started));
     let summary = serde_json::json!({
         "input": a.input.path, "frames": f, "width": w, "height": h, "dtype": dtype,
         "border": format!("{:?}", p.border).to_lowercase(), "exposure_s": p.exposure_s, "device": device.info().id,
@@ -587,7 +605,7 @@ fn contrast_one(a: &ContrastArgs, device: &Device) -> anyhow::Result<()> {
     out.write_json("summary.json", &merge(summary, summary_mode(&p)))?;
     let shown = out.path().display().to_string();
     out.commit()?;
-    println!(
+    crate::say!(
         "{} frame(s) {w}x{h} -> K{} on {} in {:.3} s; outputs in {}",
         f,
         if p.exposure_s.is_some() { " + SFI" } else { "" },
@@ -737,6 +755,7 @@ fn run_flow(a: &FlowArgs, device: &Device) -> anyhow::Result<()> {
         &FlowParams::new(exposure, beta).with_model(model),
         device,
     )?;
+    crate::record::note_library(&finfo.provenance);
     let tau_s = if a.keep_flagged {
         tau.tau_c.clone()
     } else {
@@ -772,7 +791,7 @@ fn run_flow(a: &FlowArgs, device: &Device) -> anyhow::Result<()> {
     out.write_json("summary.json", &merge(summary, summary_mode(&p)))?;
     let shown = out.path().display().to_string();
     out.commit()?;
-    println!(
+    crate::say!(
         "tau_c map ({model:?} model, beta {beta:.4}) written to {shown}; flagged pixels: {} \
          K^2 >= beta ({:.2}%, no motion or beta too low), {} K = 0, {} undefined{}",
         finfo.no_motion,
@@ -813,14 +832,15 @@ fn run_calibrate(a: &CalibrateArgs, device: &Device) -> anyhow::Result<()> {
     if let Some(r) = &a.roi {
         cp = cp.with_region(r.clone());
     }
-    let (mut cal, _) = calibrate(&stack, &cp, device)?;
+    let (mut cal, cinfo) = calibrate(&stack, &cp, device)?;
+    crate::record::note_library(&cinfo.provenance);
     cal.bit_depth = camera.bit_depth;
     for w in &cal.warnings {
         eprintln!("warning: {w}");
     }
     cal.write(&out.file(name)?)?;
     out.commit()?;
-    println!(
+    crate::say!(
         "beta {:.4} (sd {:.4} over {} pixels, {}x{} window) written to {}",
         cal.beta,
         cal.beta_sd,
@@ -874,6 +894,7 @@ fn run_mesi(a: &MesiArgs, device: &Device) -> anyhow::Result<()> {
         exposures_s: &a.exposures,
     };
     let (fit, info) = mesi(input, &opts, device)?;
+    crate::record::note_library(&info.provenance);
     let residual = fit.residual_rms(a.exposures.len());
     let shown_fit = if a.keep_failed {
         fit.clone()
@@ -920,7 +941,7 @@ fn run_mesi(a: &MesiArgs, device: &Device) -> anyhow::Result<()> {
     }))?;
     let shown = out.path().display().to_string();
     out.commit()?;
-    println!(
+    crate::say!(
         "MESI fit: {}/{total} pixels converged ({:.1}%; {} max iterations, {} failed, {} invalid \
          input, {} poor fit){}; maps in {shown}",
         counts[0],
@@ -950,7 +971,8 @@ fn run_roi(a: &RoiArgs, device: &Device) -> anyhow::Result<()> {
         &[&a.input.path],
         ["roi.csv", "roi.png"],
     )?;
-    let (r, _) = contrast_with_progress(&stack, &p, device)?;
+    let (r, cinfo) = contrast_with_progress(&stack, &p, device)?;
+    crate::record::note_library(&cinfo.provenance);
     let maps = if a.sfi {
         r.sfi.as_ref().expect("requested")
     } else {
@@ -962,7 +984,7 @@ fn run_roi(a: &RoiArgs, device: &Device) -> anyhow::Result<()> {
     table.write_plot_png(out.file("roi.png")?, if a.sfi { "SFI (1/s)" } else { "K" })?;
     let shown = out.path().join("roi.csv").display().to_string();
     out.commit()?;
-    println!(
+    crate::say!(
         "ROI time courses for {} region(s) over {} frame(s): {shown}",
         a.rois.len(),
         maps.dim().0,

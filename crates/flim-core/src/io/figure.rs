@@ -303,7 +303,8 @@ pub(crate) fn write_imagej_tiff(
         let dir = image.encoder();
         dir.write_tag(Tag::ImageDescription, description.as_str())
             .map_err(tiff_err)?;
-        dir.write_tag(Tag::Software, "biogpu").map_err(tiff_err)?;
+        dir.write_tag(Tag::Software, imaging_io::software_note())
+            .map_err(tiff_err)?;
         dir.write_tag(Tag::Unknown(50838), &counts[..])
             .map_err(tiff_err)?;
         dir.write_tag(Tag::Unknown(50839), &private[..])

@@ -3,8 +3,8 @@
 //! streaming) and `.phu` histograms, multi-page TIFF (time bins as pages) and NumPy `.npy`.
 //!
 //! Every reader returns a [`Recording`]: one [`Image`] per data block, frame and channel, each
-//! a cube of the stored count type ([`AnyCube`]), kept apart (never flattened), with the
-//! facts from the file's header. Bad input gives [`Error::Format`] naming the file, the part
+//! a cube of the stored count type ([`AnyCube`](crate::AnyCube)), kept apart (never flattened), with the
+//! facts from the file's header. Bad input gives [`Error::Format`](crate::Error::Format) naming the file, the part
 //! (block, record, tag, page) and the byte offset where it went wrong.
 //!
 //! ```

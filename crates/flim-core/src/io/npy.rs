@@ -109,8 +109,8 @@ pub(crate) fn check_header(path: &Path) -> Result<NpyHeader> {
 }
 
 /// Read a 3-D (y, x, bin) or 4-D (frame, y, x, bin) `.npy` of counts in bins `bin_ns` wide.
-/// The header is checked first ([`MAX_NPY_HEADER`]; the shape against the bytes present;
-/// every axis nonzero; at most [`MAX_BINS`] bins).
+/// The header is checked first (`MAX_NPY_HEADER`; the shape against the bytes present;
+/// every axis nonzero; at most `MAX_BINS` bins).
 pub fn read_npy(path: &Path, bin_ns: f64) -> Result<Recording> {
     // The header names the type; try the supported ones in turn.
     fn attempt<T: ReadableElement + Count>(

@@ -249,8 +249,8 @@ fn lifetime_marks(omega: f64) -> Vec<f64> {
 
 /// Draw the phasor plot: a 2-D histogram of (g, s) over the valid pixels (colour by
 /// log count), the universal semicircle, and marks of single-exponential lifetimes (ns) at
-/// the angular frequency `omega` (rad/ns; [`lifetime_marks`]), captioned with its frequency. Returns the number of pixels plotted. The axes
-/// fit the data ([`phasor_axes`]).
+/// the angular frequency `omega` (rad/ns; `lifetime_marks`), captioned with its frequency. Returns the number of pixels plotted. The axes
+/// fit the data (`phasor_axes`).
 pub fn write_phasor_png(
     path: &Path,
     g: ArrayView2<'_, f32>,

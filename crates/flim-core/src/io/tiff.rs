@@ -299,7 +299,7 @@ impl PageSample for u16 {
         h: u32,
         d: &[Self],
     ) -> ::tiff::TiffResult<()> {
-        e.write_image::<colortype::Gray16>(w, h, d)
+        stamped::<colortype::Gray16, _>(e, w, h, d)
     }
 }
 
@@ -310,7 +310,7 @@ impl PageSample for u32 {
         h: u32,
         d: &[Self],
     ) -> ::tiff::TiffResult<()> {
-        e.write_image::<colortype::Gray32>(w, h, d)
+        stamped::<colortype::Gray32, _>(e, w, h, d)
     }
 }
 
@@ -321,8 +321,25 @@ impl PageSample for f32 {
         h: u32,
         d: &[Self],
     ) -> ::tiff::TiffResult<()> {
-        e.write_image::<colortype::Gray32Float>(w, h, d)
+        stamped::<colortype::Gray32Float, _>(e, w, h, d)
     }
+}
+
+/// One page with biogpu's note in its `Software` tag ([`imaging_io::software_note`]).
+fn stamped<C: colortype::ColorType, W: std::io::Write + std::io::Seek>(
+    e: &mut TiffEncoder<W>,
+    w: u32,
+    h: u32,
+    d: &[C::Inner],
+) -> ::tiff::TiffResult<()>
+where
+    [C::Inner]: ::tiff::encoder::TiffValue,
+{
+    let mut image = e.new_image::<C>(w, h)?;
+    image
+        .encoder()
+        .write_tag(::tiff::tags::Tag::Software, imaging_io::software_note())?;
+    image.write_data(d)
 }
 
 fn write_page<T: PageSample, W: std::io::Write + std::io::Seek>(

@@ -1,7 +1,7 @@
 //! Iterative lifetime fits, what both paths share: mono-, bi- and tri-exponential decays
 //! with an offset, as a tail fit or by reconvolution with an instrument response (IRF) with
 //! a fitted shift; Neyman or Pearson weighted least squares or Poisson maximum likelihood,
-//! per pixel ([`fit`](crate::fit), [`fit_decay`](crate::fit_decay)) or with lifetimes shared
+//! per pixel ([`fit`](crate::fit()), [`fit_decay`](crate::fit_decay)) or with lifetimes shared
 //! over segments ([`fit_global`](crate::fit_global)).
 //!
 //! The model and its exact bin-domain reconvolution are in [`fit_model`](super::fit_model);
@@ -109,7 +109,7 @@ pub enum FitStatus {
     Failed = 2,
 }
 
-/// Settings of [`fit`](crate::fit) (builder style).
+/// Settings of [`fit`](crate::fit()) (builder style).
 #[derive(Debug, Clone, PartialEq)]
 pub struct FitOptions {
     model: Model,
@@ -316,7 +316,7 @@ impl FitOptions {
     }
 }
 
-/// Per-pixel results of [`fit`]: lifetimes sorted shortest first; NaN where masked.
+/// Per-pixel results of [`fit`](crate::fit()): lifetimes sorted shortest first; NaN where masked.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FitMaps {
     /// Photons in the fit range.

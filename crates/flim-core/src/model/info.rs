@@ -13,4 +13,6 @@ pub struct RunInfo {
     pub pixels: usize,
     /// Wall time of the call, transfers included.
     pub elapsed: std::time::Duration,
+    /// The record to keep with the maps: library, device, precision, start time.
+    pub provenance: gpu_runtime::Provenance,
 }

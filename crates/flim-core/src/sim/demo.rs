@@ -84,7 +84,7 @@ fn check(ok: bool, why: impl FnOnce() -> String) -> Result<()> {
 
 /// Run the demo on `device`, writing maps and images under `out/flim`: the paper's phantom
 /// (vertical bars of 2, 2.5, 3 and 4 ns, Poisson noise) analysed on `device` and checked
-/// against the CPU reference and the simulated truth, then [`demo_fit`]'s FRET phantom.
+/// against the CPU reference and the simulated truth, then `demo_fit`'s FRET phantom.
 pub fn demo(out: &Path, device: &Device) -> Result<DemoReport> {
     let taus = [2.0, 2.5, 3.0, 4.0];
     let (h, w, bins, bin_ns, photons) = (64, 128, 256, 0.05, 5_000.0);

@@ -10,7 +10,7 @@ use crate::model::tally::McResult;
 use std::fmt::Write as _;
 use std::path::Path;
 
-/// The files [`write`] writes for `sim`, in the order it writes them (so a caller can
+/// The files [`write()`] writes for `sim`, in the order it writes them (so a caller can
 /// check each name before anything is written).
 pub fn file_names(sim: &Simulation) -> Vec<&'static str> {
     let mut names = vec!["summary.json"];

@@ -100,7 +100,7 @@ pub enum MaterialsSpec {
 #[serde(deny_unknown_fields)]
 pub struct SimSpec {
     pub mesh: MeshSpec,
-    /// Region i+1 uses materials[i].
+    /// Region i+1 uses `materials[i]`.
     pub materials: MaterialsSpec,
     /// Index outside the mesh. Default: 1.0 with inline materials, the `.opt` file's outside
     /// index with materials from a TIM-OS `.opt` file; when given, it is used in both cases (it

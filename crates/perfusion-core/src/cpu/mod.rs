@@ -6,6 +6,8 @@ mod fit;
 mod levenberg_marquardt;
 mod nelder_mead;
 mod start;
+mod uncertainty;
 
 pub(crate) use conv::{Sampler, predict};
 pub(crate) use fit::{fit, mean_evaluations};
+pub(crate) use uncertainty::{LANES, Scratch, SePlan, StdErrors, standard_errors};

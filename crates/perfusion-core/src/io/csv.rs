@@ -211,8 +211,9 @@ pub fn write_columns(path: &Path, names: &[&str], columns: &[&[f64]]) -> Result<
     w.flush().map_err(|e| err(e.to_string()))
 }
 
-/// One row per curve: name, parameters, SSE, R^2, iterations, status, quality flags (the
-/// names of the [`Flags`](crate::Flags) set, `+`-joined, empty for none).
+/// One row per curve: name, parameters, their standard errors (`<name>_se`, same units;
+/// NaN for fixed parameters, see [`Fits::se`]), SSE, R^2, iterations, status, quality flags
+/// (the names of the [`Flags`](crate::Flags) set, `+`-joined, empty for none).
 pub fn write_fits(path: &Path, names: &[String], fits: &Fits) -> Result<()> {
     let err = |e: csv::Error| Error::File {
         path: path.to_path_buf(),
@@ -227,12 +228,22 @@ pub fn write_fits(path: &Path, names: &[String], fits: &Fits) -> Result<()> {
             format!("{} ({})", p.name, p.unit)
         });
     }
+    for p in fits.model.params() {
+        header.push(if p.unit.is_empty() {
+            format!("{}_se", p.name)
+        } else {
+            format!("{}_se ({})", p.name, p.unit)
+        });
+    }
     header.extend(["sse", "r2", "iterations", "status", "flags"].map(String::from));
     w.write_record(&header).map_err(err)?;
     for (v, name) in names.iter().enumerate() {
         let mut row = vec![name.clone()];
         for p in 0..fits.model.n_params() {
             row.push(format!("{}", fits.params[[p, v]]));
+        }
+        for p in 0..fits.model.n_params() {
+            row.push(format!("{}", fits.se[[p, v]]));
         }
         row.push(format!("{}", fits.sse[v]));
         row.push(format!("{}", fits.r2[v]));

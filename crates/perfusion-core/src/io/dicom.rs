@@ -218,7 +218,12 @@ pub fn read_series_choice(path: &Path, choice: Option<&str>) -> Result<DicomSeri
 /// The acquisition parameters of the series [`read_series`] would read, from the headers
 /// alone (the pixel data are not read), with the same checks of the series' layout.
 pub fn read_acquisition(path: &Path) -> Result<Acquisition> {
-    Ok(plan(path, None)?.acquisition)
+    read_acquisition_choice(path, None)
+}
+
+/// [`read_acquisition`] of the series `choice` names, as [`read_series_choice`] takes it.
+pub fn read_acquisition_choice(path: &Path, choice: Option<&str>) -> Result<Acquisition> {
+    Ok(plan(path, choice)?.acquisition)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -676,7 +681,8 @@ fn several_series(list: &[(String, Vec<Image>)], choice: Option<&str>) -> String
         Some(c) => format!("no series `{c}` among the {} series here:", list.len()),
         None => format!(
             "{} DICOM series in this folder; point at the folder of one series (or at one of its \
-             files):",
+             files), or choose one by its number or SeriesInstanceUID below (`biogpu perfusion \
+             fit --series`; `read_series_choice`):",
             list.len()
         ),
     };

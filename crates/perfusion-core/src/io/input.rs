@@ -23,6 +23,10 @@ pub struct InputSpec {
     /// DCE series (`--dce`): a 4-D NIfTI file (x, y, z, time), or DICOM: a folder of one
     /// series' files (read recursively) or one file of the series; else `curves`.
     pub dce: Option<PathBuf>,
+    /// Which of several DICOM series under `dce` to read (`--series`): its number in the
+    /// list that the error for a folder of several series gives (1, 2, ...) or its
+    /// SeriesInstanceUID ([`dicom::read_series_choice`]); refused for a NIfTI series.
+    pub series: Option<String>,
     /// Voxels of the series to fit (non-zero) (`--mask`); default every voxel.
     pub mask: Option<PathBuf>,
     /// CSV of curves, one column per curve, optional `time` column (`--curves`).
@@ -42,11 +46,13 @@ pub struct InputSpec {
     pub hematocrit: Option<f64>,
     /// Signal to concentration of tissue curves and ROI inputs (`--convert`).
     pub conversion: Conversion,
-    /// Pre-contrast T1 (s) (`--t10`) or T1 map on the series' grid (`--t1-map`).
+    /// Pre-contrast T1 (s) (`--t10`) or T1 map on the series' grid (`--t1-map`), for the
+    /// tissue voxels and, voxel by voxel, for ROI inputs (default 1 s).
     pub t10: Option<f64>,
     pub t1_map: Option<PathBuf>,
     /// Relative flip angle (actual / nominal) on the series' grid, for spgr (`--b1-map`):
-    /// each tissue voxel converted with its actual angle (ROI inputs keep the nominal one).
+    /// each tissue voxel, and each voxel of an ROI input before the ROI's mean, converted
+    /// with its actual angle.
     pub b1_map: Option<PathBuf>,
 }
 
@@ -135,21 +141,41 @@ fn read_mask(path: &Path) -> Result<(Array3<bool>, pnii::NiftiHeader)> {
 /// A DCE series read from `path`: NIfTI, or DICOM where [`dicom::is_dicom`] says so; with
 /// the frame times of a DICOM series (a NIfTI series gives its frame interval in its
 /// header) and its acquisition parameters.
-fn read_dce(path: &Path) -> Result<(pnii::Series, Option<Vec<f64>>, Option<Acquisition>)> {
+fn read_dce(
+    path: &Path,
+    series: Option<&str>,
+) -> Result<(pnii::Series, Option<Vec<f64>>, Option<Acquisition>)> {
     if dicom::is_dicom(path) {
-        let d = dicom::read_series(path)?;
+        let d = dicom::read_series_choice(path, series)?;
         return Ok((d.series, Some(d.times), Some(d.acquisition)));
     }
+    no_series_for_nifti(path, series)?;
     Ok((pnii::read_series(path)?, None, None))
 }
 
-/// The acquisition parameters in the headers of a DICOM series at `dce` (read without the
-/// pixel data, so that the options of a conversion can be settled before [`load`]); `None`
-/// for a NIfTI series, which has none.
-pub fn dce_acquisition(dce: &Path) -> Result<Option<Acquisition>> {
+/// `--series` names one of several DICOM series; a NIfTI file holds one.
+fn no_series_for_nifti(path: &Path, series: Option<&str>) -> Result<()> {
+    match series {
+        Some(s) => Err(Error::File {
+            path: path.to_path_buf(),
+            why: format!(
+                "--series {s} chooses among the DICOM series of a folder; this is a NIfTI file, \
+                 which holds one series"
+            ),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// The acquisition parameters in the headers of the DICOM series at `dce` (the one `series`
+/// chooses where the folder holds several; read without the pixel data, so that the
+/// options of a conversion can be settled before [`load`]); `None` for a NIfTI series,
+/// which has none.
+pub fn dce_acquisition(dce: &Path, series: Option<&str>) -> Result<Option<Acquisition>> {
     if dicom::is_dicom(dce) {
-        dicom::read_acquisition(dce).map(Some)
+        dicom::read_acquisition_choice(dce, series).map(Some)
     } else {
+        no_series_for_nifti(dce, series)?;
         Ok(None)
     }
 }
@@ -266,7 +292,7 @@ pub fn load(a: &InputSpec) -> Result<Job> {
     let mut acquisition = None;
     let (curves, names, file_times, volume, series) = if let Some(path) = &a.dce {
         inputs.push(path.clone());
-        let (s, dicom_times, acq) = read_dce(path)?;
+        let (s, dicom_times, acq) = read_dce(path, a.series.as_deref())?;
         acquisition = acq;
         let (nx, ny, nz, _) = s.data.dim();
         let mask = match &a.mask {
@@ -383,8 +409,9 @@ pub fn load(a: &InputSpec) -> Result<Job> {
     } else {
         file_times.ok_or_else(|| input(format!("no time vector for {tissue}: give --dt SECONDS or --times FILE (the NIfTI header has no frame interval, or the CSV no `time` column)")))?
     };
-    // Tissue curves to concentration.
-    let mut voxel_map = |path: &Option<PathBuf>, what: &str| -> Result<Option<Vec<f64>>> {
+    // Tissue curves to concentration. The T1 and B1 maps are volumes on the series' grid,
+    // read once: sampled at the fitted voxels here and at an ROI's voxels below.
+    let mut read_map = |path: &Option<PathBuf>, what: &str| -> Result<Option<Array3<f32>>> {
         let Some(p) = path else {
             return Ok(None);
         };
@@ -401,22 +428,31 @@ pub fn load(a: &InputSpec) -> Result<Job> {
             (g.shape, &g.header),
             a.dce.as_deref().unwrap_or(Path::new("")),
         )?;
-        Ok(Some(
-            g.index
+        Ok(Some(m))
+    };
+    let t1_volume = read_map(&a.t1_map, "T1 map (--t1-map)")?;
+    let b1_volume = read_map(&a.b1_map, "B1 map (--b1-map)")?;
+    let sample = |m: &Option<Array3<f32>>, index: &[[usize; 3]]| -> Option<Vec<f64>> {
+        m.as_ref().map(|m| {
+            index
                 .iter()
                 .map(|&[x, y, z]| f64::from(m[[x, y, z]]))
-                .collect(),
-        ))
+                .collect()
+        })
     };
-    let t1_map = voxel_map(&a.t1_map, "T1 map (--t1-map)")?;
-    let b1_map = voxel_map(&a.b1_map, "B1 map (--b1-map)")?;
+    let fitted: &[[usize; 3]] = volume.as_ref().map_or(&[], |g| &g.index);
+    let t1_map = sample(&t1_volume, fitted);
+    let b1_map = sample(&b1_volume, fitted);
     let t10 = match (&t1_map, a.t10) {
         (Some(m), _) => T10::Map(m),
         (None, Some(t)) => T10::Fixed(t),
         (None, None) => T10::Fixed(1.0),
     };
     let curves = conv.apply_b1(curves.view(), t10, b1_map.as_deref())?;
-    // Inputs: CSV (concentration) or ROI over the series (converted like the tissue).
+    // Inputs: CSV (concentration) or ROI over the series, converted like the tissue: each
+    // ROI voxel with its own T1 and B1 (the maps' values there, else --t10 and B1 = 1),
+    // then averaged (the signal equation is not linear: averaging the signals first and
+    // converting at one angle would bias the input where B1 varies across the ROI).
     let roi_input = |mask: &Path, what: &'static str| -> Result<Vec<f64>> {
         let s = series
             .as_ref()
@@ -432,17 +468,48 @@ pub fn load(a: &InputSpec) -> Result<Job> {
                 dce,
             )?;
         }
-        let mean = pnii::roi_mean(&s.data, &mask_voxels, what).map_err(|e| Error::File {
+        let roi_err = |why: String| Error::File {
             path: mask.to_path_buf(),
-            why: format!("as the {what} ROI: {e}"),
-        })?;
-        let row = Array2::from_shape_fn((1, mean.len()), |(_, i)| mean[i] as f32);
-        let t10 = a.t10.unwrap_or(1.0);
-        Ok(conv
-            .apply(row.view(), T10::Fixed(t10))?
-            .row(0)
-            .iter()
-            .map(|&v| f64::from(v))
+            why: format!("as the {what} ROI: {why}"),
+        };
+        let (roi_curves, index) =
+            pnii::masked_curves(&s.data, &mask_voxels).map_err(|e| roi_err(e.to_string()))?;
+        if index.is_empty() {
+            return Err(roi_err("its ROI mask selects no voxel".into()));
+        }
+        let t1 = sample(&t1_volume, &index);
+        let b1 = sample(&b1_volume, &index);
+        let t10 = match (&t1, a.t10) {
+            (Some(m), _) => T10::Map(m),
+            (None, Some(t)) => T10::Fixed(t),
+            (None, None) => T10::Fixed(1.0),
+        };
+        let conc = conv.apply_b1(roi_curves.view(), t10, b1.as_deref())?;
+        // Voxels whose signal has no concentration (above the SPGR model's maximum) are
+        // left out of the mean, with a warning.
+        let kept: Vec<usize> = (0..conc.nrows())
+            .filter(|&v| conc.row(v).iter().all(|c| c.is_finite()))
+            .collect();
+        if kept.is_empty() {
+            return Err(roi_err(format!(
+                "none of its {} voxels converts to a concentration at every frame (signal above \
+                 the SPGR model's maximum: check --flip-angle, --tr, --t10/--t1-map and --b1-map)",
+                index.len()
+            )));
+        }
+        if kept.len() < index.len() {
+            let [x, y, z] = index[(0..index.len()).find(|v| !kept.contains(v)).unwrap_or(0)];
+            tracing::warn!(
+                "{}: {} of the {what} ROI's {} voxels have no concentration at some frame \
+                 (e.g. {x},{y},{z}) and are left out of its mean",
+                mask.display(),
+                index.len() - kept.len(),
+                index.len()
+            );
+        }
+        let n = kept.len() as f64;
+        Ok((0..conc.ncols())
+            .map(|i| kept.iter().map(|&v| f64::from(conc[[v, i]])).sum::<f64>() / n)
             .collect())
     };
     let hct = match a.hematocrit {

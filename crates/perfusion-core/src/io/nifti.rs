@@ -2,7 +2,7 @@
 //! out with the input's geometry (dimensions, voxel sizes, qform/sform).
 //!
 //! NIfTI-1 and NIfTI-2 files are read; NIfTI-2 headers are translated to NIfTI-1 on the way
-//! in ([`super::nifti2`]), and the header returned keeps NIfTI-2's `sizeof_hdr` (540) and
+//! in (`nifti2`), and the header returned keeps NIfTI-2's `sizeof_hdr` (540) and
 //! magic (`n+2`) to remember where it came from ([`NiftiVersion::of`]). Outputs follow their
 //! reference header: [`write_map`] writes NIfTI-2 (little-endian, `vox_offset` 544, 64-bit
 //! fields widened from the 32-bit values read) when the reference was read from NIfTI-2, and

@@ -3,6 +3,8 @@
 
 use super::kinetics::{MAX_PARAMS, Model};
 use super::params::{Bounds, Method, Setup};
+use super::problem::Problem;
+use crate::cpu::{LANES, Scratch, SePlan, StdErrors, standard_errors};
 use ndarray::{Array1, Array2};
 use rayon::prelude::*;
 use serde::Serialize;
@@ -67,8 +69,15 @@ pub struct Fits {
     /// [`FitStatus`] codes.
     pub status: Array1<u8>,
     /// Quality flags ([`Flags`] bits), set whatever the status: a poor fit, a parameter at
-    /// a bound, a parameter the fit cannot determine.
+    /// a bound, a parameter the fit cannot determine, a poorly determined parameter.
     pub flags: Array1<u8>,
+    /// Asymptotic standard errors of the parameters, `(n_params, voxels)`, user units:
+    /// `sqrt(diag(sigma^2 (J^T J)^-1))` with `sigma^2 = SSE / (n - p)`, `J` the model
+    /// curve's Jacobian in the free parameters at the fitted values (`p` of them), computed in
+    /// f64 after the fit on either path. Infinite where `J^T J` is singular or
+    /// ill-conditioned (then [`Flags::POORLY_DETERMINED`] is set), NaN for fixed parameters
+    /// and voxels not fitted or with invalid input.
+    pub se: Array2<f64>,
 }
 
 /// Quality flags of a fit, as bits of [`Fits::flags`] (status.nii.gz holds the status,
@@ -85,15 +94,24 @@ impl Flags {
     /// A parameter the fitted values leave undetermined: a delay or rate of an input whose
     /// inflow is ~0, ve with Ktrans (PS) ~0, Fp with vp ~0, any delay of a flat curve.
     pub const NON_IDENTIFIABLE: u8 = 4;
-    pub const ALL: [(u8, &'static str); 3] = [
+    /// The fit's standard errors leave a parameter poorly determined: a free rate or volume
+    /// (not a delay) whose SE exceeds [`POORLY_DETERMINED_SE`] times its value (at least
+    /// 1e-3 of its range), or `J^T J` singular or ill-conditioned (a free parameter's SE
+    /// infinite; see [`Fits::se`]).
+    pub const POORLY_DETERMINED: u8 = 8;
+    pub const ALL: [(u8, &'static str); 4] = [
         (Flags::POOR_FIT, "poor-fit"),
         (Flags::AT_BOUND, "at-bound"),
         (Flags::NON_IDENTIFIABLE, "non-identifiable"),
+        (Flags::POORLY_DETERMINED, "poorly-determined"),
     ];
 }
 
 /// Residual RMS over noise estimate above which a fit is flagged poor.
 pub const POOR_FIT_NOISE: f64 = 3.0;
+/// Relative standard error (SE / |value|) of a rate or volume above which a fit is flagged
+/// [`Flags::POORLY_DETERMINED`]: 0.5, the value known to no better than +-50% (one SE).
+pub const POORLY_DETERMINED_SE: f64 = 0.5;
 /// A rate or volume below this fraction of its range counts as ~0 for identifiability.
 const NEGLIGIBLE: f64 = 1e-3;
 
@@ -120,8 +138,8 @@ impl Fits {
     }
 
     /// Voxels with each flag, in [`Flags::ALL`] order.
-    pub fn flag_counts(&self) -> [usize; 3] {
-        let mut c = [0; 3];
+    pub fn flag_counts(&self) -> [usize; Flags::ALL.len()] {
+        let mut c = [0; Flags::ALL.len()];
         for &f in &self.flags {
             for (k, (bit, _)) in Flags::ALL.iter().enumerate() {
                 if f & bit != 0 {
@@ -147,6 +165,12 @@ impl Fits {
         Some(self.params.row(i))
     }
 
+    /// Parameter `name`'s standard-error map ([`Fits::se`]).
+    pub fn param_se(&self, name: &str) -> Option<ndarray::ArrayView1<'_, f64>> {
+        let i = self.model.params().iter().position(|p| p.name == name)?;
+        Some(self.se.row(i))
+    }
+
     /// `n` voxels of `model`, none fitted yet (status [`FitStatus::NotFitted`], NaN maps).
     pub(crate) fn empty(model: Model, method: Method, n: usize) -> Self {
         Fits {
@@ -158,67 +182,144 @@ impl Fits {
             iterations: Array1::zeros(n),
             status: Array1::from_elem(n, FitStatus::NotFitted as u8),
             flags: Array1::zeros(n),
+            se: Array2::from_elem((model.n_params(), n), f64::NAN),
         }
     }
 
-    /// Set the quality flags of every fitted voxel of `curves` (one per row) under `setup`.
-    pub(crate) fn set_flags(&mut self, curves: ndarray::ArrayView2<f32>, setup: &Setup) {
+    /// Set the standard errors and quality flags of every fitted voxel of `curves` (one per
+    /// row) under `setup` (all cores; the CPU post-pass of both paths).
+    pub(crate) fn set_flags(
+        &mut self,
+        curves: ndarray::ArrayView2<f32>,
+        problem: &Problem,
+        setup: &Setup,
+    ) {
+        // Voxels per task; the standard errors of a task's fitted voxels are computed
+        // [`LANES`] at a time.
+        const TASK: usize = 256;
         let model = self.model;
+        let np = model.n_params();
         let b = &setup.bounds;
         let n_free = b.n_free;
-        let flags: Vec<u8> = (0..self.len())
-            .into_par_iter()
-            .map_init(Vec::new, |scratch, v| {
-                let status = FitStatus::from_code(self.status[v]);
-                if matches!(
-                    status,
-                    Some(FitStatus::InvalidInput | FitStatus::NotFitted) | None
-                ) {
-                    return 0;
-                }
-                let x: [f64; MAX_PARAMS] = std::array::from_fn(|p| {
-                    if p < model.n_params() {
-                        self.params[[p, v]]
-                    } else {
-                        0.0
+        let plan = SePlan::new(problem);
+        let n = self.len();
+        let mut flags = vec![0u8; n];
+        let mut se = vec![[f64::NAN; MAX_PARAMS]; n];
+        flags
+            .par_chunks_mut(TASK)
+            .zip(se.par_chunks_mut(TASK))
+            .enumerate()
+            .for_each_init(
+                || (Vec::new(), Scratch::default()),
+                |(noise, scratch), (task, (flags, se))| {
+                    let v0 = task * TASK;
+                    let mut fitted = Vec::with_capacity(flags.len());
+                    for (k, f) in flags.iter_mut().enumerate() {
+                        let v = v0 + k;
+                        let status = FitStatus::from_code(self.status[v]);
+                        if matches!(
+                            status,
+                            Some(FitStatus::InvalidInput | FitStatus::NotFitted) | None
+                        ) {
+                            continue;
+                        }
+                        let x = self.vector(v);
+                        let row = curves.row(v);
+                        let dof = (row.len().saturating_sub(n_free)).max(1) as f64;
+                        let rms = (self.sse[v] / dof).sqrt();
+                        if !(self.r2[v] >= 0.0) || rms > POOR_FIT_NOISE * noise_estimate(row, noise)
+                        {
+                            *f |= Flags::POOR_FIT;
+                        }
+                        if b.at_bound(&x) {
+                            *f |= Flags::AT_BOUND;
+                        }
+                        if non_identifiable(model, &x, b) {
+                            *f |= Flags::NON_IDENTIFIABLE;
+                        }
+                        fitted.push(k);
                     }
-                });
-                let mut f = 0;
-                let row = curves.row(v);
-                let dof = (row.len().saturating_sub(n_free)).max(1) as f64;
-                let rms = (self.sse[v] / dof).sqrt();
-                if !(self.r2[v] >= 0.0) || rms > POOR_FIT_NOISE * noise_estimate(row, scratch) {
-                    f |= Flags::POOR_FIT;
-                }
-                if b.at_bound(&x) {
-                    f |= Flags::AT_BOUND;
-                }
-                if non_identifiable(model, &x, b) {
-                    f |= Flags::NON_IDENTIFIABLE;
-                }
-                f
-            })
-            .collect();
+                    if !setup.standard_errors {
+                        return;
+                    }
+                    for group in fitted.chunks(LANES) {
+                        let at = |l: usize| v0 + group[l.min(group.len() - 1)];
+                        let xs: [[f64; MAX_PARAMS]; LANES] =
+                            std::array::from_fn(|l| self.vector(at(l)));
+                        let rows: [_; LANES] = std::array::from_fn(|l| curves.row(at(l)));
+                        let k = group.len();
+                        let e = standard_errors(
+                            model,
+                            b,
+                            problem,
+                            &plan,
+                            &xs[..k],
+                            &rows[..k],
+                            scratch,
+                        );
+                        for (l, &k) in group.iter().enumerate() {
+                            se[k] = e[l].se;
+                            if poorly_determined(model, &xs[l], &e[l], b) {
+                                flags[k] |= Flags::POORLY_DETERMINED;
+                            }
+                        }
+                    }
+                },
+            );
         self.flags = Array1::from(flags);
+        for (v, e) in se.iter().enumerate() {
+            for p in 0..np {
+                self.se[[p, v]] = e[p];
+            }
+        }
     }
+
+    /// Voxel `v`'s parameters in a full-length vector (zeros past the model's).
+    fn vector(&self, v: usize) -> [f64; MAX_PARAMS] {
+        let np = self.model.n_params();
+        std::array::from_fn(|p| if p < np { self.params[[p, v]] } else { 0.0 })
+    }
+}
+
+/// Whether the standard errors `e` of the fit `x` leave a parameter poorly determined
+/// ([`Flags::POORLY_DETERMINED`]): `J^T J` singular or ill-conditioned, or a free rate or
+/// volume whose SE exceeds [`POORLY_DETERMINED_SE`] times its value, the value taken as at
+/// least [`NEGLIGIBLE`] of its range (so that a value of 0 determined to within rounding
+/// is not flagged, while 0 +- 0.3% of the range is).
+fn poorly_determined(model: Model, x: &[f64; MAX_PARAMS], e: &StdErrors, b: &Bounds) -> bool {
+    if e.singular {
+        return true;
+    }
+    let info = model.params();
+    b.free_index[..b.n_free].iter().any(|&p| {
+        let scale = x[p].abs().max(NEGLIGIBLE * (b.hi[p] - b.lo[p]));
+        !info[p].delay && !(e.se[p] <= POORLY_DETERMINED_SE * scale)
+    })
 }
 
 /// Noise SD of a curve from its second differences (robust: the median absolute value,
 /// scaled for Gaussian noise, whose second differences have variance 6 sigma^2). Smooth
 /// curves without noise give ~0. `scratch` holds the differences (reused across curves).
-fn noise_estimate(data: ndarray::ArrayView1<f32>, scratch: &mut Vec<f64>) -> f64 {
-    if data.len() < 3 {
+fn noise_estimate(data: ndarray::ArrayView1<f32>, scratch: &mut Vec<u64>) -> f64 {
+    let n = data.len();
+    if n < 3 {
         return 0.0;
     }
+    // The absolute values' bit patterns, which order as the values do (non-negative;
+    // a NaN, which a fitted curve does not have, sorts last).
     scratch.clear();
-    scratch.extend(
-        data.windows(3)
-            .into_iter()
-            .map(|w| (f64::from(w[0]) - 2.0 * f64::from(w[1]) + f64::from(w[2])).abs()),
-    );
+    let second = |a: f32, b: f32, c: f32| {
+        (f64::from(a) - 2.0 * f64::from(b) + f64::from(c))
+            .abs()
+            .to_bits()
+    };
+    match data.as_slice() {
+        Some(d) => scratch.extend(d.windows(3).map(|w| second(w[0], w[1], w[2]))),
+        None => scratch.extend((0..n - 2).map(|i| second(data[i], data[i + 1], data[i + 2]))),
+    }
     let mid = scratch.len() / 2;
-    let (_, median, _) = scratch.select_nth_unstable_by(mid, f64::total_cmp);
-    *median / (0.674_489_75 * 6f64.sqrt())
+    let (_, median, _) = scratch.select_nth_unstable(mid);
+    f64::from_bits(*median) / (0.674_489_75 * 6f64.sqrt())
 }
 
 /// Whether a free parameter is left undetermined by the others' fitted values.

@@ -14,7 +14,9 @@ pub mod t1;
 mod tuning;
 pub(crate) mod weights;
 
-pub use fits::{Control, FitInfo, FitStatus, Fits, Flags, POOR_FIT_NOISE, finite_median};
+pub use fits::{
+    Control, FitInfo, FitStatus, Fits, Flags, POOR_FIT_NOISE, POORLY_DETERMINED_SE, finite_median,
+};
 pub use kinetics::{MAX_PARAMS, Model, ParamInfo};
 pub use params::{DelayGrid, FitParams, Method, Precision};
 pub use problem::Problem;

@@ -31,7 +31,7 @@
 //!
 //! # What the data can resolve
 //! Simulations (tests below; K^2 with Gaussian relative noise) show:
-//! - beta known (calibrated, e.g. [`crate::model::flow::calibrate_beta`]), six log-spaced exposures
+//! - beta known (calibrated, e.g. [`crate::cpu::calibrate::calibrate_beta`]), six log-spaced exposures
 //!   0.01..80 ms: every fit recovers tau_c within 10% for tau_c from 0.01 to 10 ms at 0.5%
 //!   K^2 noise (ROI-level data), and stays unbiased (median within 3%) at 1%;
 //! - the shortest exposure must reach down to about 2-3 tau_c: with 0.05 ms (the span of

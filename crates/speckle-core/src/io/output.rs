@@ -136,6 +136,9 @@ fn imagej_page<W: std::io::Write + std::io::Seek>(
             .encoder()
             .write_tag(Tag::ImageDescription, description)?;
     }
+    image
+        .encoder()
+        .write_tag(Tag::Software, imaging_io::software_note())?;
     if let Some(um) = pixel_um {
         // Pixels per micrometre, to 1e-6.
         let per_um = (1e6 / um).round().clamp(1.0, f64::from(u32::MAX)) as u32;

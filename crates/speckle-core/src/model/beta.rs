@@ -214,8 +214,10 @@ impl CalibrationParams {
 }
 
 /// How a calibration was computed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CalibrationInfo {
     /// Where the contrast ran.
     pub backend: gpu_runtime::Backend,
+    /// The record of the contrast behind it: library, device, precision, start time.
+    pub provenance: gpu_runtime::Provenance,
 }

@@ -169,8 +169,10 @@ impl ContrastMaps {
 }
 
 /// How a contrast was computed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContrastInfo {
     /// Where it ran (float frames always run on the CPU).
     pub backend: Backend,
+    /// The record to keep with the maps: library, device, precision, start time.
+    pub provenance: gpu_runtime::Provenance,
 }

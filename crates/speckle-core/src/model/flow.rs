@@ -329,7 +329,7 @@ pub struct TauMap {
     pub flags: Array2<u8>,
 }
 
-/// Where beta comes from (see [`calibrate_beta`]).
+/// Where beta comes from (see [`calibrate_beta`](crate::cpu::calibrate::calibrate_beta)).
 #[derive(Debug, Clone, Copy)]
 pub enum BetaSource<'a> {
     /// Pixels of a static scatterer (a block of paper, bone, a fixed phantom), where
@@ -407,7 +407,7 @@ impl FlowParams {
 }
 
 /// How a tau_c map was computed, and how many pixels carry each flag.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FlowInfo {
     /// Where it ran.
     pub backend: gpu_runtime::Backend,
@@ -419,11 +419,17 @@ pub struct FlowInfo {
     pub undefined: usize,
     /// All pixels of the map.
     pub pixels: usize,
+    /// The record to keep with the map: library, device, precision, start time.
+    pub provenance: gpu_runtime::Provenance,
 }
 
 impl FlowInfo {
-    /// Counts of `map`'s flags, computed on `backend`.
-    pub fn of(map: &TauMap, backend: gpu_runtime::Backend) -> Self {
+    /// Counts of `map`'s flags, computed on `backend` as `provenance` records.
+    pub fn of(
+        map: &TauMap,
+        backend: gpu_runtime::Backend,
+        provenance: gpu_runtime::Provenance,
+    ) -> Self {
         // One pass; flags are mostly 0.
         let (mut no_motion, mut no_contrast, mut undefined) = (0, 0, 0);
         for &f in map.flags.iter().filter(|&&f| f != 0) {
@@ -437,6 +443,7 @@ impl FlowInfo {
             no_contrast,
             undefined,
             pixels: map.flags.len(),
+            provenance,
         }
     }
 }

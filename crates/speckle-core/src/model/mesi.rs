@@ -61,7 +61,7 @@ pub(crate) fn lorentzian_pair(x: f64) -> (ModelTerms, ModelTerms) {
 /// Whether beta is known or fitted.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum BetaMode {
-    /// Known beta (e.g. from [`crate::model::flow::calibrate_beta`]); needs >= 3 exposures.
+    /// Known beta (e.g. from [`crate::cpu::calibrate::calibrate_beta`]); needs >= 3 exposures.
     Fixed(f64),
     /// Fitted beta; needs >= 4 exposures.
     Free,
@@ -158,7 +158,7 @@ impl FitStatus {
     }
 }
 
-/// Result of [`fit_mesi`].
+/// Result of [`fit_mesi`](crate::cpu::mesi::fit_mesi).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct MesiFit {
     /// Fitted parameters (NaN for [`FitStatus::InvalidInput`]).
@@ -171,7 +171,7 @@ pub struct MesiFit {
     pub rss: f64,
 }
 
-/// Fitted parameter maps of [`fit_mesi_map`].
+/// Fitted parameter maps of [`fit_mesi_map`](crate::cpu::mesi::fit_mesi_map).
 #[derive(Debug, Clone, PartialEq)]
 pub struct MesiMaps {
     /// tau_c in seconds.
@@ -299,10 +299,12 @@ pub struct MesiInput<'a> {
 }
 
 /// How MESI maps were computed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MesiInfo {
     /// Where it ran.
     pub backend: gpu_runtime::Backend,
     /// Pixels per [`FitStatus`], in the order of [`FitStatus::ALL`].
     pub status_counts: [usize; 5],
+    /// The record to keep with the maps: library, device, precision, start time.
+    pub provenance: gpu_runtime::Provenance,
 }

@@ -305,8 +305,10 @@ impl RoiParams {
 }
 
 /// How ROI time courses were computed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RoiInfo {
     /// Always the CPU: a time course reads each pixel once, so a GPU would only add copies.
     pub backend: gpu_runtime::Backend,
+    /// The record to keep with the table: library, device, precision, start time.
+    pub provenance: gpu_runtime::Provenance,
 }
