@@ -1,6 +1,10 @@
-//! Asymptotic standard errors of a fitted voxel (f64, after either path's fit): from the
-//! analytic Jacobian at the fitted parameters (`conv::normal`, the one LM uses),
-//! `sigma^2 = SSE / (n - p)` and `cov = sigma^2 (J^T J)^-1` over the free parameters.
+//! Asymptotic standard errors of fitted voxels (f64, after either path's fit): from the
+//! analytic Jacobian at the fitted parameters (the one LM uses), `sigma^2 = SSE / (n - p)`
+//! and `cov = sigma^2 (J^T J)^-1` over the free parameters. On a uniform grid `J^T J` is
+//! computed for [`LANES`] voxels at once in the lanes of the vector unit
+//! ([`jacobian_lanes`], AVX-512 or AVX2 chosen at run time, the same bits as the portable
+//! build); on other grids voxel by voxel through `conv::normal`. Both give `conv::normal`'s
+//! values (unit test `the_uniform_jacobian_matches_the_fits_normal_equations`).
 //!
 //! `J^T J` is inverted in its correlation form `S = D^-1/2 J^T J D^-1/2` (unit diagonal,
 //! `D` its diagonal), so that the parameters' units do not enter its conditioning. A free
