@@ -151,9 +151,17 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Man(args) => return commands::help_files::man(args, cli_command()),
         _ => {}
     }
-    let devices = {
+    // Nor do the driver probe and the GPU's context for one that computes nothing on it.
+    let needs_device = match &cli.command {
+        Command::Mc(args) => args.needs_device(),
+        Command::Perfusion(args) => args.needs_device(),
+        _ => true,
+    };
+    let devices = if needs_device {
         let _span = tracing::debug_span!("select_device").entered();
         device_arg_for(&cli)?.resolve()?
+    } else {
+        vec![Device::cpu()]
     };
     record::note_devices(&devices);
     // The GPU's context and kernel cache open while the command reads its input.

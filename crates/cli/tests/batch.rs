@@ -1,31 +1,12 @@
 //! Many inputs in one run: every good input gets its folder, a bad one is reported by name
 //! and skipped, and the command fails at the end saying how many failed.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-fn biogpu(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_biogpu"))
-        .args(["--device", "cpu"])
-        .args(args)
-        .output()
-        .expect("starting biogpu")
-}
-
-fn scratch(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("biogpu-batch-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn text(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
+use crate::common::{biogpu, scratch, stderr as text};
+use std::path::Path;
 
 #[test]
 fn speckle_contrast_runs_every_frame_file_of_a_folder() {
-    let dir = scratch("speckle");
+    let dir = scratch("batch-speckle");
     let data = dir.join("frames");
     std::fs::create_dir_all(&data).unwrap();
     let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../speckle-core/tests/data");
@@ -56,7 +37,7 @@ fn speckle_contrast_runs_every_frame_file_of_a_folder() {
 
 #[test]
 fn mc_run_takes_several_simulation_files() {
-    let dir = scratch("mc");
+    let dir = scratch("batch-mc");
     let example = biogpu(&["mc", "example"]);
     assert!(example.status.success(), "{}", text(&example));
     let (a, b, bad) = (dir.join("a.json"), dir.join("b.json"), dir.join("bad.json"));

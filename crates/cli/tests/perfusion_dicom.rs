@@ -2,6 +2,7 @@
 //! the fixture series of perfusion-core (`tests/data/make_dicom.py`), maps written on its
 //! grid, and the SPGR flip angle and TR taken from the headers where not given.
 
+use crate::common::{self, scratch};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -9,19 +10,8 @@ fn series() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../perfusion-core/tests/data/dicom/series")
 }
 
-fn scratch(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("biogpu-dicom-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
 fn biogpu(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_biogpu"))
-        .args(["--device", "cpu", "perfusion", "fit"])
-        .args(args)
-        .output()
-        .expect("starting biogpu")
+    common::biogpu(&[&["perfusion", "fit"][..], args].concat())
 }
 
 /// An arterial input for the fixture's 8 frames, 4.5 s apart.
@@ -48,7 +38,7 @@ fn check(o: &Output) {
 
 #[test]
 fn a_dicom_folder_is_fitted_into_maps() {
-    let dir = scratch("fit");
+    let dir = scratch("dicom-fit");
     let out = dir.join("maps");
     let dce = series();
     let o = biogpu(&[
@@ -77,7 +67,7 @@ fn a_dicom_folder_is_fitted_into_maps() {
 
 #[test]
 fn spgr_takes_flip_angle_and_tr_from_the_headers_and_warns_on_a_different_option() {
-    let dir = scratch("spgr");
+    let dir = scratch("dicom-spgr");
     let dce = series();
     let aif = aif(&dir);
     let base = [

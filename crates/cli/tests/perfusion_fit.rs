@@ -2,8 +2,9 @@
 //! (summary.json and the console), and `--series` choosing one of several DICOM series
 //! under a folder (the fixtures of perfusion-core, `tests/data/make_dicom.py`).
 
+use crate::common::{self, scratch};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -11,19 +12,8 @@ fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
-fn scratch(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("biogpu-pfit-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
 fn biogpu(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_biogpu"))
-        .args(["--device", "cpu", "perfusion"])
-        .args(args)
-        .output()
-        .expect("starting biogpu")
+    common::biogpu(&[&["perfusion"][..], args].concat())
 }
 
 fn text(o: &Output) -> String {
@@ -65,7 +55,7 @@ fn json(path: &Path) -> serde_json::Value {
 
 #[test]
 fn perfusion_fit_writes_standard_errors_and_counts_poorly_determined_voxels() {
-    let dir = scratch("se");
+    let dir = scratch("pfit-se");
     let sim = dir.join("sim");
     check(&biogpu(&[
         "simulate",
@@ -161,7 +151,7 @@ fn perfusion_fit_writes_standard_errors_and_counts_poorly_determined_voxels() {
 
 #[test]
 fn perfusion_fit_series_chooses_one_of_several_dicom_series() {
-    let dir = scratch("series");
+    let dir = scratch("pfit-series");
     let both = dir.join("study");
     copy_fixture("series", &both.join("a"));
     copy_fixture("midnight", &both.join("b"));

@@ -2,33 +2,19 @@
 //! maps it writes (one 3-D file per angle, or one 4-D file with a B1 map and a mask), and
 //! bad inputs refused with a message and a non-zero exit, never a panic.
 
+use crate::common::{self, scratch, stderr};
 use ndarray::{Array3, Array4, Axis};
 use perfusion_core::io::nifti::{read_header, read_volume, write_map, write_series};
 use perfusion_core::t1::spgr_signal;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
+use std::process::Output;
 
 const ANGLES: [f64; 4] = [2.0, 5.0, 10.0, 15.0];
 const TR: f64 = 0.005;
 const SHAPE: (usize, usize, usize) = (6, 5, 3);
 
-fn scratch(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("biogpu-t1map-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
 fn biogpu(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_biogpu"))
-        .args(["--device", "cpu", "perfusion", "t1map"])
-        .args(args)
-        .output()
-        .expect("starting biogpu")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
+    common::biogpu(&[&["perfusion", "t1map"][..], args].concat())
 }
 
 /// True T1 (s) of voxel (x, y, z): 0.3 to 3.2 s.
@@ -65,7 +51,7 @@ fn angles() -> String {
 
 #[test]
 fn t1map_recovers_t1_from_per_angle_files() {
-    let dir = scratch("files");
+    let dir = scratch("t1map-files");
     let vfa = per_angle_files(&dir, &images(1.0));
     let out = dir.join("out");
     let o = biogpu(&[
@@ -124,7 +110,7 @@ fn t1map_recovers_t1_from_per_angle_files() {
 
 #[test]
 fn t1map_reads_one_4d_file_with_a_b1_map_and_a_mask() {
-    let dir = scratch("4d");
+    let dir = scratch("t1map-4d");
     let vfa = dir.join("vfa.nii.gz");
     write_series(&vfa, &images(0.85), [1.0, 1.0, 2.0], 0.0).unwrap();
     let header = read_header(&vfa).unwrap();
@@ -168,7 +154,7 @@ fn t1map_reads_one_4d_file_with_a_b1_map_and_a_mask() {
 
 #[test]
 fn bad_inputs_are_clear_errors_not_panics() {
-    let dir = scratch("bad");
+    let dir = scratch("t1map-bad");
     let data = images(1.0);
     let vfa = per_angle_files(&dir, &data);
     let four_d = dir.join("vfa4.nii.gz");

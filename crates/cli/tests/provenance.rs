@@ -1,24 +1,9 @@
 //! Every output traced to its command and inputs: the provenance block of summary.json and
 //! provenance.json, `--json` on stdout, the note in TIFFs, completions and man pages.
 
+use crate::common::{biogpu, scratch};
 use sha2::{Digest, Sha256};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-fn biogpu(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_biogpu"))
-        .args(["--device", "cpu"])
-        .args(args)
-        .output()
-        .expect("starting biogpu")
-}
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("biogpu-prov-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
+use std::path::Path;
 
 /// A 32x32 16-bit grey PNG of speckle-like values.
 fn frame(path: &Path) {
@@ -70,7 +55,7 @@ fn documented_fields() -> Vec<String> {
 /// line, and defaults marked as such.
 #[test]
 fn json_on_stdout_is_the_summary_with_its_provenance() {
-    let dir = scratch("json");
+    let dir = scratch("prov-json");
     let input = dir.join("frame.png");
     frame(&input);
     let out = dir.join("out");
@@ -128,7 +113,7 @@ fn json_on_stdout_is_the_summary_with_its_provenance() {
 /// A folder without a summary gets provenance.json; a second run there refuses.
 #[test]
 fn a_folder_without_a_summary_gets_provenance_json() {
-    let dir = scratch("roi");
+    let dir = scratch("prov-roi");
     let input = dir.join("frame.png");
     frame(&input);
     let out = dir.join("roi");
@@ -162,7 +147,7 @@ fn a_folder_without_a_summary_gets_provenance_json() {
 /// The seed that reproduces a random run is recorded with where it came from.
 #[test]
 fn a_monte_carlo_run_records_its_seed() {
-    let dir = scratch("mc");
+    let dir = scratch("prov-mc");
     let mut sim = json(&biogpu(&["mc", "example"]).stdout);
     sim["photons"] = 2000.into();
     let file = dir.join("sim.json");
@@ -225,7 +210,7 @@ fn completions_and_man_pages_come_from_the_command_line_definition() {
     assert!(String::from_utf8_lossy(&bad.stderr).contains("possible values"));
     let man = biogpu(&["man"]);
     assert!(String::from_utf8_lossy(&man.stdout).contains(".TH biogpu 1"));
-    let dir = scratch("man");
+    let dir = scratch("prov-man");
     let pages = dir.join("man1");
     assert!(
         biogpu(&["man", "--out", pages.to_str().unwrap()])
@@ -248,7 +233,7 @@ fn completions_and_man_pages_come_from_the_command_line_definition() {
 /// input, not the batch's others.
 #[test]
 fn each_output_of_a_batch_records_its_own_input() {
-    let dir = scratch("batch");
+    let dir = scratch("prov-batch");
     let (a, b) = (dir.join("a.png"), dir.join("b.png"));
     frame(&a);
     frame(&b);

@@ -7,9 +7,7 @@
 //! limit of an ideal estimator without a window (Gerritsen et al.; Koellner & Wolfrum); the
 //! Cramer-Rao bound of the actual bins and window is computed from the Fisher information.
 
-mod common;
-
-use common::{crb_tau, delta_method, stats};
+use crate::common::{crb_tau, delta_method, stats};
 use flim_core::sim::{DecaySim, mono_exponential};
 use flim_core::{Analysis, Calibration, Count, Cube, LifetimeMaps};
 use flim_core::{STATUS_MASKED, STATUS_OK, analyse_decay};

@@ -9,7 +9,6 @@
 //! cannot be told from a shorter recording; no fixture here lacks the count.)
 
 mod common;
-
 use common::Tmp;
 use flim_core::Cube;
 use flim_core::io::{

@@ -3,9 +3,7 @@
 //! carry ImageJ metadata (value unit, label, pixel size, display range) that a TIFF reader
 //! gets back.
 
-mod common;
-
-use common::Tmp;
+use crate::common::Tmp;
 use flim_core::io::{
     MIN_LONG_SIDE, axis_label, figure_scale, quantity, write_lifetime_png, write_map_png,
     write_map_tiff,

@@ -4,9 +4,7 @@
 //! bins, window and IRF; bi-exponential recovery on the paper's f_D phantom per pixel and
 //! by global analysis; statuses and bad settings.
 
-mod common;
-
-use common::{crb_tau, stats};
+use crate::common::{crb_tau, stats};
 use flim_core::{
     Count, DecayFit, Estimator, FitMaps, FitOptions, FitStatus, GlobalOptions, Model, Offset,
     Segments, Shift, fit_decay, model_curve,

@@ -3,9 +3,7 @@
 //! paper's f_D phantom (f_D from 0.8 to 0.2) with Poisson noise, against the bias and
 //! spread predicted from the expected decay.
 
-mod common;
-
-use common::{delta_method, stats};
+use crate::common::{delta_method, stats};
 use flim_core::sim::{DecaySim, bi_exponential};
 use flim_core::{Analysis, Cube};
 use flim_core::{Count, Donor, FretDecay, FretMaps, FretOptions, analyse_fret_decay};

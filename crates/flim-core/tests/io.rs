@@ -6,9 +6,7 @@
 //! holding them (`seminal_receptacle_FLIM_single_image.sdt`, `hazelnut_FLIM_single_image.ptu`);
 //! their reference numbers come from cgohlke's `sdtfile` 2026.2.8 and `ptufile` 2026.2.6.
 
-mod common;
-
-use common::Tmp;
+use crate::common::Tmp;
 use flim_core::AnyCube;
 use flim_core::Cube;
 use flim_core::io::{Format, ReadOptions, read, read_ptu_header, write_npy, write_sdt, write_tiff};
@@ -498,25 +496,27 @@ fn tiff_pages_of_different_sizes_are_refused() {
 
 // ---------------------------------------------------------------- real recordings (optional)
 
-fn real(name: &str) -> Option<PathBuf> {
-    let Some(dir) = std::env::var_os("BIOGPU_FLIM_DATA") else {
-        eprintln!("skipped: set BIOGPU_FLIM_DATA to the folder holding {name}");
-        return None;
-    };
-    let p = Path::new(&dir).join(name);
-    if p.exists() {
-        Some(p)
-    } else {
-        eprintln!("skipped: {} is absent", p.display());
-        None
-    }
+/// A real recording of `../shared/data/flim` (or of `BIOGPU_FLIM_DATA`). The tests that need
+/// one are ignored by default, as a clone need not have that folder; `cargo test -- --ignored
+/// real` runs them, and then a missing file fails.
+fn real(name: &str) -> PathBuf {
+    let dir = std::env::var_os("BIOGPU_FLIM_DATA").map_or_else(
+        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/flim"),
+        PathBuf::from,
+    );
+    let p = dir.join(name);
+    assert!(
+        p.exists(),
+        "{} is absent: set BIOGPU_FLIM_DATA to its folder",
+        p.display()
+    );
+    p
 }
 
 #[test]
+#[ignore = "needs ../shared/data/flim (BIOGPU_FLIM_DATA)"]
 fn real_sdt_matches_sdtfile() {
-    let Some(path) = real("seminal_receptacle_FLIM_single_image.sdt") else {
-        return;
-    };
+    let path = real("seminal_receptacle_FLIM_single_image.sdt");
     let rec = read(&path, &ReadOptions::default()).unwrap();
     assert_eq!(rec.images.len(), 1);
     let c = u16s(&rec.images[0].cube);
@@ -529,10 +529,9 @@ fn real_sdt_matches_sdtfile() {
 }
 
 #[test]
+#[ignore = "needs ../shared/data/flim (BIOGPU_FLIM_DATA)"]
 fn real_ptu_matches_ptufile() {
-    let Some(path) = real("hazelnut_FLIM_single_image.ptu") else {
-        return;
-    };
+    let path = real("hazelnut_FLIM_single_image.ptu");
     let rec = read(&path, &ReadOptions::default()).unwrap();
     let per_frame: Vec<u64> = rec
         .images

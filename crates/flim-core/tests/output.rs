@@ -1,9 +1,7 @@
 //! Outputs: masked and zero-photon pixels never reach a statistic, a histogram or a colour
 //! (NaN in TIFF maps, black in images); files are readable and say what they should.
 
-mod common;
-
-use common::Tmp;
+use crate::common::Tmp;
 use flim_core::io::{
     MapSet, brightness, lifetime_histogram, map_stats, write_histogram_csv, write_histogram_png,
     write_lifetime_png, write_map_tiff, write_phasor_png, write_summary_csv,

@@ -4,9 +4,7 @@
 //! histogrammed with numpy, never biogpu's; the image's expected counts are the known
 //! placement the script wrote. Bad inputs are mutated copies in a temporary folder.
 
-mod common;
-
-use common::Tmp;
+use crate::common::Tmp;
 use flim_core::io::{Format, ReadOptions, Recording, read};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

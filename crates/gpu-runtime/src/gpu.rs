@@ -303,8 +303,8 @@ impl KnownRuntime for cubecl::wgpu::WgpuRuntime {
 
 static CUDA_OPENED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// Whether this process has started the CUDA driver (probed or opened a device, perhaps
-/// still on a background thread): a program may then end with `_exit`, skipping the
+/// Whether this process may have started the CUDA driver (probed or opened a device, or
+/// begun to on a background thread): a program may then end with `_exit`, skipping the
 /// driver's slow tear-down of its contexts at exit (and never tearing down under a thread
 /// still inside the driver).
 pub fn cuda_was_started() -> bool {

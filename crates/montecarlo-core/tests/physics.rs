@@ -242,14 +242,11 @@ fn bad_inputs_are_clear_errors() {
     );
 }
 
+/// The FourLayer benchmark model (TIM-OS format), kept in `tests/data/fourlayer`.
 #[test]
-fn timos_fourlayer_reads_when_the_data_is_present() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/data/montecarlo/fourlayer");
-    let Ok(mesh) = montecarlo_core::io::timos::read_mesh(&dir.join("FourLayer.mesh")) else {
-        eprintln!("FourLayer data not found at {}: skipped", dir.display());
-        return;
-    };
+fn timos_fourlayer_reads_and_balances() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/fourlayer");
+    let mesh = montecarlo_core::io::timos::read_mesh(&dir.join("FourLayer.mesh")).unwrap();
     assert_eq!(mesh.len(), 9600);
     let optics = montecarlo_core::io::timos::read_opt(&dir.join("FourLayer.opt")).unwrap();
     assert_eq!(optics.materials.len(), 4);

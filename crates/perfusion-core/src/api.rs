@@ -89,6 +89,7 @@ pub fn fit_with(
     device: &Device,
     control: &Control,
 ) -> Result<(Fits, FitInfo)> {
+    let started = std::time::SystemTime::now();
     let setup = params.setup()?;
     input.check(params.model)?;
     let FitInput { curves, problem } = input;
@@ -105,9 +106,11 @@ pub fn fit_with(
         let use_f64 = gpu_f64(params.precision, device)?;
         let mut fits = gpu::fit(curves, problem, &setup, device, use_f64, control)?;
         flag(&mut fits);
+        let precision = if use_f64 { "f64" } else { "f32" };
         let info = FitInfo {
             device: device.info().id.clone(),
-            precision: if use_f64 { "f64" } else { "f32" },
+            precision,
+            provenance: gpu_runtime::Provenance::new(device, precision, started),
         };
         return Ok((fits, info));
     }
@@ -116,6 +119,7 @@ pub fn fit_with(
     let info = FitInfo {
         device: "cpu".into(),
         precision: "f64",
+        provenance: gpu_runtime::Provenance::new(&Device::cpu(), "f64", started),
     };
     Ok((fits, info))
 }

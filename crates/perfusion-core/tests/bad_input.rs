@@ -4,6 +4,9 @@
 #[global_allocator]
 static ALLOC: bad_input::CappedAlloc = bad_input::CappedAlloc::new(2 << 30);
 
+/// DICOM reading, under the same capped allocator.
+mod dicom;
+
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 

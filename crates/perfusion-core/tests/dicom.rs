@@ -3,9 +3,6 @@
 //! acquisition parameters of a good series; a clear error for each broken variant; and a
 //! job loaded from DICOM whose fitted maps land on the DICOM grid.
 
-#[global_allocator]
-static ALLOC: bad_input::CappedAlloc = bad_input::CappedAlloc::new(2 << 30);
-
 use bad_input::{bit_flips, check_reader, truncations};
 use gpu_runtime::Device;
 use perfusion_core::convert::Conversion;

@@ -118,6 +118,21 @@ const FIELDS: &[(&str, usize, Kind)] = {
     ]
 };
 
+/// Our maps' `descrip` (byte 240, 80 bytes) names the build that wrote them, NUL-padded,
+/// where nibabel's copies the reference's.
+fn assert_stamped(what: &str, ours: &[u8]) {
+    let note = imaging_io::software_note().as_bytes();
+    let descrip = &ours[240..320];
+    assert!(
+        descrip.starts_with(&note[..note.len().min(79)]),
+        "{what}: descrip"
+    );
+    assert!(
+        descrip[note.len().min(79)..].iter().all(|&b| b == 0),
+        "{what}: descrip padding"
+    );
+}
+
 fn int_at(b: &[u8], o: usize, n: usize) -> i64 {
     let mut v = [0u8; 8];
     v[..n].copy_from_slice(&b[o..o + n]);
@@ -178,7 +193,8 @@ fn check_against_nibabel<T>(
     let ours = bytes(&path);
     let theirs = bytes(&data(expected));
     let what = format!("{name} against nibabel's {expected}");
-    assert_header_matches(&what, &ours, &theirs, &[]);
+    assert_header_matches(&what, &ours, &theirs, &["descrip"]);
+    assert_stamped(&what, &ours);
     assert_eq!(ours.len(), theirs.len(), "{what}: file length");
     assert!(ours[544..] == theirs[544..], "{what}: voxel data differ");
 }
@@ -283,7 +299,8 @@ fn a_fit_of_a_nifti2_series_writes_nifti2_maps() {
     write_map(&path, map.view(), &grid.header).unwrap();
     let ours = bytes(&path);
     let theirs = bytes(&data("map_series_nifti2.nii"));
-    assert_header_matches("ktrans.nii.gz", &ours, &theirs, &[]);
+    assert_header_matches("ktrans.nii.gz", &ours, &theirs, &["descrip"]);
+    assert_stamped("ktrans.nii.gz", &ours);
     let (back, h) = read_volume(&path).unwrap();
     assert_eq!(NiftiVersion::of(&h), NiftiVersion::Nifti2);
     assert!(
@@ -324,6 +341,8 @@ fn nifti2_maps_read_back_identical() {
         want.pixdim[4] = 0.0;
         want.xyzt_units &= 0x07;
         (want.datatype, want.bitpix, want.scl_slope, want.scl_inter) = (16, 32, 1.0, 0.0);
+        want.descrip = imaging_io::software_note().as_bytes().to_vec();
+        want.descrip.resize(80, 0);
         assert_eq!(h, want, "{name}");
         assert_eq!(read_header(&path).unwrap(), want, "{name}");
         // And a map of the series' own (scaled) values.

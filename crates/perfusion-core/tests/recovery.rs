@@ -8,9 +8,7 @@
 //! shallow valleys; LM restarts from the search's other candidates and from the delays'
 //! kinks).
 
-mod common;
-
-use common::independent::{self as ind, Uniform};
+use crate::common::independent::{self as ind, Uniform};
 use gpu_runtime::Device;
 use ndarray::Array2;
 use perfusion_core::sim::{parker_aif, portal_venous};

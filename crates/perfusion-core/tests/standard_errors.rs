@@ -4,9 +4,7 @@
 //! of repeated fits, a parameter the curve cannot determine is flagged, and noise-free fits
 //! are neither failed nor flagged.
 
-mod common;
-
-use common::independent;
+use crate::common::independent;
 use gpu_runtime::Device;
 use ndarray::Array2;
 use perfusion_core::sim::{Normal, parker_aif, portal_venous};

@@ -12,6 +12,8 @@ use gpu_runtime::Provenance;
 
 /// The arithmetic of integer frames' contrast, on either path.
 const INTEGER_SUMS: &str = "exact integer window sums, f32 maps";
+/// The arithmetic of float frames' contrast (CPU path only).
+const FLOAT_SUMS: &str = "f64 window sums of f32 frames, f32 maps";
 
 use crate::model::beta::{Calibration, CalibrationInfo, CalibrationParams};
 use crate::model::contrast::{ContrastInfo, ContrastMaps, ContrastParams, Mode};
@@ -86,7 +88,7 @@ pub fn contrast(
         RawStack::F32(s) => cpu::contrast::contrast(s.view(), params)?,
     };
     let precision = match stack {
-        RawStack::F32(_) => "f64 window sums of f32 frames, f32 maps",
+        RawStack::F32(_) => FLOAT_SUMS,
         _ => INTEGER_SUMS,
     };
     Ok((
@@ -385,7 +387,10 @@ where
     };
     let batch = params.batch;
     let start = Instant::now();
+    let started = std::time::SystemTime::now();
     let mut done = 0usize;
+    let mut ran_on_gpu = false;
+    let mut float_frames = false;
     std::thread::scope(|scope| -> Result<()> {
         // Two batches in flight at most: one being read, one being computed.
         let (tx, rx) = sync_channel::<Result<Frame>>(2 * batch);
@@ -401,6 +406,7 @@ where
             Ok(item) => item?,
             Err(_) => return Ok(()), // empty stream
         };
+        float_frames = matches!(first, Frame::F32(_));
         // Integer frames on a GPU take the overlapped zero-copy path; the rest the CPU one.
         if device.is_gpu() {
             let overlapped = match first {
@@ -414,6 +420,7 @@ where
                 }
             };
             if let Some(stream) = overlapped {
+                ran_on_gpu = true;
                 done = stream(first, &rx, &params, device, &mut sink)?;
                 return Ok(());
             }
@@ -425,10 +432,18 @@ where
         .elapsed()
         .as_secs_f64()
         .max(Duration::from_nanos(1).as_secs_f64());
+    let provenance = if ran_on_gpu {
+        Provenance::new(device, INTEGER_SUMS, started)
+    } else if float_frames {
+        Provenance::new(&Device::cpu(), FLOAT_SUMS, started)
+    } else {
+        Provenance::new(&Device::cpu(), INTEGER_SUMS, started)
+    };
     Ok(StreamReport {
         frames: done,
         seconds,
         frames_per_second: done as f64 / seconds,
+        provenance,
     })
 }
 

@@ -46,7 +46,7 @@ struct Input {
     /// .pt3, .ht3 or .phu, multi-page TIFF (pages = time bins) or .npy ((y, x, bin) or
     /// (frame, y, x, bin)).
     ///
-    /// `flim fit` takes several files or a folder (its TCSPC files): each gets a folder of
+    /// `flim fit` and `flim phasor` take several files or a folder (its TCSPC files): each gets a folder of
     /// its own inside --out, named after the file; a bad file is reported and skipped.
     #[arg(value_name = "INPUT", num_args = 1.., required = true)]
     paths: Vec<PathBuf>,
@@ -119,7 +119,7 @@ impl Input {
         match self.paths.as_slice() {
             [path] if !path.is_dir() => Ok(path),
             _ => bail!(
-                "`flim {what}` takes one input file ({} given); `flim fit` takes several files \
+                "`flim {what}` takes one input file ({} given); `flim fit` and `flim phasor` take several files \
                  or a folder",
                 self.paths.len()
             ),
@@ -661,11 +661,60 @@ fn run_phasor(a: &PhasorArgs, tuning: GpuTuning, device: &Device) -> anyhow::Res
         (None, Some(_)) => bail!("--ref-tau needs a reference recording: --calibrate FILE"),
         (None, None) => 0.0,
     };
-    let path = a.input.single("phasor")?;
-    let rec = a.input.read(path)?;
     // The reference is read like the data (binning, bins, bin width, period), all summed.
     let read_opts = a.input.read_options()?;
-    let px = pixel_um(&rec);
+    let plan = PhasorPlan {
+        prep,
+        from_irf,
+        reference,
+        ref_tau,
+        read_opts,
+    };
+    if !batch::is_batch(&a.input.paths) {
+        let path = a.input.single("phasor")?;
+        let rec = a.input.read(path)?;
+        return phasor_one(a, &plan, device, path, &rec, &a.output.out);
+    }
+    let inputs = batch::expand(&a.input.paths, FLIM_EXTENSIONS)?;
+    let outs = batch::out_dirs(&a.output.out, &inputs);
+    let ahead = (rayon::current_num_threads() / 2).clamp(1, 8);
+    batch::run(
+        &inputs,
+        ahead,
+        |path| Ok(read(path, &plan.read_opts)?),
+        |i, path, rec| phasor_one(a, &plan, device, path, &rec, &outs[i]),
+    )
+}
+
+/// What `flim phasor` does to each recording, checked once for all of a batch.
+struct PhasorPlan<'a> {
+    prep: PrepOptions,
+    /// `--calibrate auto`: calibrate from the IRF (given or estimated).
+    from_irf: bool,
+    /// `--calibrate FILE`: a reference recording of lifetime `ref_tau` ns.
+    reference: Option<&'a Path>,
+    ref_tau: f64,
+    read_opts: ReadOptions,
+}
+
+/// `flim phasor` of one recording `rec` (read from `path`) into the folder `out_dir`.
+fn phasor_one(
+    a: &PhasorArgs,
+    plan: &PhasorPlan<'_>,
+    device: &Device,
+    path: &Path,
+    rec: &Recording,
+    out_dir: &Path,
+) -> anyhow::Result<()> {
+    let PhasorPlan {
+        prep,
+        from_irf,
+        reference,
+        ref_tau,
+        read_opts,
+    } = plan;
+    let (from_irf, reference, ref_tau) = (*from_irf, *reference, *ref_tau);
+    let px = pixel_um(rec);
     let mut inputs = input_files(path, &a.prep);
     inputs.extend(reference);
     let maps = flim_core::Method::Phasor.map_names(&flim_core::MethodOptions::default(), false);
@@ -675,17 +724,17 @@ fn run_phasor(a: &PhasorArgs, tuning: GpuTuning, device: &Device) -> anyhow::Res
         extra.push("irf.csv".into());
     }
     let out = OutDir::create(
-        &a.output.out,
+        out_dir,
         a.output.force,
         &inputs,
-        planned_files(&rec, &a.prep, &maps, &extra),
+        planned_files(rec, &a.prep, &maps, &extra),
     )?;
     let mut rows = Vec::new();
     let mut ran_on = device.info().id.clone();
     let mut images = Vec::new();
     let bar = progress(rec.images.len(), "images");
     for image in &rec.images {
-        let mut p = prepare(image, &rec, &prep, RangeSpec::Period)
+        let mut p = prepare(image, rec, prep, RangeSpec::Period)
             .with_context(|| match prep.irf {
                 Some(IrfSource::Estimate) => "preparing the image (binning, range, offset, IRF estimated from the data; where that fails, give a measured IRF with --irf FILE or a reference with --calibrate FILE --ref-tau NS)",
                 _ => "preparing the image (binning, range, offset, IRF)",
@@ -703,7 +752,7 @@ fn run_phasor(a: &PhasorArgs, tuning: GpuTuning, device: &Device) -> anyhow::Res
             );
         }
         // Calibration reference: a recording of known lifetime, else the IRF (lifetime 0).
-        let calibration = phasor_calibration(&p, reference, &read_opts, ref_tau, a.harmonic)
+        let calibration = phasor_calibration(&p, reference, read_opts, ref_tau, a.harmonic)
             .with_context(|| match reference {
                 Some(path) => format!("calibration reference {}", path.display()),
                 None => "calibration from the IRF".into(),
@@ -968,7 +1017,7 @@ mod tests {
     }
 
     /// A folder of recordings in one run: each into its own folder, the bad one reported
-    /// and skipped, the command failing at the end; phasor and convert still take one.
+    /// and skipped, the command failing at the end (fit and phasor); convert takes one.
     #[test]
     fn fit_takes_a_folder_and_skips_bad_files() {
         let dir = tmp("batch");
@@ -995,8 +1044,37 @@ mod tests {
         }
         assert!(!out.join("broken").exists(), "no output for the bad file");
         let a = data.join("a.sdt");
-        let e = run_cli(&["phasor", d, "--out", o]).unwrap_err();
-        assert!(e.to_string().contains("takes one input file"), "{e}");
+        // phasor too: each recording's phase lifetime in its own folder.
+        let phasors = dir.join("phasors");
+        let p = phasors.to_str().unwrap();
+        let e = run_cli(&["phasor", d, "--range", "all", "--out", p]).unwrap_err();
+        assert!(e.to_string().starts_with("1 of 3 inputs failed"), "{e}");
+        for (name, tau) in [("a", 2.0), ("b", 4.0)] {
+            let summary: serde_json::Value = serde_json::from_str(
+                &std::fs::read_to_string(phasors.join(name).join("summary.json")).unwrap(),
+            )
+            .unwrap();
+            assert_eq!(
+                summary["input"],
+                data.join(format!("{name}.sdt")).display().to_string()
+            );
+            let median = summary["maps"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|m| m["map"] == "tau_phase_ns")
+                .unwrap()["stats"]["median"]
+                .as_f64()
+                .unwrap();
+            assert!(
+                (median - tau).abs() < 0.3,
+                "{name}: phase lifetime {median} vs {tau}"
+            );
+        }
+        assert!(
+            !phasors.join("broken").exists(),
+            "no output for the bad file"
+        );
         let e = run_cli(&["convert", a.to_str().unwrap(), d, "--out", o]).unwrap_err();
         assert!(
             e.to_string().contains("takes one input file (2 given)"),

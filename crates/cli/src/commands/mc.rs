@@ -41,6 +41,11 @@ impl Args {
         matches!(self.command, Command::Run(_) | Command::Bench(_))
     }
 
+    /// Whether the subcommand computes on a device (`example` only prints a file).
+    pub fn needs_device(&self) -> bool {
+        !matches!(self.command, Command::Example)
+    }
+
     /// The subcommand as the user typed it, for messages.
     pub fn name(&self) -> &'static str {
         match self.command {

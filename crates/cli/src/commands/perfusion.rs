@@ -198,6 +198,13 @@ struct SimArgs {
     force: bool,
 }
 
+impl Args {
+    /// Whether the subcommand computes on a device (`fit`); the others run on the CPU.
+    pub fn needs_device(&self) -> bool {
+        matches!(self.command, Command::Fit(_))
+    }
+}
+
 static STOP: AtomicBool = AtomicBool::new(false);
 
 pub fn run(args: Args, device: &Device) -> anyhow::Result<()> {
@@ -418,6 +425,7 @@ fn run_fit(a: &FitArgs, device: &Device) -> anyhow::Result<()> {
     let input = FitInput::new(job.curves.view(), &job.problem);
     let (fits, info) = fit_with(input, &opts, device, &control)?;
     let secs = t0.elapsed().as_secs_f64();
+    crate::record::note_library(&info.provenance);
     bar.finish_and_clear();
     write_fit_outputs(&out, a, &job, &opts, &fits)?;
     let counts = fits.status_counts();

@@ -470,6 +470,10 @@ impl Device {
         let (send, receive) = channel();
         let abandoned = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let abandon = Arc::clone(&abandoned);
+        // The probe may still be loading or starting the driver when a quick command ends
+        // (`mc example`): the process must then end without the driver's tear-down, which
+        // segfaults under a thread still inside it (seen on the H200).
+        crate::gpu::note_cuda_started();
         let spawned = std::thread::Builder::new()
             .name("biogpu-auto".into())
             .spawn(move || {

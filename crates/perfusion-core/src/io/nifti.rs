@@ -722,12 +722,25 @@ where
     S: Data<Elem = T>,
     D: Dimension + RemoveAxis,
 {
+    let header = &stamped(header);
     match NiftiVersion::of(header) {
         NiftiVersion::Nifti1 => WriterOptions::new(path)
             .reference_header(header)
             .write_nifti(data)
             .map_err(|e| file_err(path, format!("cannot write NIfTI: {e}"))),
         NiftiVersion::Nifti2 => write_nifti2(path, data, header),
+    }
+}
+
+/// `header` with `descrip` (80 bytes, NUL-padded) saying what wrote the file, as the TIFF
+/// Software tag of the other modalities does ([`imaging_io::software_note`]).
+fn stamped(header: &NiftiHeader) -> NiftiHeader {
+    let note = imaging_io::software_note().as_bytes();
+    let mut descrip = note[..note.len().min(79)].to_vec();
+    descrip.resize(80, 0);
+    NiftiHeader {
+        descrip,
+        ..header.clone()
     }
 }
 
@@ -836,6 +849,7 @@ mod tests {
             write_map(&mpath, map.view(), &back.header).unwrap();
             let (m, h) = read_volume(&mpath).unwrap();
             assert_eq!(m[[2, 1, 0]], 12.0);
+            assert!(h.descrip.starts_with(b"biogpu "), "{:?}", h.descrip);
             assert!(m[[0, 0, 0]].is_nan());
             assert_eq!(h.pixdim[1..4], [1.5, 1.5, 3.0]);
             let bad = Array3::from_elem((3, 4, 3), true);

@@ -122,6 +122,8 @@ pub struct FitInfo {
     pub device: String,
     /// Arithmetic used: `f64` or `f32`.
     pub precision: &'static str,
+    /// Library, device, arithmetic and time of the fit (standard-error pass included).
+    pub provenance: gpu_runtime::Provenance,
 }
 
 impl Fits {

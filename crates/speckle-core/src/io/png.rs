@@ -328,14 +328,12 @@ mod tests {
     }
 
     #[test]
-    #[ignore = "needs /work/shared/data/speckle/temporal.png"]
+    #[ignore = "needs ../shared/data/speckle/temporal.png"]
     fn real_temporal_png_reads_as_1000_frames() {
-        let path = Path::new("/work/shared/data/speckle/temporal.png");
-        if !path.exists() {
-            eprintln!("skipping: {} not found", path.display());
-            return;
-        }
-        let (s, cam) = read_png(path, Some(64), None).unwrap();
+        let path =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/speckle/temporal.png");
+        assert!(path.exists(), "{} is absent", path.display());
+        let (s, cam) = read_png(&path, Some(64), None).unwrap();
         assert_eq!(s.dim(), (1000, 64, 64));
         assert_eq!(cam.bit_depth, Some(8));
     }

@@ -1024,14 +1024,12 @@ mod tests {
     }
 
     #[test]
-    #[ignore = "needs /work/shared/data/speckle/spatial.tif"]
+    #[ignore = "needs ../shared/data/speckle/spatial.tif"]
     fn real_spatial_tif_reads_as_one_8bit_frame() {
-        let path = Path::new("/work/shared/data/speckle/spatial.tif");
-        if !path.exists() {
-            eprintln!("skipping: {} not found", path.display());
-            return;
-        }
-        let (s, cam) = read_tiff(path, None).unwrap();
+        let path =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/speckle/spatial.tif");
+        assert!(path.exists(), "{} is absent", path.display());
+        let (s, cam) = read_tiff(&path, None).unwrap();
         assert_eq!(s.dim(), (1, 1024, 1280));
         assert_eq!(cam.bit_depth, Some(8));
         let RawStack::U8(a) = s else { panic!() };

@@ -44,10 +44,12 @@ pub struct FrameMaps<'a> {
     pub flags: Option<ArrayView2<'a, u8>>,
 }
 
-/// Throughput of a finished stream.
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+/// Throughput of a finished stream, and how it was computed.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct StreamReport {
     pub frames: usize,
     pub seconds: f64,
     pub frames_per_second: f64,
+    /// Library, device and arithmetic that computed the maps.
+    pub provenance: gpu_runtime::Provenance,
 }
