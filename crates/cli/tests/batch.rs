@@ -35,6 +35,54 @@ fn speckle_contrast_runs_every_frame_file_of_a_folder() {
     assert!(!out.join("corrupt").exists());
 }
 
+/// `speckle flow` over several files: the options are checked once, before any file is
+/// read; each file gets its tau_c maps.
+#[test]
+fn speckle_flow_takes_several_files() {
+    let dir = scratch("batch-flow");
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../speckle-core/tests/data");
+    let (a, b) = (
+        fixtures.join("imagej_frames.tif"),
+        fixtures.join("zstd_frames.tif"),
+    );
+    let (a, b) = (a.to_str().unwrap(), b.to_str().unwrap());
+    let out = dir.join("out");
+    let o = out.to_str().unwrap();
+    let no_beta = biogpu(&["speckle", "flow", a, b, "--exposure", "0.005", "--out", o]);
+    assert!(!no_beta.status.success());
+    assert!(
+        !text(&no_beta).contains("inputs failed"),
+        "said once: {}",
+        text(&no_beta)
+    );
+    assert!(!out.exists(), "nothing written");
+    let args = [
+        "--window",
+        "3",
+        "--exposure",
+        "0.005",
+        "--beta",
+        "0.5",
+        "--out",
+        o,
+    ];
+    let run = biogpu(&[&["speckle", "flow", a, b][..], &args].concat());
+    assert!(run.status.success(), "{}", text(&run));
+    for name in ["imagej_frames", "zstd_frames"] {
+        let summary = out.join(name).join("summary.json");
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap();
+        assert!(
+            v["input"]
+                .as_str()
+                .unwrap()
+                .ends_with(&format!("{name}.tif")),
+            "{v}"
+        );
+        assert_eq!(v["beta"], 0.5);
+    }
+}
+
 #[test]
 fn mc_run_takes_several_simulation_files() {
     let dir = scratch("batch-mc");

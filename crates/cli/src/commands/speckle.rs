@@ -138,10 +138,15 @@ struct ContrastArgs {
     output: OutputOpts,
 }
 
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 struct FlowArgs {
     #[command(flatten)]
     input: Input,
+    /// More inputs: several files (or a folder for INPUT) are computed in one run, each
+    /// into a folder of its own inside --out named after it; a bad file is reported and
+    /// skipped.
+    #[arg(value_name = "MORE")]
+    more: Vec<PathBuf>,
     #[command(flatten)]
     contrast: ContrastOpts,
     #[command(flatten)]
@@ -491,33 +496,48 @@ fn merge(mut a: serde_json::Value, b: serde_json::Value) -> serde_json::Value {
     a
 }
 
-/// `speckle contrast`, streamed: frames are read, computed and written one at a time
-/// (see `speckle_stream.rs`), so memory is bounded whatever the stack length.
-/// Frame files a folder given to `speckle contrast` stands for (raw binary needs --raw).
+/// Frame files a folder given to a speckle command stands for (raw binary needs --raw).
 const SPECKLE_EXTENSIONS: &[&str] = &["tif", "tiff", "png", "raw", "bin"];
 
-fn run_contrast(a: &ContrastArgs, device: &Device) -> anyhow::Result<()> {
-    let given: Vec<PathBuf> = std::iter::once(a.input.path.clone())
-        .chain(a.more.iter().cloned())
+/// INPUT and MORE of a speckle command: `None` for one file, else every input (a folder
+/// stands for its frame files), each run by `one(input, its folder inside out)`, a bad one
+/// reported and skipped.
+fn run_batch(
+    input: &Path,
+    more: &[PathBuf],
+    out: &Path,
+    mut one: impl FnMut(PathBuf, PathBuf) -> anyhow::Result<()>,
+) -> Option<anyhow::Result<()>> {
+    let given: Vec<PathBuf> = std::iter::once(input.to_path_buf())
+        .chain(more.iter().cloned())
         .collect();
     if !super::batch::is_batch(&given) {
-        return contrast_one(a, device);
+        return None;
     }
-    let inputs = super::batch::expand(&given, SPECKLE_EXTENSIONS)?;
-    let outs = super::batch::out_dirs(&a.output.out, &inputs);
-    // Frames stream from each file while they are computed: nothing to read ahead.
-    super::batch::run(
-        &inputs,
-        1,
-        |path| Ok(path.to_path_buf()),
-        |i, _, path| {
-            let mut one = a.clone();
-            one.input.path = path;
-            one.more.clear();
-            one.output.out.clone_from(&outs[i]);
-            contrast_one(&one, device)
-        },
-    )
+    let mut run = || {
+        let inputs = super::batch::expand(&given, SPECKLE_EXTENSIONS)?;
+        let outs = super::batch::out_dirs(out, &inputs);
+        // Each command reads its file itself (contrast streams it): nothing to read ahead.
+        super::batch::run(
+            &inputs,
+            1,
+            |path| Ok(path.to_path_buf()),
+            |i, _, path| one(path, outs[i].clone()),
+        )
+    };
+    Some(run())
+}
+
+/// `speckle contrast`, streamed: frames are read, computed and written one at a time
+/// (see `speckle_stream.rs`), so memory is bounded whatever the stack length.
+fn run_contrast(a: &ContrastArgs, device: &Device) -> anyhow::Result<()> {
+    let batch = run_batch(&a.input.path, &a.more, &a.output.out, |path, out| {
+        let mut one = a.clone();
+        (one.input.path, one.output.out) = (path, out);
+        one.more.clear();
+        contrast_one(&one, device)
+    });
+    batch.unwrap_or_else(|| contrast_one(a, device))
 }
 
 /// The arithmetic of integer frames' contrast (as `speckle_core::contrast` records it).
@@ -705,7 +725,21 @@ fn flow_beta(
     }
 }
 
+/// `speckle flow` of INPUT, or of each of several inputs (the options checked first, once).
 fn run_flow(a: &FlowArgs, device: &Device) -> anyhow::Result<()> {
+    flow_options(a)?;
+    let batch = run_batch(&a.input.path, &a.more, &a.output.out, |path, out| {
+        let mut one = a.clone();
+        (one.input.path, one.output.out) = (path, out);
+        one.more.clear();
+        flow_one(&one, device)
+    });
+    batch.unwrap_or_else(|| flow_one(a, device))
+}
+
+/// The exposure (s) and flow model of `speckle flow`, after checking that a beta source
+/// is given (before anything is read).
+fn flow_options(a: &FlowArgs) -> anyhow::Result<(f64, FlowModel)> {
     let Some(exposure) = a.contrast.exposure else {
         bail!("--exposure (seconds) is required to compute tau_c")
     };
@@ -722,6 +756,12 @@ fn run_flow(a: &FlowArgs, device: &Device) -> anyhow::Result<()> {
         // Say so before reading anything.
         bail!(NO_BETA_SOURCE);
     }
+    Ok((exposure, model))
+}
+
+/// `speckle flow` of the one input `a.input.path` into `a.output.out`.
+fn flow_one(a: &FlowArgs, device: &Device) -> anyhow::Result<()> {
+    let (exposure, model) = flow_options(a)?;
     let (stack, camera) = load_split(&a.input, a.contrast.mode != Mode::Spatial)?;
     let p = params(&a.contrast, camera)?;
     let mut inputs = vec![a.input.path.as_path()];
