@@ -7,7 +7,8 @@
 
 use crate::device::{for_job, resolve};
 use crate::error::{IntoPyResult, compute, compute_interruptible, value_error};
-use montecarlo_core::{Material, Mesh, Optics, Params, RunParams, Simulation, Source};
+use montecarlo_core::model::detector::{Detection, Detector, DetectorTally};
+use montecarlo_core::{Material, Mesh, Optics, Outputs, Params, RunParams, Simulation, Source};
 use numpy::{IntoPyArray, PyReadonlyArray1, PyReadonlyArray2, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -33,7 +34,7 @@ fn rows<const N: usize, T: Copy + numpy::Element>(
 
 /// Run a simulation; see `biogpu.mc.run`.
 #[pyfunction]
-#[pyo3(signature = (node, elem, region, materials, n_outside, sources, photons, seed, time_limit_ns, specular, device))]
+#[pyo3(signature = (node, elem, region, materials, n_outside, sources, photons, seed, time_limit_ns, specular, detectors, max_detected, device))]
 fn mc_run<'py>(
     py: Python<'py>,
     node: PyReadonlyArray2<'py, f64>,
@@ -46,8 +47,25 @@ fn mc_run<'py>(
     seed: u64,
     time_limit_ns: Option<f64>,
     specular: bool,
+    detectors: Option<PyReadonlyArray2<'py, f64>>,
+    max_detected: u64,
     device: &str,
 ) -> PyResult<Bound<'py, PyDict>> {
+    let detection = detectors
+        .map(|d| -> PyResult<Detection> {
+            Ok(Detection {
+                detectors: rows::<4, f64>("detpos", &d)?
+                    .into_iter()
+                    .map(|[x, y, z, radius]| Detector {
+                        pos: [x, y, z],
+                        radius,
+                    })
+                    .collect(),
+                max_photons: max_detected,
+                momentum: false,
+            })
+        })
+        .transpose()?;
     let nodes = rows::<3, f64>("node", &node)?;
     let n_nodes = nodes.len();
     let tets = rows::<4, i64>("elem", &elem)?
@@ -92,7 +110,15 @@ fn mc_run<'py>(
     };
     let sim = compute(py, || {
         let mesh = Mesh::new(nodes, tets, regions).py()?;
-        Simulation::new(mesh, optics, &sources, photons, params).py()
+        let mut sim = Simulation::new(mesh, optics, &sources, photons, params).py()?;
+        if detection.is_some() {
+            sim.set_outputs(Outputs {
+                detection,
+                ..Outputs::default()
+            })
+            .py()?;
+        }
+        Ok(sim)
     })?;
     let device = resolve(py, device)?;
     let device = for_job(&device, montecarlo_core::job_estimate(photons));
@@ -139,8 +165,68 @@ fn mc_run<'py>(
     summary.set_item("photons_per_ms", s.photons_per_ms)?;
     summary.set_item("interrupted", info.interrupted)?;
     out.set_item("summary", summary)?;
+    if sim.outputs.detection.is_some() {
+        out.set_item("detp", detected(py, &result.tally.detectors)?)?;
+    }
     out.set_item("device", device.info().id.clone())?;
     Ok(out)
+}
+
+/// What the detectors saw: pmmc's `detp` fields (one row per kept record, sorted by photon
+/// index) and the per-detector totals.
+fn detected<'py>(py: Python<'py>, tally: &DetectorTally) -> PyResult<Bound<'py, PyDict>> {
+    let p = &tally.photons;
+    let regions = p.first().map_or(0, |d| d.ppath.len());
+    let table = |f: &dyn Fn(&montecarlo_core::model::detector::DetectedPhoton) -> Vec<f64>, n| {
+        ndarray::Array2::from_shape_vec((p.len(), n), p.iter().flat_map(f).collect())
+            .expect("one row per record")
+    };
+    let d = PyDict::new(py);
+    d.set_item(
+        "detid",
+        p.iter()
+            .map(|d| d.detector)
+            .collect::<Vec<_>>()
+            .into_pyarray(py),
+    )?;
+    d.set_item(
+        "photon",
+        p.iter()
+            .map(|d| d.photon)
+            .collect::<Vec<_>>()
+            .into_pyarray(py),
+    )?;
+    d.set_item(
+        "weight",
+        p.iter()
+            .map(|d| d.weight)
+            .collect::<Vec<_>>()
+            .into_pyarray(py),
+    )?;
+    d.set_item(
+        "time_ns",
+        p.iter()
+            .map(|d| d.time_ns)
+            .collect::<Vec<_>>()
+            .into_pyarray(py),
+    )?;
+    d.set_item(
+        "nscat",
+        p.iter()
+            .map(|d| d.scatters)
+            .collect::<Vec<_>>()
+            .into_pyarray(py),
+    )?;
+    d.set_item("p", table(&|d| d.pos.to_vec(), 3).into_pyarray(py))?;
+    d.set_item("v", table(&|d| d.dir.to_vec(), 3).into_pyarray(py))?;
+    d.set_item(
+        "ppath",
+        table(&|d| d.ppath.clone(), regions).into_pyarray(py),
+    )?;
+    d.set_item("count", tally.count.clone().into_pyarray(py))?;
+    d.set_item("detected_weight", tally.weight.clone().into_pyarray(py))?;
+    d.set_item("dropped", tally.dropped)?;
+    Ok(d)
 }
 
 /// A box mesh of `cell`-sized cubes; see `biogpu.mc.box_mesh`.

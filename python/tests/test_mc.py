@@ -70,3 +70,28 @@ def test_gpu_run_equals_the_cpu_statistically(gpu_device):
     assert abs(gpu["summary"]["balance_error"]) < 1e-4
     # Different random streams (f32 GPU vs f64 CPU): totals agree to Monte Carlo noise.
     assert gpu["summary"]["absorbed"] == pytest.approx(cpu["summary"]["absorbed"], abs=0.01)
+
+
+def test_detected_photons_follow_their_paths():
+    # A matched slab (n = 1: no refraction) lit by a pencil beam, one detector around the entry
+    # point on the lit face: each record's time of flight is its path over c, and without
+    # roulette (all weights stay above wmin here: mua 0.01/mm) its weight exp(-mua * path).
+    prop = [[0, 0, 1, 1], [0.01, 1.0, 0.0, 1.0]]
+    out = mc.run(node=MESH["node"], elem=MESH["elem"], prop=prop, srcpos=[5.1, 4.9, 0], srcdir=[0, 0, 1],
+                 nphoton=3000, detpos=[[5.0, 5.0, 0.0, 3.0]], device="cpu")
+    d = out["detp"]
+    n = len(d["weight"])
+    assert n > 100, n
+    assert d["ppath"].shape == (n, 1) and d["p"].shape == (n, 3)
+    assert np.all(d["detid"] == 1) and d["count"][0] == n and d["dropped"] == 0
+    assert np.all(np.diff(d["photon"]) > 0)
+    path = d["ppath"][:, 0]
+    np.testing.assert_allclose(d["time_ns"], path / 299.792458, rtol=1e-9)
+    np.testing.assert_allclose(d["weight"], np.exp(-0.01 * path), rtol=1e-9)
+    assert d["detected_weight"][0] == pytest.approx(d["weight"].sum(), rel=1e-12)
+    # Exits on the lit face, within the detector's disk.
+    assert np.all(np.abs(d["p"][:, 2]) < 1e-6)  # mm: the exit point from the face crossing
+    assert np.all(np.hypot(d["p"][:, 0] - 5, d["p"][:, 1] - 5) <= 3.0 + 1e-6)
+    with pytest.raises(ValueError, match="detect"):
+        mc.run(node=MESH["node"], elem=MESH["elem"], prop=prop, srcpos=[5.1, 4.9, 0], srcdir=[0, 0, 1],
+               nphoton=10, detpos=[[5.0, 5.0, 30.0, 1.0]], device="cpu")

@@ -73,6 +73,8 @@ def run(
     seed: int = 1,
     tend_ns: Optional[float] = None,
     specular: bool = True,
+    detpos: Any = None,
+    maxdetphoton: int = 1_000_000,
     device: str = "auto",
 ) -> Dict[str, Any]:
     """Simulate ``nphoton`` photon packets and tally absorbed energy and exitance.
@@ -91,6 +93,8 @@ def run(
         nphoton: photon packets; seed: the random seed (results are reproducible).
         tend_ns: time limit of a photon's flight, ns (None: no limit).
         specular: count the specular reflection at entry.
+        detpos: (K, 4) disk detectors on the surface, ``x, y, z, radius`` (mm), as pmmc.
+        maxdetphoton: records kept at most (further detections still count in the totals).
         device: see :mod:`biogpu`.
 
     Returns:
@@ -100,15 +104,23 @@ def run(
         ``boundary`` (its 0-based node triples), ``summary`` (energy ledger: ``absorbed``,
         ``escaped``, ``specular``, ``roulette``, ``expired``, ``lost``,
         ``balance_error``, ``photons``, ``seconds``, ``photons_per_ms``,
-        ``interrupted``), ``device``. Ctrl-C stops the run and raises KeyboardInterrupt.
+        ``interrupted``), ``device``; with ``detpos``, ``detp``: pmmc's detected-photon
+        records, one row per photon (sorted by photon index): ``detid`` (1-based), ``photon``
+        (its index: with the seed it replays the path), ``weight`` at exit, ``time_ns``,
+        ``nscat``, ``p`` exit point (mm), ``v`` exit direction, ``ppath`` (photons, regions)
+        path length per region (mm); and per detector ``count``, ``detected_weight``, with
+        ``dropped`` records beyond ``maxdetphoton``. Ctrl-C stops the run and raises
+        KeyboardInterrupt.
     """
     merged: Dict[str, Any] = dict(cfg or {})
     given = dict(node=node, elem=elem, prop=prop, elemprop=elemprop, srcpos=srcpos, srcdir=srcdir,
-                 srcparam1=srcparam1, sources=sources)
+                 srcparam1=srcparam1, sources=sources, detpos=detpos)
     merged.update({k: v for k, v in given.items() if v is not None})
     # Keywords left at their defaults do not override cfg.
-    keywords = dict(srctype=srctype, nphoton=nphoton, seed=seed, tend_ns=tend_ns, specular=specular, device=device)
-    defaults = dict(srctype="pencil", nphoton=100_000, seed=1, tend_ns=None, specular=True, device="auto")
+    keywords = dict(srctype=srctype, nphoton=nphoton, seed=seed, tend_ns=tend_ns, specular=specular,
+                    maxdetphoton=maxdetphoton, device=device)
+    defaults = dict(srctype="pencil", nphoton=100_000, seed=1, tend_ns=None, specular=True,
+                    maxdetphoton=1_000_000, device="auto")
     for key, value in keywords.items():
         if value != defaults[key] or key not in merged:
             merged[key] = value
@@ -154,6 +166,8 @@ def run(
         int(merged["seed"]),
         None if merged["tend_ns"] is None else float(merged["tend_ns"]),
         bool(merged["specular"]),
+        None if merged.get("detpos") is None else np.ascontiguousarray(np.asarray(merged["detpos"], dtype=np.float64).reshape(-1, 4)),
+        int(merged["maxdetphoton"]),
         check_device(merged["device"]),
     )
     out["fluence_node"] = node_fluence(out["fluence"], out["volume"], tets, len(nodes))
