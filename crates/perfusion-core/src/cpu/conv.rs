@@ -566,13 +566,7 @@ mod tests {
 
     #[test]
     fn jacobian_matches_finite_differences_of_the_cost_for_every_model() {
-        let points: [(Model, &[f64]); 5] = [
-            (Model::DualInput, &[20.0, 100.0, 400.0, 1.3, 2.2]),
-            (Model::Tofts, &[0.25, 0.35, 3.3]),
-            (Model::ExtendedTofts, &[0.25, 0.35, 0.06, 3.3]),
-            (Model::Patlak, &[0.02, 0.08, 1.7]),
-            (Model::TwoCompartmentExchange, &[0.6, 0.12, 0.3, 0.07, 2.1]),
-        ];
+        let points = crate::cpu::TEST_POINTS;
         for uniform in [true, false] {
             for (model, v) in points {
                 let p = problem(model.dual_input(), uniform);

@@ -617,13 +617,7 @@ mod tests {
         let (n, padded) = plan.padded.as_ref().unwrap();
         assert_eq!(*n, t.len());
         let data: Vec<f64> = (0..t.len()).map(|i| 0.3 + 0.01 * i as f64).collect();
-        let points: [(Model, &[f64]); 5] = [
-            (Model::DualInput, &[20.0, 100.0, 400.0, 1.3, 2.2]),
-            (Model::Tofts, &[0.25, 0.35, 3.3]),
-            (Model::ExtendedTofts, &[0.25, 0.35, 0.06, 3.3]),
-            (Model::Patlak, &[0.02, 0.08, 1.7]),
-            (Model::TwoCompartmentExchange, &[0.6, 0.12, 0.3, 0.07, 2.1]),
-        ];
+        let points = crate::cpu::TEST_POINTS;
         let mut work = Vec::new();
         let delays = [
             None,
