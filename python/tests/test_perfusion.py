@@ -95,3 +95,37 @@ def test_gpu_fit_equals_the_cpu(gpu_device):
     # f32 on wgpu (no f64 there): parameters to 1e-3 relative (docs/perfusion.md).
     np.testing.assert_allclose(gpu["params"]["ktrans"], cpu["params"]["ktrans"], rtol=1e-3)
     np.testing.assert_allclose(gpu["params"]["ve"], cpu["params"]["ve"], rtol=1e-3)
+
+
+def test_fit_equals_the_cli(cli, tmp_path):
+    """Noisy curves from `biogpu perfusion simulate`, fitted by `perfusion fit` and by
+    perfusion.fit with the defaults of both: the same parameters, standard errors and
+    statuses (results.csv prints them exactly)."""
+    import subprocess
+
+    sim, out = tmp_path / "sim", tmp_path / "fit"
+    run = lambda *a: subprocess.run([str(cli), "--device", "cpu", "perfusion", *a], check=True, capture_output=True)
+    run("simulate", "--model", "extended-tofts", "--voxels", "12", "--cnr", "30", "--out", str(sim))
+    run("fit", "--model", "extended-tofts", "--curves", str(sim / "curves.csv"),
+        "--aif", f"{sim / 'inputs.csv'}:aif", "--out", str(out))
+    curves = np.genfromtxt(sim / "curves.csv", delimiter=",", names=True)
+    names = [n for n in curves.dtype.names if n != "time"]
+    c = np.stack([curves[n] for n in names])
+    aif_values = np.genfromtxt(sim / "inputs.csv", delimiter=",", names=True)["aif"]
+    got = perfusion.fit(c, curves["time"], aif_values, model="extended-tofts", device="cpu")
+    import csv
+
+    with open(out / "results.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [r["curve"] for r in rows] == names
+
+    def column(name):
+        """A column by parameter name (the header adds the unit: `ktrans (1/min)`)."""
+        key = next(k for k in rows[0] if k == name or k.startswith(name + " ("))
+        return np.array([float(r[key]) for r in rows])
+
+    for p in got["param_names"]:
+        np.testing.assert_allclose(got["params"][p], column(p), rtol=1e-9, atol=1e-12, err_msg=p)
+        np.testing.assert_allclose(got["se"][p], column(p + "_se"), rtol=1e-6, atol=1e-12, err_msg=p)
+    status = [got["status_names"][code] for code in got["status"]]
+    assert status == [r["status"] for r in rows]

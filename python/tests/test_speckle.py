@@ -122,3 +122,33 @@ def test_gpu_contrast_equals_the_cpu(gpu_device):
     # Exact integer sums on both paths; f32 division on the GPU (docs: GPU = CPU to 1e-6).
     np.testing.assert_allclose(gpu["k"], cpu["k"], rtol=1e-6, atol=1e-7)
     np.testing.assert_array_equal(gpu["flags"], cpu["flags"])
+
+
+def test_contrast_of_a_raw_stack_equals_the_cli(cli, tmp_path):
+    """The same frames through `biogpu speckle contrast --raw` and speckle.contrast: every K
+    of every frame equal (one library, one path: the CPU)."""
+    Image = pytest.importorskip("PIL.Image", reason="pillow reads the CLI's TIFF (pip install pillow)")
+    import json
+    import subprocess
+
+    f = frames_u16(n=4, h=33, w=47, seed=3)
+    raw = tmp_path / "frames.raw"
+    f.astype("<u2").tofile(raw)
+    out = tmp_path / "out"
+    subprocess.run(
+        [str(cli), "--device", "cpu", "speckle", "contrast", str(raw), "--raw",
+         "width=47,height=33,dtype=u16,order=le", "--window", "5", "--no-png", "--out", str(out)],
+        check=True,
+        capture_output=True,
+    )
+    tif = Image.open(out / "k.tif")
+    cli_k = []
+    for i in range(tif.n_frames):
+        tif.seek(i)
+        cli_k.append(np.array(tif, dtype=np.float32))
+    cli_k = np.stack(cli_k)
+    got = speckle.contrast(f, 5, device="cpu")
+    assert cli_k.shape == got["k"].shape
+    np.testing.assert_array_equal(got["k"], cli_k)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["frames"] == 4

@@ -121,3 +121,98 @@ fn mc_run_takes_several_simulation_files() {
     assert!(absorbed > 0.0 && absorbed < 1.0, "{absorbed}");
     assert_eq!(summary("b")["absorbed"].as_f64(), Some(absorbed));
 }
+
+/// `perfusion fit --studies`: each row of the list into its own folder, paths from the
+/// list's folder, the shared options for what a row leaves empty; a study that cannot be
+/// read is reported and listed in summary.csv, and the others complete.
+#[test]
+fn perfusion_fits_every_study_of_a_list() {
+    let dir = scratch("batch-studies");
+    let run = |args: &[&str]| biogpu(&[&["perfusion"][..], args].concat());
+    let liver = dir.join("liver");
+    let curves = dir.join("curves");
+    for (out, extra) in [
+        (&liver, &["--liver"][..]),
+        (&curves, &["--voxels", "6"][..]),
+    ] {
+        let o = run(&[&["simulate", "--out", out.to_str().unwrap()][..], extra].concat());
+        assert!(o.status.success(), "{}", text(&o));
+    }
+    let list = dir.join("studies.csv");
+    std::fs::write(
+        &list,
+        "name,dce,curves,mask,aif,pv\n\
+         volume,liver/dce.nii.gz,,liver/mask.nii.gz,liver/inputs.csv:aif,liver/inputs.csv:pv\n\
+         gone,liver/missing.nii.gz,,liver/mask.nii.gz,,\n\
+         ,,curves/curves.csv,,curves/inputs.csv:aif,curves/inputs.csv:pv\n",
+    )
+    .unwrap();
+    let out = dir.join("fits");
+    let o = out.to_str().unwrap();
+    // The shared --aif serves the row that gives none (and fails there on the missing
+    // series, not on the input).
+    let aif = format!("{}:aif", liver.join("inputs.csv").display());
+    let pv = format!("{}:pv", liver.join("inputs.csv").display());
+    let args = [
+        "fit",
+        "--studies",
+        list.to_str().unwrap(),
+        "--aif",
+        &aif,
+        "--pv",
+        &pv,
+        "--out",
+        o,
+    ];
+    let first = run(&args);
+    let err = text(&first);
+    assert!(!first.status.success(), "one study failed: {err}");
+    assert!(err.contains("1 of 3 inputs failed"), "{err}");
+    assert!(err.contains("missing.nii.gz"), "{err}");
+    let said = String::from_utf8_lossy(&first.stdout);
+    assert!(said.contains("2 of 3 studies fitted"), "{said}");
+    for study in ["volume", "curves"] {
+        let summary: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(out.join(study).join("summary.json")).unwrap(),
+        )
+        .unwrap();
+        assert!(
+            summary["voxels"].as_u64().unwrap() > 0,
+            "{study}: {summary}"
+        );
+    }
+    assert!(out.join("volume/ka.nii.gz").exists());
+    assert!(out.join("curves/results.csv").exists());
+    assert!(!out.join("gone").exists());
+    let table = std::fs::read_to_string(out.join("summary.csv")).unwrap();
+    let rows: Vec<&str> = table.lines().collect();
+    assert_eq!(rows.len(), 4, "{table}");
+    assert!(rows[0].starts_with("study,outcome,voxels"), "{table}");
+    assert!(rows[1].starts_with("volume,ok,4336,"), "{table}");
+    assert!(rows[2].starts_with("gone,error: "), "{table}");
+    assert!(rows[3].starts_with("curves,ok,6,"), "{table}");
+    // Nothing is overwritten without --force.
+    let again = run(&args);
+    assert!(!again.status.success());
+    assert!(
+        text(&again).contains("summary.csv exists"),
+        "{}",
+        text(&again)
+    );
+    // A bad list is refused before any study is read, naming the file and line.
+    std::fs::write(&list, "name,dce,colour\nx,liver/dce.nii.gz,red\n").unwrap();
+    let bad = run(&[
+        "fit",
+        "--studies",
+        list.to_str().unwrap(),
+        "--out",
+        o,
+        "--force",
+    ]);
+    assert!(!bad.status.success());
+    let e = text(&bad);
+    assert!(
+        e.contains("studies.csv") && e.contains("line 1: unknown column `colour`"),
+        "{e}"
+    );
+}

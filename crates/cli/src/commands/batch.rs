@@ -89,7 +89,24 @@ pub fn run<T: Send>(
 ) -> anyhow::Result<()> {
     // Each output folder records its own input, not the batch's others.
     crate::record::note_batch(inputs);
-    let bar = ProgressBar::new(inputs.len() as u64).with_style(
+    run_items(
+        inputs,
+        |p| p.display().to_string(),
+        ahead,
+        |p| read(p),
+        |i, p, d| process(i, p, d),
+    )
+}
+
+/// [`run`] over any items (a study list's rows, say), `shown` naming each in messages.
+pub fn run_items<I: Sync, T: Send>(
+    items: &[I],
+    shown: impl Fn(&I) -> String,
+    ahead: usize,
+    read: impl Fn(&I) -> anyhow::Result<T> + Sync,
+    mut process: impl FnMut(usize, &I, T) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let bar = ProgressBar::new(items.len() as u64).with_style(
         ProgressStyle::with_template("{bar:40} {pos}/{len} inputs, {per_sec}, eta {eta} {msg}")
             .expect("valid template"),
     );
@@ -100,8 +117,8 @@ pub fn run<T: Send>(
         let read = &read;
         scope.spawn(move || {
             use rayon::prelude::*;
-            for chunk in inputs.chunks(ahead) {
-                let read: Vec<_> = chunk.par_iter().map(|p| read(p)).collect();
+            for chunk in items.chunks(ahead) {
+                let read: Vec<_> = chunk.par_iter().map(read).collect();
                 for r in read {
                     if send.send(r).is_err() {
                         return; // the consumer stopped
@@ -109,20 +126,20 @@ pub fn run<T: Send>(
                 }
             }
         });
-        for (i, (path, data)) in inputs.iter().zip(receive).enumerate() {
-            bar.set_message(path.display().to_string());
-            let outcome = data.and_then(|d| process(i, path, d));
+        for (i, (item, data)) in items.iter().zip(receive).enumerate() {
+            let name = shown(item);
+            bar.set_message(name.clone());
+            let outcome = data.and_then(|d| process(i, item, d));
             if let Err(e) = outcome {
-                let shown = path.display().to_string();
                 let text = format!("{e:#}");
                 // Readers name their file already; say it once.
-                let line = if text.contains(&shown) {
+                let line = if text.contains(&name) {
                     text
                 } else {
-                    format!("{shown}: {text}")
+                    format!("{name}: {text}")
                 };
                 bar.suspend(|| eprintln!("error: {line}"));
-                failed.push(path.display().to_string());
+                failed.push(name);
             }
             bar.inc(1);
         }
@@ -132,7 +149,7 @@ pub fn run<T: Send>(
         0 => Ok(()),
         n => bail!(
             "{n} of {} inputs failed (each reported above): {}",
-            inputs.len(),
+            items.len(),
             failed.join(", ")
         ),
     }

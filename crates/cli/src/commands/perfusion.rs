@@ -8,6 +8,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use ndarray::{Array3, Axis};
 use perfusion_core::convert::{Conversion, Ct, Spgr};
 use perfusion_core::io::input::{InputSpec, Job, VolumeGrid, load};
+use perfusion_core::io::studies::{Study, read_studies};
 use perfusion_core::io::{csv as pcsv, nifti as pnii, png as ppng};
 use perfusion_core::sim::{Simulation, synthetic_liver};
 use perfusion_core::{
@@ -52,18 +53,26 @@ struct FitArgs {
     /// DCE series: 4-D NIfTI (.nii or .nii.gz; x, y, z, time), or DICOM: a folder holding
     /// one series (read recursively; classic single-frame, uncompressed), or one file of it.
     /// DICOM times come from the acquisition times; masks and T1 maps stay NIfTI on its grid.
-    #[arg(long, conflicts_with = "curves", required_unless_present = "curves")]
+    #[arg(long, conflicts_with = "curves", required_unless_present_any = ["curves", "studies"])]
     dce: Option<PathBuf>,
     /// Which DICOM series to read where the --dce folder holds several: its number in the
     /// list the error for such a folder prints (1, 2, ...) or its SeriesInstanceUID.
     #[arg(long, requires = "dce")]
     series: Option<String>,
     /// Voxels to fit (non-zero); default: every voxel.
-    #[arg(long, requires = "dce")]
+    #[arg(long)]
     mask: Option<PathBuf>,
     /// CSV of curves: one column per curve, optional time column (`time`), header row.
     #[arg(long)]
     curves: Option<PathBuf>,
+    /// Many studies in one run: a CSV list, one row per study, with its `dce` (or
+    /// `curves`) and whatever differs between studies (`name`, `mask`, `aif`, `aif_mask`,
+    /// `pv`, `pv_mask`, `times`, `t1_map`, `b1_map`, `series`; paths from the list's
+    /// folder). Options given here apply to every study whose row leaves them empty. Each
+    /// study is fitted into its own folder under --out, the next read while one is fitted;
+    /// a failing study is reported and skipped, and summary.csv lists them all.
+    #[arg(long, conflicts_with_all = ["dce", "curves"])]
+    studies: Option<PathBuf>,
     /// Arterial input function: CSV `FILE` or `FILE:COLUMN` (the first non-time column by
     /// default), in the same units as the tissue curves after conversion; or a population
     /// input `parker`, `georgiou` (whole blood: give --hematocrit) or `weinmann` (plasma),
@@ -71,14 +80,14 @@ struct FitArgs {
     #[arg(long, conflicts_with = "aif_mask")]
     aif: Option<String>,
     /// Arterial input from an ROI mask (e.g. the aorta) over the DCE series.
-    #[arg(long, requires = "dce")]
+    #[arg(long)]
     aif_mask: Option<PathBuf>,
     /// Portal-venous input function (dual-input model): CSV `FILE` or `FILE:COLUMN`, or the
     /// population input `portal` (Parker's AIF through the gut, `portal:ARRIVAL_S`).
     #[arg(long, conflicts_with = "pv_mask")]
     pv: Option<String>,
     /// Portal-venous input from an ROI mask over the DCE series.
-    #[arg(long, requires = "dce")]
+    #[arg(long)]
     pv_mask: Option<PathBuf>,
     /// Times (s): a CSV with a `time` column or one column of times.
     #[arg(long, conflicts_with = "dt")]
@@ -101,7 +110,7 @@ struct FitArgs {
     t1_map: Option<PathBuf>,
     /// Relative flip-angle map (actual / nominal, e.g. from a B1 scan), same grid as the
     /// series, for spgr: each voxel converted with its actual angle.
-    #[arg(long, requires = "dce")]
+    #[arg(long)]
     b1_map: Option<PathBuf>,
     /// Flip angle (degrees) for spgr; default: FlipAngle of a DICOM --dce's headers.
     #[arg(long)]
@@ -337,13 +346,14 @@ fn parse_grid(text: &str) -> anyhow::Result<StartSearch> {
 /// not given are taken from the headers of a DICOM `--dce` (read here without the pixel
 /// data, since `load` converts as it reads); a given value that differs from the header's
 /// by more than 1% wins, with a warning.
-fn conversion(a: &FitArgs) -> anyhow::Result<Conversion> {
+fn conversion(a: &FitArgs, dce: Option<&Path>, series: Option<&str>) -> anyhow::Result<Conversion> {
     Ok(match a.convert.to_ascii_lowercase().as_str() {
         "none" => Conversion::None,
         "spgr" => {
-            let header = match &a.dce {
-                Some(dce) => perfusion_core::io::input::dce_acquisition(dce, a.series.as_deref())?
-                    .unwrap_or_default(),
+            let header = match dce {
+                Some(dce) => {
+                    perfusion_core::io::input::dce_acquisition(dce, series)?.unwrap_or_default()
+                }
                 None => perfusion_core::io::dicom::Acquisition::default(),
             };
             let (flip, tr) = header.spgr_settings(a.flip_angle, a.tr);
@@ -368,9 +378,10 @@ fn conversion(a: &FitArgs) -> anyhow::Result<Conversion> {
     })
 }
 
-/// The library's description of the input files and options of `a`.
-fn input_spec(a: &FitArgs) -> anyhow::Result<InputSpec> {
-    Ok(InputSpec {
+/// The library's description of the input files and options of `a`, for one study of a
+/// `--studies` list (its row in place of the shared options) or for the command line's.
+fn input_spec(a: &FitArgs, study: Option<&Study>) -> anyhow::Result<InputSpec> {
+    let shared = InputSpec {
         model: a.model,
         dce: a.dce.clone(),
         series: a.series.clone(),
@@ -383,24 +394,202 @@ fn input_spec(a: &FitArgs) -> anyhow::Result<InputSpec> {
         times: a.times.clone(),
         dt: a.dt,
         hematocrit: a.hematocrit,
-        conversion: conversion(a)?,
+        conversion: Conversion::None,
         t10: a.t10,
         t1_map: a.t1_map.clone(),
         b1_map: a.b1_map.clone(),
-    })
+    };
+    let mut spec = match study {
+        Some(s) => s.apply(&shared),
+        None => shared,
+    };
+    // Per study: a DICOM series' headers give the flip angle and TR.
+    spec.conversion = conversion(a, spec.dce.as_deref(), spec.series.as_deref())?;
+    Ok(spec)
 }
 
 fn run_fit(a: &FitArgs, device: &Device) -> anyhow::Result<()> {
     let opts = options(a)?;
-    let job = load(&input_spec(a)?)?;
-    let inputs: Vec<&Path> = job.inputs.iter().map(PathBuf::as_path).collect();
-    let out = OutDir::create(&a.out, a.force, &inputs, fit_outputs(a, &job, &opts)?)?;
-    let n = job.curves.nrows();
     let _ = ctrlc::set_handler(|| STOP.store(true, Ordering::Relaxed));
-    let bar = ProgressBar::new(n as u64).with_style(
-        ProgressStyle::with_template("{bar:40} {pos}/{len} voxels {per_sec} eta {eta}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    if let Some(list) = &a.studies {
+        return run_studies(a, list, &opts, device);
+    }
+    let job = load(&input_spec(a, None)?)?;
+    let fitted = fit_job(a, &opts, &job, &a.out, device, true)?;
+    fitted.say();
+    Ok(())
+}
+
+/// Every study of a `--studies` list, each into `--out/NAME`, the next read while one is
+/// fitted; `summary.csv` in `--out` has a row per study (its outcome, counts and medians).
+fn run_studies(a: &FitArgs, list: &Path, opts: &FitParams, device: &Device) -> anyhow::Result<()> {
+    let studies = read_studies(list)?;
+    // Check what does not depend on the files before any is read.
+    for s in &studies {
+        input_spec(a, Some(s)).with_context(|| format!("{}, line {}", list.display(), s.line))?;
+    }
+    let table = a.out.join("summary.csv");
+    ensure!(
+        a.force || !table.exists(),
+        "{} exists; choose another --out or give --force to overwrite",
+        table.display()
     );
+    let sources: Vec<PathBuf> = studies
+        .iter()
+        .filter_map(|s| s.dce.clone().or_else(|| s.curves.clone()))
+        .collect();
+    crate::record::note_batch(&sources);
+    let mut rows: Vec<(String, Result<Fitted, String>)> = Vec::new();
+    let outcome = super::batch::run_items(
+        &studies,
+        |s| s.name.clone(),
+        2,
+        // A study that cannot be read reaches `process` too, for its row in the table.
+        |s| Ok(input_spec(a, Some(s)).and_then(|spec| Ok(load(&spec)?))),
+        |_, s, job| {
+            let result = if STOP.load(Ordering::Relaxed) {
+                Err(anyhow::anyhow!("interrupted before this study was fitted"))
+            } else {
+                job.and_then(|job| fit_job(a, opts, &job, &a.out.join(&s.name), device, false))
+            };
+            rows.push((
+                s.name.clone(),
+                result
+                    .as_ref()
+                    .map(Clone::clone)
+                    .map_err(|e| format!("{e:#}")),
+            ));
+            result.map(|_| ())
+        },
+    );
+    std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+    write_study_table(&table, opts.model, &rows)?;
+    let ok = rows.iter().filter(|(_, r)| r.is_ok()).count();
+    crate::say!(
+        "{ok} of {} studies fitted into {} (summary.csv lists them all)",
+        rows.len(),
+        a.out.display()
+    );
+    outcome
+}
+
+/// One row per study: its outcome, voxels, seconds, device, status counts, flag counts
+/// and the median of each parameter.
+fn write_study_table(
+    path: &Path,
+    model: Model,
+    rows: &[(String, Result<Fitted, String>)],
+) -> anyhow::Result<()> {
+    let mut header: Vec<String> = ["study", "outcome", "voxels", "seconds", "device"]
+        .map(String::from)
+        .to_vec();
+    header.extend(FitStatus::ALL.iter().map(|s| s.name().replace('-', "_")));
+    header.extend(
+        Flags::ALL
+            .iter()
+            .map(|(_, name)| format!("flag_{}", name.replace('-', "_"))),
+    );
+    header.extend(model.params().iter().map(|p| format!("median_{}", p.name)));
+    let mut w =
+        csv::Writer::from_path(path).with_context(|| format!("writing {}", path.display()))?;
+    w.write_record(&header)?;
+    for (name, r) in rows {
+        let mut record = vec![name.clone()];
+        match r {
+            Ok(f) => {
+                record.extend([
+                    "ok".into(),
+                    f.voxels.to_string(),
+                    format!("{:.4}", f.seconds),
+                    f.device.clone(),
+                ]);
+                record.extend(f.counts.iter().map(ToString::to_string));
+                record.extend(f.flagged.iter().map(ToString::to_string));
+                record.extend(
+                    f.medians
+                        .iter()
+                        .map(|m| m.map_or_else(String::new, |m| m.to_string())),
+                );
+            }
+            Err(why) => {
+                record.push(format!("error: {why}"));
+                record.resize(header.len(), String::new());
+            }
+        }
+        w.write_record(&record)?;
+    }
+    w.flush()
+        .with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}
+
+/// What one fit did, for the console and a study list's table.
+#[derive(Debug, Clone)]
+struct Fitted {
+    voxels: usize,
+    seconds: f64,
+    device: String,
+    precision: String,
+    counts: Vec<usize>,
+    flagged: Vec<usize>,
+    medians: Vec<Option<f64>>,
+    out: String,
+}
+
+impl Fitted {
+    fn say(&self) {
+        let (n, secs, c, f) = (self.voxels, self.seconds, &self.counts, &self.flagged);
+        crate::say!(
+            "{n} voxels in {secs:.3} s ({:.0} voxels/s, {} {}): {} converged, {} at a bound, {} max iterations, {} invalid input, {} failed{}",
+            n as f64 / secs,
+            self.device,
+            self.precision,
+            c[0],
+            c[2],
+            c[1],
+            c[3],
+            c[4],
+            if c[5] > 0 {
+                format!(", {} not fitted (interrupted)", c[5])
+            } else {
+                String::new()
+            }
+        );
+        if f.iter().any(|&c| c > 0) {
+            crate::say!(
+                "flags: {} poor fit (R^2 < 0 or residual > {POOR_FIT_NOISE} x noise), {} at a bound, {} non-identifiable, {} poorly determined (a rate or volume's standard error > {:.0}% of it, or J^T J singular) (flags.nii.gz / results.csv; --hide-flagged hides them in the PNGs)",
+                f[0],
+                f[1],
+                f[2],
+                f[3],
+                100.0 * POORLY_DETERMINED_SE
+            );
+        }
+        crate::say!("outputs in {}", self.out);
+    }
+}
+
+/// Fit `job` and write its outputs into `out_path`; `alone` (not one study of a list)
+/// shows the voxel progress bar and says what is fitted where.
+fn fit_job(
+    a: &FitArgs,
+    opts: &FitParams,
+    job: &Job,
+    out_path: &Path,
+    device: &Device,
+    alone: bool,
+) -> anyhow::Result<Fitted> {
+    let inputs: Vec<&Path> = job.inputs.iter().map(PathBuf::as_path).collect();
+    let out = OutDir::create(out_path, a.force, &inputs, fit_outputs(a, job, opts)?)?;
+    let n = job.curves.nrows();
+    let bar = if alone {
+        ProgressBar::new(n as u64).with_style(
+            ProgressStyle::with_template("{bar:40} {pos}/{len} voxels {per_sec} eta {eta}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        )
+    } else {
+        ProgressBar::hidden()
+    };
     let progress = |done: usize, _total: usize| bar.set_position(done as u64);
     let control = Control {
         progress: Some(&progress),
@@ -411,32 +600,37 @@ fn run_fit(a: &FitArgs, device: &Device) -> anyhow::Result<()> {
         perfusion_core::job_estimate(n, job.problem.len(), opts.method),
     );
     let device = &choice.device;
-    crate::say!(
-        "{} voxels x {} time points, {} model, {} on {device}",
-        n,
-        job.problem.len(),
-        opts.model,
-        match opts.method {
-            Method::NelderMead => "Nelder-Mead",
-            Method::LevenbergMarquardt => "Levenberg-Marquardt",
-        }
-    );
+    if alone {
+        crate::say!(
+            "{} voxels x {} time points, {} model, {} on {device}",
+            n,
+            job.problem.len(),
+            opts.model,
+            match opts.method {
+                Method::NelderMead => "Nelder-Mead",
+                Method::LevenbergMarquardt => "Levenberg-Marquardt",
+            }
+        );
+    }
     let t0 = Instant::now();
     let input = FitInput::new(job.curves.view(), &job.problem);
-    let (fits, info) = fit_with(input, &opts, device, &control)?;
+    let (fits, info) = fit_with(input, opts, device, &control)?;
     let secs = t0.elapsed().as_secs_f64();
     crate::record::note_library(&info.provenance);
     bar.finish_and_clear();
-    write_fit_outputs(&out, a, &job, &opts, &fits)?;
+    write_fit_outputs(&out, a, job, opts, &fits)?;
     let counts = fits.status_counts();
     let flagged = fits.flag_counts();
+    let medians: Vec<Option<f64>> = (0..opts.model.params().len())
+        .map(|i| finite_median(fits.params.row(i).iter().copied()))
+        .collect();
     let summary = serde_json::json!({
         "model": opts.model, "method": opts.method, "device": info.device, "device_choice": choice.reason, "precision": info.precision,
         "voxels": n, "time_points": job.problem.len(), "seconds": secs, "voxels_per_second": n as f64 / secs,
         "status": FitStatus::ALL.iter().map(|s| (s.name().to_string(), serde_json::json!(counts[*s as usize]))).collect::<serde_json::Map<_, _>>(),
         "flags": Flags::ALL.iter().zip(flagged).map(|((bit, name), c)| (name.to_string(), serde_json::json!({"bit": bit, "voxels": c}))).collect::<serde_json::Map<_, _>>(),
-        "median": opts.model.params().iter().enumerate().map(|(i, p)| {
-            (p.name.to_string(), serde_json::json!(finite_median(fits.params.row(i).iter().copied())))
+        "median": opts.model.params().iter().zip(&medians).map(|(p, m)| {
+            (p.name.to_string(), serde_json::json!(m))
         }).collect::<serde_json::Map<_, _>>(),
         "median_se": opts.model.params().iter().enumerate().map(|(i, p)| {
             (p.name.to_string(), serde_json::json!(finite_median(fits.se.row(i).iter().copied())))
@@ -452,34 +646,16 @@ fn run_fit(a: &FitArgs, device: &Device) -> anyhow::Result<()> {
     out.write_json("summary.json", &summary)?;
     let shown = out.path().display().to_string();
     out.commit()?;
-    crate::say!(
-        "{n} voxels in {secs:.3} s ({:.0} voxels/s, {} {}): {} converged, {} at a bound, {} max iterations, {} invalid input, {} failed{}",
-        n as f64 / secs,
-        info.device,
-        info.precision,
-        counts[0],
-        counts[2],
-        counts[1],
-        counts[3],
-        counts[4],
-        if counts[5] > 0 {
-            format!(", {} not fitted (interrupted)", counts[5])
-        } else {
-            String::new()
-        }
-    );
-    if flagged.iter().any(|&c| c > 0) {
-        crate::say!(
-            "flags: {} poor fit (R^2 < 0 or residual > {POOR_FIT_NOISE} x noise), {} at a bound, {} non-identifiable, {} poorly determined (a rate or volume's standard error > {:.0}% of it, or J^T J singular) (flags.nii.gz / results.csv; --hide-flagged hides them in the PNGs)",
-            flagged[0],
-            flagged[1],
-            flagged[2],
-            flagged[3],
-            100.0 * POORLY_DETERMINED_SE
-        );
-    }
-    crate::say!("outputs in {shown}");
-    Ok(())
+    Ok(Fitted {
+        voxels: n,
+        seconds: secs,
+        device: info.device.clone(),
+        precision: info.precision.to_string(),
+        counts: counts.to_vec(),
+        flagged: flagged.to_vec(),
+        medians,
+        out: shown,
+    })
 }
 
 /// Every file `fit` writes, after checking the options that name them (`--slice`, `--plot`),

@@ -288,6 +288,21 @@ pub fn load(a: &InputSpec) -> Result<Job> {
             "--t10 {t}: a pre-contrast T1 in seconds, > 0 (e.g. 1.4)"
         )));
     }
+    if a.dce.is_none() {
+        // Volumes on the series' grid mean nothing for CSV curves: refuse, not ignore.
+        for (given, what) in [
+            (a.mask.is_some(), "a mask (--mask)"),
+            (a.series.is_some(), "a series choice (--series)"),
+            (a.b1_map.is_some(), "a B1 map (--b1-map)"),
+            (a.t1_map.is_some(), "a T1 map (--t1-map)"),
+        ] {
+            if given {
+                return Err(input(format!(
+                    "{what} needs a DCE series (--dce); CSV curves have no voxel grid"
+                )));
+            }
+        }
+    }
     let mut inputs = Vec::new();
     let mut acquisition = None;
     let (curves, names, file_times, volume, series) = if let Some(path) = &a.dce {
