@@ -74,6 +74,8 @@ impl<T> IntoPyResult<T> for perfusion_core::Result<T> {
             E::Gpu(g) => device_error(g),
             E::Interrupted { .. } => PyKeyboardInterrupt::new_err(e.to_string()),
             E::DemoFailed(_) => PyRuntimeError::new_err(e.to_string()),
+            // A file that cannot be read or is malformed, as the other readers.
+            E::File { .. } => PyOSError::new_err(e.to_string()),
             _ => PyValueError::new_err(e.to_string()),
         })
     }

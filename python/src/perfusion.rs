@@ -6,6 +6,8 @@
 use crate::device::{for_job, resolve};
 use crate::error::{IntoPyResult, compute, compute_interruptible, value_error};
 use numpy::{IntoPyArray, PyReadonlyArray2};
+use perfusion_core::io::input::read_dce_series;
+use perfusion_core::population::{Compartment, PopulationInput};
 use perfusion_core::sim::Simulation;
 use perfusion_core::{
     Control, FitInput, FitParams, FitStatus, Flags, Method, Model, Precision, Problem,
@@ -202,10 +204,59 @@ fn perfusion_simulate<'py>(
     Ok(out)
 }
 
+/// A population input function sampled at `t`; see `biogpu.perfusion.population_input`.
+#[pyfunction]
+#[pyo3(signature = (t, name, arrival_s))]
+fn perfusion_population<'py>(
+    py: Python<'py>,
+    t: Vec<f64>,
+    name: &str,
+    arrival_s: Option<f64>,
+) -> PyResult<(Bound<'py, numpy::PyArray1<f64>>, &'static str)> {
+    let which = name.parse::<PopulationInput>().py()?;
+    if t.is_empty() || t.iter().any(|v| !v.is_finite()) || t.windows(2).any(|w| w[1] <= w[0]) {
+        return Err(value_error(
+            "t: sample times in s, finite and increasing, at least one",
+        ));
+    }
+    let arrival = arrival_s.unwrap_or(t[0]);
+    if !arrival.is_finite() {
+        return Err(value_error(format!("arrival_s {arrival}: a time in s")));
+    }
+    let compartment = match which.compartment() {
+        Compartment::Blood => "blood",
+        Compartment::Plasma => "plasma",
+    };
+    Ok((which.sample(&t, arrival).into_pyarray(py), compartment))
+}
+
+/// A DCE series from NIfTI or DICOM; see `biogpu.perfusion.read_dce`.
+#[pyfunction]
+#[pyo3(signature = (path, series))]
+fn perfusion_read_dce<'py>(
+    py: Python<'py>,
+    path: std::path::PathBuf,
+    series: Option<&str>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let dce = compute(py, || read_dce_series(&path, series).py())?;
+    let out = PyDict::new(py);
+    let h = &dce.series.header;
+    out.set_item("voxel_size", [h.pixdim[1], h.pixdim[2], h.pixdim[3]])?;
+    out.set_item("data", dce.series.data.into_pyarray(py))?;
+    out.set_item("times", dce.times.map(|t| t.into_pyarray(py)))?;
+    let acq = dce.acquisition.unwrap_or_default();
+    out.set_item("flip_angle_deg", acq.flip_angle_deg)?;
+    out.set_item("tr_s", acq.tr_s)?;
+    out.set_item("field_t", acq.field_t)?;
+    Ok(out)
+}
+
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(perfusion_models, m)?)?;
     m.add_function(wrap_pyfunction!(perfusion_fit, m)?)?;
     m.add_function(wrap_pyfunction!(perfusion_predict, m)?)?;
     m.add_function(wrap_pyfunction!(perfusion_simulate, m)?)?;
+    m.add_function(wrap_pyfunction!(perfusion_population, m)?)?;
+    m.add_function(wrap_pyfunction!(perfusion_read_dce, m)?)?;
     Ok(())
 }

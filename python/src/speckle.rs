@@ -168,9 +168,40 @@ fn speckle_mesi<'py>(
     Ok(out)
 }
 
+/// Frames of a TIFF (8/16-bit or float, multi-page, ImageJ/OME hyperstacks) or PNG file;
+/// see `biogpu.speckle.read`.
+#[pyfunction]
+#[pyo3(signature = (path, bit_depth, frame_height, channel, slice))]
+fn speckle_read(
+    py: Python<'_>,
+    path: std::path::PathBuf,
+    bit_depth: Option<u32>,
+    frame_height: Option<usize>,
+    channel: Option<usize>,
+    slice: Option<usize>,
+) -> PyResult<Bound<'_, PyDict>> {
+    let opts = speckle_core::io::LoadOptions {
+        bit_depth,
+        frame_height,
+        pick: speckle_core::io::StackPick { channel, slice },
+        ..Default::default()
+    };
+    let (stack, camera) = compute(py, || speckle_core::io::load_stack(&path, &opts).py())?;
+    let out = PyDict::new(py);
+    match stack {
+        RawStack::U8(a) => out.set_item("frames", a.into_pyarray(py))?,
+        RawStack::U16(a) => out.set_item("frames", a.into_pyarray(py))?,
+        RawStack::F32(a) => out.set_item("frames", a.into_pyarray(py))?,
+    }
+    out.set_item("bit_depth", camera.bit_depth)?;
+    out.set_item("saturation", camera.saturation())?;
+    Ok(out)
+}
+
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(speckle_contrast, m)?)?;
     m.add_function(wrap_pyfunction!(speckle_flow, m)?)?;
     m.add_function(wrap_pyfunction!(speckle_mesi, m)?)?;
+    m.add_function(wrap_pyfunction!(speckle_read, m)?)?;
     Ok(())
 }

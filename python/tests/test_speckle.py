@@ -152,3 +152,19 @@ def test_contrast_of_a_raw_stack_equals_the_cli(cli, tmp_path):
     np.testing.assert_array_equal(got["k"], cli_k)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["frames"] == 4
+
+
+def test_read_returns_the_frames_the_cli_reads():
+    """speckle.read of the ImageJ test stack: uint16 frames whose K equals numpy's; a 12-bit
+    depth sets the saturation; a missing file raises OSError naming it."""
+    from pathlib import Path
+
+    tif = Path(__file__).resolve().parents[2] / "crates/speckle-core/tests/data/imagej_frames.tif"
+    frames, meta = speckle.read(tif)
+    assert frames.ndim == 3 and frames.dtype == np.uint16
+    out = speckle.contrast(frames, 5, border="valid", device="cpu")
+    np.testing.assert_allclose(out["k"], numpy_spatial_k(frames, 5), rtol=K_TOLERANCE)
+    frames12, meta12 = speckle.read(tif, bit_depth=16)
+    assert meta12["saturation"] == 65535 and np.array_equal(frames12, frames)
+    with pytest.raises(OSError, match="nothere.tif"):
+        speckle.read(tif.parent / "nothere.tif")

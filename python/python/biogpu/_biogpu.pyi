@@ -35,6 +35,12 @@ def speckle_mesi(
 ) -> Dict[str, Any]:
     """MESI fit of (exposure, row, column) float32 K; exposures in s; tau_c in s."""
 
+def speckle_read(
+    path: str, bit_depth: Optional[int], frame_height: Optional[int], channel: Optional[int],
+    slice: Optional[int],
+) -> Dict[str, Any]:
+    """Frames of a TIFF or PNG file (frames in the stored dtype), bit_depth, saturation."""
+
 def flim_read(
     path: str, bin_ns: Optional[float], period_ns: Optional[float], channel: Optional[int],
     block: Optional[int], sum_frames: bool, binning: int,
@@ -79,6 +85,15 @@ def perfusion_simulate(
     voxels: int, seed: int,
 ) -> Dict[str, np.ndarray]:
     """Simulated curves: t (s), aif, pif, curves (voxels, nt), clean."""
+
+def perfusion_population(
+    t: List[float], name: str, arrival_s: Optional[float],
+) -> Tuple[np.ndarray, str]:
+    """A population input function at t (s), mM, and its compartment (blood or plasma)."""
+
+def perfusion_read_dce(path: str, series: Optional[str]) -> Dict[str, Any]:
+    """A DCE series: data (x, y, z, t) float32, times (s) or None, voxel_size, DICOM
+    acquisition parameters."""
 
 def mc_run(
     node: np.ndarray, elem: np.ndarray, region: np.ndarray, materials: np.ndarray,

@@ -152,3 +152,45 @@ def simulate(
         str(model), [float(v) for v in truth], int(nt), float(duration),
         None if cnr is None else float(cnr), int(voxels), int(seed),
     )
+
+
+def population_input(t: Any, name: str = "parker", *, arrival_s: Optional[float] = None) -> np.ndarray:
+    """A published population input function sampled at ``t`` (s), in mM, as ``perfusion
+    fit --aif parker`` uses it.
+
+    Args:
+        t: sample times in s (finite, increasing).
+        name: ``"parker"`` (Parker et al. 2006, whole blood), ``"georgiou"`` (Georgiou et al.
+            2019, whole blood), ``"weinmann"`` (Weinmann 1984 bi-exponential, plasma, 0.1
+            mmol/kg) or ``"portal"`` (Parker's AIF through the gut, portal-venous blood).
+        arrival_s: bolus arrival time in s (default the first sample).
+
+    Returns:
+        the curve (mM). Whole-blood curves (all but ``weinmann``) are divided by
+        ``1 - hematocrit`` for the plasma input the models take: ``aif / (1 - 0.42)``.
+    """
+    curve, _compartment = _biogpu.perfusion_population(
+        _vector("t", t), str(name), None if arrival_s is None else float(arrival_s)
+    )
+    return curve
+
+
+def read_dce(path: Any, *, series: Optional[str] = None) -> Dict[str, Any]:
+    """A DCE series as ``perfusion fit --dce`` reads it: a 4-D NIfTI file (``.nii``,
+    ``.nii.gz``; NIfTI-1 or -2) or DICOM (a folder of one series, read recursively, or one
+    file of it; classic single-frame, uncompressed).
+
+    Args:
+        path: the file or folder.
+        series: which DICOM series where the folder holds several: its number in the list
+            the error for such a folder prints (``"1"``, ``"2"``, ...) or its
+            SeriesInstanceUID.
+
+    Returns:
+        dict: ``data`` (x, y, z, t) float32 signal (scaled as the header says), ``times``
+        (s from the first frame: DICOM acquisition times, or the NIfTI frame interval; None
+        where the header has none), ``voxel_size`` (mm), ``flip_angle_deg``, ``tr_s`` and
+        ``field_t`` from DICOM headers (None for NIfTI). Pass ``data`` to :func:`fit` with
+        ``t=times`` (time is the last axis) after converting signal to concentration.
+    """
+    return _biogpu.perfusion_read_dce(str(path), None if series is None else str(series))

@@ -169,3 +169,38 @@ def mesi(
         None if max_residual is None else float(max_residual),
         check_device(device),
     )
+
+
+def read(
+    path: Any,
+    *,
+    bit_depth: Optional[int] = None,
+    frame_height: Optional[int] = None,
+    channel: Optional[int] = None,
+    slice: Optional[int] = None,
+) -> "tuple[np.ndarray, Dict[str, Any]]":
+    """Raw frames of a file as ``biogpu speckle`` reads them: TIFF (8/16-bit or float32,
+    multi-page, ImageJ and OME hyperstacks, compressed or not) or PNG.
+
+    Args:
+        path: the file. Raw binary frames need no reader: ``np.fromfile(path,
+            dtype="<u2").reshape(-1, height, width)``.
+        bit_depth: significant bits of integer pixels (e.g. 12 for a 12-bit camera writing
+            16-bit files; every pixel is checked); saturation is ``2**bit_depth - 1``.
+        frame_height: PNG only: split a vertically stacked image into frames of this many rows.
+        channel, slice: TIFF hyperstacks: the channel and slice (Z) read as frames, from 0.
+
+    Returns:
+        ``(frames, meta)``: frames (frame, row, column) in the stored type (uint8, uint16 or
+        float32), ready for :func:`contrast`; meta ``bit_depth`` and ``saturation`` (counts;
+        None for float data), to pass on as ``contrast(..., saturation=meta["saturation"])``.
+    """
+    out = _biogpu.speckle_read(
+        str(path),
+        None if bit_depth is None else int(bit_depth),
+        None if frame_height is None else int(frame_height),
+        None if channel is None else int(channel),
+        None if slice is None else int(slice),
+    )
+    frames = out.pop("frames")
+    return frames, out

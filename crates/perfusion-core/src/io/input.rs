@@ -138,6 +138,34 @@ fn read_mask(path: &Path) -> Result<(Array3<bool>, pnii::NiftiHeader)> {
     Ok((m.mapv(|v| v != 0.0), header))
 }
 
+/// A DCE series as read, before any mask or conversion.
+#[derive(Debug, Clone)]
+pub struct DceSeries {
+    /// Signal `(x, y, z, t)` with the NIfTI header (made from the DICOM geometry for DICOM).
+    pub series: pnii::Series,
+    /// Frame times (s): DICOM acquisition times from the first frame; for NIfTI the header's
+    /// frame interval times the frame index, `None` where the header has none.
+    pub times: Option<Vec<f64>>,
+    /// Flip angle, TR and field strength of DICOM headers (`None` for NIfTI).
+    pub acquisition: Option<Acquisition>,
+}
+
+/// Read a DCE series as `perfusion fit --dce` does: a 4-D NIfTI file, or DICOM (a folder of
+/// one series, read recursively, or one file of it; `series` chooses among several as
+/// [`dicom::read_series_choice`]).
+pub fn read_dce_series(path: &Path, series: Option<&str>) -> Result<DceSeries> {
+    let (s, dicom_times, acquisition) = read_dce(path, series)?;
+    let times = dicom_times.or_else(|| {
+        let nt = s.data.dim().3;
+        pnii::frame_interval_s(&s.header).map(|dt| (0..nt).map(|i| i as f64 * dt).collect())
+    });
+    Ok(DceSeries {
+        series: s,
+        times,
+        acquisition,
+    })
+}
+
 /// A DCE series read from `path`: NIfTI, or DICOM where [`dicom::is_dicom`] says so; with
 /// the frame times of a DICOM series (a NIfTI series gives its frame interval in its
 /// header) and its acquisition parameters.
