@@ -8,6 +8,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::sync_channel;
+use std::sync::{Mutex, PoisonError};
 
 /// The inputs named on the command line, a folder standing for its files whose extension is
 /// one of `extensions` (sorted by name; subfolders are not entered). A missing path or a
@@ -101,17 +102,56 @@ pub fn run<T: Send>(
 /// [`run`] over any items (a study list's rows, say), `shown` naming each in messages.
 pub fn run_items<I: Sync, T: Send>(
     items: &[I],
-    shown: impl Fn(&I) -> String,
+    shown: impl Fn(&I) -> String + Sync,
     ahead: usize,
     read: impl Fn(&I) -> anyhow::Result<T> + Sync,
     mut process: impl FnMut(usize, &I, T) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    run_pipelined(items, shown, ahead, 1, read, |i, item, data| {
+        process(i, item, data).map(|()| || Ok(()))
+    })
+}
+
+/// Three stages over `items`: up to `ahead` read in advance on other threads (`read`),
+/// one computed at a time on this thread (`process`, which holds the device), and the
+/// outputs of up to `writers` written behind it on writer threads (the closure `process`
+/// returns). So the next input is read and the previous one written while the current one
+/// is computed. A failed stage is printed (`error: INPUT: why`) and the next input goes on;
+/// the result is an error naming how many failed.
+pub fn run_pipelined<'s, I: Sync, T: Send, W: FnOnce() -> anyhow::Result<()> + Send>(
+    items: &'s [I],
+    shown: impl Fn(&I) -> String + Sync,
+    ahead: usize,
+    writers: usize,
+    read: impl Fn(&I) -> anyhow::Result<T> + Sync,
+    mut process: impl FnMut(usize, &'s I, T) -> anyhow::Result<W>,
 ) -> anyhow::Result<()> {
     let bar = ProgressBar::new(items.len() as u64).with_style(
         ProgressStyle::with_template("{bar:40} {pos}/{len} inputs, {per_sec}, eta {eta} {msg}")
             .expect("valid template"),
     );
     let ahead = ahead.max(1);
-    let mut failed = Vec::new();
+    let failed = Mutex::new(Vec::new());
+    let report = |i: usize, e: &anyhow::Error| {
+        let name = shown(&items[i]);
+        let text = format!("{e:#}");
+        // Readers name their file already; say it once.
+        let line = if text.contains(&name) {
+            text
+        } else {
+            format!("{name}: {text}")
+        };
+        bar.suspend(|| eprintln!("error: {line}"));
+        failed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(i);
+    };
+    // Writers share one queue; a full queue holds the computing thread back, so at most
+    // `writers` results wait in memory.
+    let writers = writers.max(1);
+    let (to_write, queue) = sync_channel::<(usize, W)>(writers);
+    let queue = Mutex::new(queue);
     std::thread::scope(|scope| {
         let (send, receive) = sync_channel(ahead);
         let read = &read;
@@ -126,31 +166,48 @@ pub fn run_items<I: Sync, T: Send>(
                 }
             }
         });
-        for (i, (item, data)) in items.iter().zip(receive).enumerate() {
-            let name = shown(item);
-            bar.set_message(name.clone());
-            let outcome = data.and_then(|d| process(i, item, d));
-            if let Err(e) = outcome {
-                let text = format!("{e:#}");
-                // Readers name their file already; say it once.
-                let line = if text.contains(&name) {
-                    text
-                } else {
-                    format!("{name}: {text}")
-                };
-                bar.suspend(|| eprintln!("error: {line}"));
-                failed.push(name);
-            }
-            bar.inc(1);
+        for _ in 0..writers {
+            let (queue, report, bar) = (&queue, &report, &bar);
+            scope.spawn(move || {
+                loop {
+                    let next = queue.lock().unwrap_or_else(PoisonError::into_inner).recv();
+                    let Ok((i, write)) = next else { return };
+                    if let Err(e) = write() {
+                        report(i, &e);
+                    }
+                    bar.inc(1);
+                }
+            });
         }
+        for (i, (item, data)) in items.iter().zip(receive).enumerate() {
+            bar.set_message(shown(item));
+            match data.and_then(|d| process(i, item, d)) {
+                Ok(write) => {
+                    if to_write.send((i, write)).is_err() {
+                        break; // no writer left (cannot happen: they end with the queue)
+                    }
+                }
+                Err(e) => {
+                    report(i, &e);
+                    bar.inc(1);
+                }
+            }
+        }
+        drop(to_write);
     });
     bar.finish_and_clear();
+    let mut failed = failed.into_inner().unwrap_or_else(PoisonError::into_inner);
+    failed.sort_unstable();
     match failed.len() {
         0 => Ok(()),
         n => bail!(
             "{n} of {} inputs failed (each reported above): {}",
             items.len(),
-            failed.join(", ")
+            failed
+                .iter()
+                .map(|&i| shown(&items[i]))
+                .collect::<Vec<_>>()
+                .join(", ")
         ),
     }
 }
@@ -236,5 +293,35 @@ mod tests {
         let text = e.to_string();
         assert!(text.starts_with("2 of 7 inputs failed"), "{text}");
         assert!(text.contains("2.in") && text.contains("5.in"), "{text}");
+    }
+
+    #[test]
+    fn writes_behind_run_on_writer_threads_and_their_failures_count() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let items: Vec<usize> = (0..9).collect();
+        let written = AtomicUsize::new(0);
+        let e = run_pipelined(
+            &items,
+            |i| format!("item{i}"),
+            2,
+            3,
+            |&i| Ok(i * 10),
+            |i, &item, data| {
+                assert_eq!((item, data), (i, i * 10));
+                let written = &written;
+                Ok(move || {
+                    if item == 4 {
+                        bail!("disk full")
+                    }
+                    written.fetch_add(1, Ordering::Relaxed);
+                    Ok(())
+                })
+            },
+        )
+        .unwrap_err();
+        assert_eq!(written.load(Ordering::Relaxed), 8);
+        let text = e.to_string();
+        assert!(text.starts_with("1 of 9 inputs failed"), "{text}");
+        assert!(text.ends_with("item4"), "{text}");
     }
 }

@@ -457,11 +457,15 @@ fn run_fit(a: &FitArgs, tuning: GpuTuning, device: &Device) -> anyhow::Result<()
     let read_opts = a.input.read_options()?;
     // Two files read ahead per four cores (each a decompression on one core).
     let ahead = (rayon::current_num_threads() / 2).clamp(1, 8);
-    batch::run(
+    // Outputs are written behind the fits, two recordings at a time.
+    crate::record::note_batch(&inputs);
+    batch::run_pipelined(
         &inputs,
+        |p| p.display().to_string(),
         ahead,
+        2,
         |path| Ok(read(path, &read_opts)?),
-        |i, path, rec| fit_one(a, tuning, device, path, rec, &outs[i], inputs.len() - i),
+        |i, path, rec| fit_compute(a, tuning, device, path, rec, &outs[i], inputs.len() - i),
     )
 }
 
@@ -473,10 +477,34 @@ fn fit_one(
     tuning: GpuTuning,
     device: &Device,
     path: &Path,
-    mut rec: Recording,
+    rec: Recording,
     out_dir: &Path,
     remaining: usize,
 ) -> anyhow::Result<()> {
+    fit_compute(a, tuning, device, path, rec, out_dir, remaining)?()
+}
+
+/// One image fitted, waiting for its outputs to be written.
+struct FittedImage {
+    p: Prepared,
+    set: MapSet,
+    secs: f64,
+    device: String,
+    reason: String,
+    meta: serde_json::Value,
+}
+
+/// The fits of [`fit_one`], returning the writing of their outputs (which a batch runs on
+/// a writer thread while the next recording is fitted).
+fn fit_compute<'a>(
+    a: &'a FitArgs,
+    tuning: GpuTuning,
+    device: &Device,
+    path: &'a Path,
+    mut rec: Recording,
+    out_dir: &Path,
+    remaining: usize,
+) -> anyhow::Result<impl FnOnce() -> anyhow::Result<()> + Send + 'a> {
     let prep = a.prep.options(tuning)?;
     let method = flim_core::Method::from(a.method);
     let opts = a.fit.options(a.method, a.model, tuning)?;
@@ -501,10 +529,9 @@ fn fit_one(
     )?;
     let t0 = Instant::now();
     let bar = progress(rec.images.len(), "images");
-    let mut rows = Vec::new();
     // The device of the last image (`auto` may send a small image to the CPU).
     let mut ran_on = device.info().id.clone();
-    let mut images = Vec::new();
+    let mut fitted = Vec::new();
     // Each image's cube goes to `prepare_cube` as it is (no copy of a 134 MB cube).
     let labels: Vec<String> = rec.images.iter().map(|i| i.label(&rec)).collect();
     let taken = std::mem::take(&mut rec.images);
@@ -528,98 +555,119 @@ fn fit_one(
         let (set, info) = flim_core::run_method(&p, method, &opts, device)?;
         crate::record::note_library(&info.provenance);
         let secs = info.elapsed.as_secs_f64();
-        let write = tracing::debug_span!("write_outputs").entered();
-        let (tau_name, tau) = &set.maps[0];
-        let intensity = set.get("intensity").expect("intensity map");
-        // The maps' TIFFs and the figures are encoded in parallel.
-        let (written, limits) = rayon::join(
-            || write_set(&out, &p.label, &set, px),
-            || -> anyhow::Result<(f32, f32)> {
-                let limits = write_lifetime_png(
-                    &out.file(&format!("{}.png", named(&p.label, tau_name)))?,
-                    // Multi-exponential fits show the amplitude-weighted mean, titled tau_m.
-                    if set.get("tau_amp_mean_ns").is_some() {
-                        "tau_amp_mean_ns"
-                    } else {
-                        tau_name
-                    },
-                    tau.view(),
-                    intensity.view(),
-                    set.mask.view(),
-                    a.output.cmap,
-                    a.output.tau_range,
-                )?;
-                write_map_png(
-                    &out.file(&format!("{}.png", named(&p.label, "intensity")))?,
-                    "intensity",
-                    intensity.view(),
-                    ndarray::Array2::from_elem(intensity.dim(), true).view(),
-                    Colormap::Grey,
-                    Range::Percentile(0.0, 99.5),
-                )?;
-                let hist = lifetime_histogram(
-                    tau.view(),
-                    set.mask.view(),
-                    intensity.view(),
-                    f64::from(limits.0),
-                    f64::from(limits.1),
-                    100,
-                )?;
-                write_histogram_csv(
-                    &out.file(&format!("{}.csv", named(&p.label, "tau_histogram")))?,
-                    &hist,
-                )?;
-                write_histogram_png(
-                    &out.file(&format!("{}.png", named(&p.label, "tau_histogram")))?,
-                    &hist,
-                    "LIFETIME (NS)",
-                )?;
-                Ok(limits)
-            },
-        );
-        rows.extend(written?);
-        let limits = limits?;
-        let irf = write_irf(&out, &p, px)?;
-        drop(write);
-        let stats = map_stats(tau.view(), set.mask.view());
-        crate::say!(
-            "{}{}x{} px, {} bins of {:.4} ns (range {}..{}): {} {} median {:.3} ns (IQR {:.3}-{:.3}) over {} pixels, {} masked, {} failed; {:.3} s on {}",
-            if p.label.is_empty() {
-                String::new()
-            } else {
-                format!("{}: ", p.label)
-            },
-            p.cube.shape().1,
-            p.cube.shape().0,
-            p.cube.bins(),
-            p.cube.bin_ns(),
-            p.fit_range().0,
-            p.fit_range().0 + p.fit_range().1,
-            method.name(),
-            tau_name,
-            stats.median,
-            stats.p25,
-            stats.p75,
-            stats.valid,
-            stats.masked,
-            stats.failed,
+        fitted.push(FittedImage {
+            p,
+            set,
             secs,
-            device.info().id,
-        );
-        images.push(serde_json::json!({
-            "image": p.label, "block": image.block, "frame": image.frame, "channel": image.channel,
-            "width": p.cube.shape().1, "height": p.cube.shape().0, "bins": p.cube.bins(),
-            "bin_ns": p.cube.bin_ns(), "period_ns": p.cube.period_ns(), "offset_per_bin": p.offset,
-            "tau_colour_range_ns": [limits.0, limits.1], "seconds": secs, "irf": irf,
-            "device": device.info().id, "device_choice": choice.reason,
-            "fit_range_bins": p.fit_range(),
-            "tau": stats,
-        }));
+            device: device.info().id.clone(),
+            reason: choice.reason.clone(),
+            meta: serde_json::json!({"block": image.block, "frame": image.frame, "channel": image.channel}),
+        });
         bar.inc(1);
     }
     bar.finish_and_clear();
-    write_summary_csv(&out.file("summary.csv")?, &rows)?;
-    out.write_json(
+    Ok(move || {
+        let mut rows = Vec::new();
+        let mut images = Vec::new();
+        for FittedImage {
+            p,
+            set,
+            secs,
+            device: device_id,
+            reason,
+            meta,
+        } in fitted
+        {
+            let write = tracing::debug_span!("write_outputs").entered();
+            let (tau_name, tau) = &set.maps[0];
+            let intensity = set.get("intensity").expect("intensity map");
+            // The maps' TIFFs and the figures are encoded in parallel.
+            let (written, limits) = rayon::join(
+                || write_set(&out, &p.label, &set, px),
+                || -> anyhow::Result<(f32, f32)> {
+                    let limits = write_lifetime_png(
+                        &out.file(&format!("{}.png", named(&p.label, tau_name)))?,
+                        // Multi-exponential fits show the amplitude-weighted mean, titled tau_m.
+                        if set.get("tau_amp_mean_ns").is_some() {
+                            "tau_amp_mean_ns"
+                        } else {
+                            tau_name
+                        },
+                        tau.view(),
+                        intensity.view(),
+                        set.mask.view(),
+                        a.output.cmap,
+                        a.output.tau_range,
+                    )?;
+                    write_map_png(
+                        &out.file(&format!("{}.png", named(&p.label, "intensity")))?,
+                        "intensity",
+                        intensity.view(),
+                        ndarray::Array2::from_elem(intensity.dim(), true).view(),
+                        Colormap::Grey,
+                        Range::Percentile(0.0, 99.5),
+                    )?;
+                    let hist = lifetime_histogram(
+                        tau.view(),
+                        set.mask.view(),
+                        intensity.view(),
+                        f64::from(limits.0),
+                        f64::from(limits.1),
+                        100,
+                    )?;
+                    write_histogram_csv(
+                        &out.file(&format!("{}.csv", named(&p.label, "tau_histogram")))?,
+                        &hist,
+                    )?;
+                    write_histogram_png(
+                        &out.file(&format!("{}.png", named(&p.label, "tau_histogram")))?,
+                        &hist,
+                        "LIFETIME (NS)",
+                    )?;
+                    Ok(limits)
+                },
+            );
+            rows.extend(written?);
+            let limits = limits?;
+            let irf = write_irf(&out, &p, px)?;
+            drop(write);
+            let stats = map_stats(tau.view(), set.mask.view());
+            crate::say!(
+                "{}{}x{} px, {} bins of {:.4} ns (range {}..{}): {} {} median {:.3} ns (IQR {:.3}-{:.3}) over {} pixels, {} masked, {} failed; {:.3} s on {}",
+                if p.label.is_empty() {
+                    String::new()
+                } else {
+                    format!("{}: ", p.label)
+                },
+                p.cube.shape().1,
+                p.cube.shape().0,
+                p.cube.bins(),
+                p.cube.bin_ns(),
+                p.fit_range().0,
+                p.fit_range().0 + p.fit_range().1,
+                method.name(),
+                tau_name,
+                stats.median,
+                stats.p25,
+                stats.p75,
+                stats.valid,
+                stats.masked,
+                stats.failed,
+                secs,
+                device_id,
+            );
+            images.push(serde_json::json!({
+            "image": p.label, "block": meta["block"], "frame": meta["frame"], "channel": meta["channel"],
+            "width": p.cube.shape().1, "height": p.cube.shape().0, "bins": p.cube.bins(),
+            "bin_ns": p.cube.bin_ns(), "period_ns": p.cube.period_ns(), "offset_per_bin": p.offset,
+            "tau_colour_range_ns": [limits.0, limits.1], "seconds": secs, "irf": irf,
+            "device": device_id, "device_choice": reason,
+            "fit_range_bins": p.fit_range(),
+            "tau": stats,
+        }));
+        }
+        write_summary_csv(&out.file("summary.csv")?, &rows)?;
+        out.write_json(
         "summary.json",
         &serde_json::json!({
             "input": path, "format": rec.format.name(),
@@ -633,10 +681,11 @@ fn fit_one(
             "maps": rows.iter().map(|(i, m, s)| serde_json::json!({"image": i, "map": m, "stats": s})).collect::<Vec<_>>(),
         }),
     )?;
-    let shown = out.path().display().to_string();
-    out.commit()?;
-    crate::say!("outputs in {shown}");
-    Ok(())
+        let shown = out.path().display().to_string();
+        out.commit()?;
+        crate::say!("outputs in {shown}");
+        Ok(())
+    })
 }
 
 fn run_phasor(a: &PhasorArgs, tuning: GpuTuning, device: &Device) -> anyhow::Result<()> {
