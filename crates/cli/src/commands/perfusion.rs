@@ -17,6 +17,7 @@ use perfusion_core::{
 };
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, PoisonError};
 use std::time::Instant;
 
 #[derive(Debug, clap::Args)]
@@ -415,7 +416,7 @@ fn run_fit(a: &FitArgs, device: &Device) -> anyhow::Result<()> {
         return run_studies(a, list, &opts, device);
     }
     let job = load(&input_spec(a, None)?)?;
-    let fitted = fit_job(a, &opts, &job, &a.out, device, true)?;
+    let fitted = fit_job(a, &opts, job, &a.out, device, true)?()?;
     fitted.say();
     Ok(())
 }
@@ -439,29 +440,53 @@ fn run_studies(a: &FitArgs, list: &Path, opts: &FitParams, device: &Device) -> a
         .filter_map(|s| s.dce.clone().or_else(|| s.curves.clone()))
         .collect();
     crate::record::note_batch(&sources);
-    let mut rows: Vec<(String, Result<Fitted, String>)> = Vec::new();
-    let outcome = super::batch::run_items(
+    // Rows in study order whatever the order the writers finish in.
+    let rows: Mutex<Vec<Option<Result<Fitted, String>>>> = Mutex::new(vec![None; studies.len()]);
+    let row = |i: usize, r: Result<Fitted, String>| {
+        rows.lock().unwrap_or_else(PoisonError::into_inner)[i] = Some(r);
+    };
+    // Fit one study while the next is read and the previous one's maps are written.
+    let outcome = super::batch::run_pipelined(
         &studies,
         |s| s.name.clone(),
         2,
+        2,
         // A study that cannot be read reaches `process` too, for its row in the table.
         |s| Ok(input_spec(a, Some(s)).and_then(|spec| Ok(load(&spec)?))),
-        |_, s, job| {
-            let result = if STOP.load(Ordering::Relaxed) {
+        |i, s, job| {
+            let write = if STOP.load(Ordering::Relaxed) {
                 Err(anyhow::anyhow!("interrupted before this study was fitted"))
             } else {
-                job.and_then(|job| fit_job(a, opts, &job, &a.out.join(&s.name), device, false))
+                job.and_then(|job| fit_job(a, opts, job, &a.out.join(&s.name), device, false))
             };
-            rows.push((
-                s.name.clone(),
-                result
-                    .as_ref()
-                    .map(Clone::clone)
-                    .map_err(|e| format!("{e:#}")),
-            ));
-            result.map(|_| ())
+            match write {
+                Ok(write) => Ok(move || match write() {
+                    Ok(fitted) => {
+                        row(i, Ok(fitted));
+                        Ok(())
+                    }
+                    Err(e) => {
+                        row(i, Err(format!("{e:#}")));
+                        Err(e)
+                    }
+                }),
+                Err(e) => {
+                    row(i, Err(format!("{e:#}")));
+                    Err(e)
+                }
+            }
         },
     );
+    let rows: Vec<(String, Result<Fitted, String>)> = studies
+        .iter()
+        .zip(rows.into_inner().unwrap_or_else(PoisonError::into_inner))
+        .map(|(s, r)| {
+            (
+                s.name.clone(),
+                r.unwrap_or_else(|| Err("not fitted".into())),
+            )
+        })
+        .collect();
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
     write_study_table(&table, opts.model, &rows)?;
     let ok = rows.iter().filter(|(_, r)| r.is_ok()).count();
@@ -571,16 +596,16 @@ impl Fitted {
 
 /// Fit `job` and write its outputs into `out_path`; `alone` (not one study of a list)
 /// shows the voxel progress bar and says what is fitted where.
-fn fit_job(
-    a: &FitArgs,
-    opts: &FitParams,
-    job: &Job,
+fn fit_job<'a>(
+    a: &'a FitArgs,
+    opts: &'a FitParams,
+    job: Job,
     out_path: &Path,
     device: &Device,
     alone: bool,
-) -> anyhow::Result<Fitted> {
+) -> anyhow::Result<impl FnOnce() -> anyhow::Result<Fitted> + Send + use<'a>> {
     let inputs: Vec<&Path> = job.inputs.iter().map(PathBuf::as_path).collect();
-    let out = OutDir::create(out_path, a.force, &inputs, fit_outputs(a, job, opts)?)?;
+    let out = OutDir::create(out_path, a.force, &inputs, fit_outputs(a, &job, opts)?)?;
     let n = job.curves.nrows();
     let bar = if alone {
         ProgressBar::new(n as u64).with_style(
@@ -618,43 +643,47 @@ fn fit_job(
     let secs = t0.elapsed().as_secs_f64();
     crate::record::note_library(&info.provenance);
     bar.finish_and_clear();
-    write_fit_outputs(&out, a, job, opts, &fits)?;
-    let counts = fits.status_counts();
-    let flagged = fits.flag_counts();
-    let medians: Vec<Option<f64>> = (0..opts.model.params().len())
-        .map(|i| finite_median(fits.params.row(i).iter().copied()))
-        .collect();
-    let summary = serde_json::json!({
-        "model": opts.model, "method": opts.method, "device": info.device, "device_choice": choice.reason, "precision": info.precision,
-        "voxels": n, "time_points": job.problem.len(), "seconds": secs, "voxels_per_second": n as f64 / secs,
-        "status": FitStatus::ALL.iter().map(|s| (s.name().to_string(), serde_json::json!(counts[*s as usize]))).collect::<serde_json::Map<_, _>>(),
-        "flags": Flags::ALL.iter().zip(flagged).map(|((bit, name), c)| (name.to_string(), serde_json::json!({"bit": bit, "voxels": c}))).collect::<serde_json::Map<_, _>>(),
-        "median": opts.model.params().iter().zip(&medians).map(|(p, m)| {
-            (p.name.to_string(), serde_json::json!(m))
-        }).collect::<serde_json::Map<_, _>>(),
-        "median_se": opts.model.params().iter().enumerate().map(|(i, p)| {
-            (p.name.to_string(), serde_json::json!(finite_median(fits.se.row(i).iter().copied())))
-        }).collect::<serde_json::Map<_, _>>(),
-        "poorly_determined_se": POORLY_DETERMINED_SE,
-        "units": opts.model.params().iter().map(|p| (p.name.to_string(), serde_json::json!(p.unit))).collect::<serde_json::Map<_, _>>(),
-        "options": {
-            "start": opts.start, "lower": opts.lower, "upper": opts.upper, "fixed": opts.fixed,
-            "max_iterations": opts.iterations(), "tol_fun": opts.tol_fun, "tol_x": opts.tol_x,
-            "start_search": opts.start_search,
-        },
-    });
-    out.write_json("summary.json", &summary)?;
-    let shown = out.path().display().to_string();
-    out.commit()?;
-    Ok(Fitted {
-        voxels: n,
-        seconds: secs,
-        device: info.device.clone(),
-        precision: info.precision.to_string(),
-        counts: counts.to_vec(),
-        flagged: flagged.to_vec(),
-        medians,
-        out: shown,
+    let reason = choice.reason;
+    // What is left is writing: a list of studies does it on a writer thread.
+    Ok(move || {
+        write_fit_outputs(&out, a, &job, opts, &fits)?;
+        let counts = fits.status_counts();
+        let flagged = fits.flag_counts();
+        let medians: Vec<Option<f64>> = (0..opts.model.params().len())
+            .map(|i| finite_median(fits.params.row(i).iter().copied()))
+            .collect();
+        let summary = serde_json::json!({
+            "model": opts.model, "method": opts.method, "device": info.device, "device_choice": reason, "precision": info.precision,
+            "voxels": n, "time_points": job.problem.len(), "seconds": secs, "voxels_per_second": n as f64 / secs,
+            "status": FitStatus::ALL.iter().map(|s| (s.name().to_string(), serde_json::json!(counts[*s as usize]))).collect::<serde_json::Map<_, _>>(),
+            "flags": Flags::ALL.iter().zip(flagged).map(|((bit, name), c)| (name.to_string(), serde_json::json!({"bit": bit, "voxels": c}))).collect::<serde_json::Map<_, _>>(),
+            "median": opts.model.params().iter().zip(&medians).map(|(p, m)| {
+                (p.name.to_string(), serde_json::json!(m))
+            }).collect::<serde_json::Map<_, _>>(),
+            "median_se": opts.model.params().iter().enumerate().map(|(i, p)| {
+                (p.name.to_string(), serde_json::json!(finite_median(fits.se.row(i).iter().copied())))
+            }).collect::<serde_json::Map<_, _>>(),
+            "poorly_determined_se": POORLY_DETERMINED_SE,
+            "units": opts.model.params().iter().map(|p| (p.name.to_string(), serde_json::json!(p.unit))).collect::<serde_json::Map<_, _>>(),
+            "options": {
+                "start": opts.start, "lower": opts.lower, "upper": opts.upper, "fixed": opts.fixed,
+                "max_iterations": opts.iterations(), "tol_fun": opts.tol_fun, "tol_x": opts.tol_x,
+                "start_search": opts.start_search,
+            },
+        });
+        out.write_json("summary.json", &summary)?;
+        let shown = out.path().display().to_string();
+        out.commit()?;
+        Ok(Fitted {
+            voxels: n,
+            seconds: secs,
+            device: info.device.clone(),
+            precision: info.precision.to_string(),
+            counts: counts.to_vec(),
+            flagged: flagged.to_vec(),
+            medians,
+            out: shown,
+        })
     })
 }
 
