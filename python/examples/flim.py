@@ -1,7 +1,9 @@
 """FLIM: phasor plot and lifetime maps of a B&H .sdt recording and of a two-lifetime phantom,
 as phasorpy's tutorial plots a phasor from a TCSPC file.
 
-Run: python flim.py [path.sdt|.ptu] [--device cpu|cuda|...] [--quick]
+Run: python flim.py [path.sdt|.ptu] [--device cpu|cuda|...] [--quick] [--out FOLDER]
+
+docs/img/python-flim-phasor.png is this script on shared/data/flim/hazelnut_FLIM_single_image.ptu.
 """
 
 import sys
@@ -12,15 +14,21 @@ import numpy as np
 import biogpu
 
 device = sys.argv[sys.argv.index("--device") + 1] if "--device" in sys.argv else "auto"
-files = [a for a in sys.argv[1:] if not a.startswith("--") and a != device]
+out_arg = sys.argv[sys.argv.index("--out") + 1] if "--out" in sys.argv else None
+files = [a for a in sys.argv[1:] if not a.startswith("--") and a not in (device, out_arg)]
 path = Path(files[0]) if files else Path(__file__).resolve().parents[2] / "crates/flim-core/tests/data/bh_spc160_4x4.sdt"
 
 counts, meta = biogpu.flim.read(path)
 print(f"{path.name}: {counts.shape} (y, x, bins) of {meta['bin_ns']:.4f} ns, period {meta['period_ns']:.2f} ns")
-ph = biogpu.flim.phasor(counts, meta["bin_ns"], period_ns=meta["period_ns"], device=device)
-ok = ph["status"] == 0
-print(f"phasor mean g = {ph['g'][ok].mean():.3f}, s = {ph['s'][ok].mean():.3f}, "
-      f"tau_phase {np.median(ph['tau_phase'][ok]):.3f} ns")
+# No reference recording: calibrate with the IRF estimated from the data (the CLI's
+# `flim phasor --calibrate auto`), so that the phasors land inside the semicircle.
+irf = biogpu.flim.estimate_irf(counts, meta["bin_ns"])
+print(f"IRF estimated from the data: centroid {irf['centroid_ns']:.3f} ns, FWHM {irf['fwhm_ns']:.3f} ns")
+recording = biogpu.flim.phasor(counts, meta["bin_ns"], period_ns=meta["period_ns"], reference=irf["irf"],
+                               threshold=20, device=device)
+ok = recording["status"] == 0
+print(f"phasor ({ok.sum()} pixels of >= 20 photons) mean g = {recording['g'][ok].mean():.3f}, "
+      f"s = {recording['s'][ok].mean():.3f}, tau_phase {np.median(recording['tau_phase'][ok]):.3f} ns")
 fit = biogpu.flim.fit(counts, meta["bin_ns"], "mono", period_ns=meta["period_ns"], threshold=100, device=device)
 print(f"MLE mono-exponential: median tau {np.nanmedian(fit['tau'][0]):.3f} ns, "
       f"median chi2_red {np.nanmedian(fit['chi2_red']):.2f}")
@@ -46,9 +54,13 @@ try:
 except ImportError:
     plt = None
 if plt is not None and "--quick" not in sys.argv:
-    fig, ax = plt.subplots(figsize=(4, 3))
-    a = np.linspace(0, np.pi, 100)
-    ax.plot(0.5 + 0.5 * np.cos(a), 0.5 * np.sin(a), "k-", lw=0.8)
-    ax.hist2d(ph["g"].ravel(), ph["s"].ravel(), bins=100, range=[[0, 1], [0, 0.6]], cmin=1)
-    ax.set_xlabel("g"); ax.set_ylabel("s"); fig.savefig("flim_phasor.png", dpi=120)
-    print("wrote flim_phasor.png")
+    out = Path(sys.argv[sys.argv.index("--out") + 1]) if "--out" in sys.argv else Path(".")
+    fig, axes = plt.subplots(1, 2, figsize=(8, 3.4), constrained_layout=True)
+    a = np.linspace(0, np.pi, 200)
+    panels = ((recording, ok, f"{path.name} (IRF-calibrated)"), (ph, ph["status"] == 0, "phantom: 1 and 4 ns"))
+    for ax, (p, keep, title) in zip(axes, panels):
+        ax.plot(0.5 + 0.5 * np.cos(a), 0.5 * np.sin(a), "k-", lw=0.8)
+        ax.hist2d(p["g"][keep], p["s"][keep], bins=150, range=[[0, 1], [0, 0.6]], cmin=1, cmap="viridis")
+        ax.set_xlabel("g"); ax.set_ylabel("s"); ax.set_title(title, fontsize=9); ax.set_aspect("equal")
+    fig.savefig(out / "flim_phasor.png", dpi=120)
+    print(f"wrote {out / 'flim_phasor.png'}")

@@ -1,16 +1,21 @@
 """Monte Carlo: fluence in a box under a pencil beam, a slice and the depth profile, as
 pmcx/pmmc's fluence-slice figures (pmmc's argument names).
 
-Run: python mc.py [--device cpu|cuda|wgpu...] [--quick]
+Run: python mc.py [--device cpu|cuda|wgpu...] [--quick] [--out FOLDER]
+
+docs/img/python-mc-fluence.png is this script (without --quick).
 """
 
 import sys
 
 import numpy as np
+from pathlib import Path
 
 import biogpu
 
 device = sys.argv[sys.argv.index("--device") + 1] if "--device" in sys.argv else "auto"
+#: Where the figure goes (--out FOLDER; default the current folder).
+OUT = Path(sys.argv[sys.argv.index("--out") + 1]) if "--out" in sys.argv else Path(".")
 quick = "--quick" in sys.argv
 cell = 2.0 if quick else 1.0
 mesh = biogpu.mc.box_mesh((20.0, 20.0, 20.0), cell)
@@ -44,8 +49,8 @@ except ImportError:
     plt = None
 if plt is not None and not quick:
     sl = np.abs(cent[:, 1] - 10) < 1
-    fig, ax = plt.subplots(figsize=(4, 3.5))
+    fig, ax = plt.subplots(figsize=(4.2, 3.6), constrained_layout=True)
     sc = ax.scatter(cent[sl, 0], cent[sl, 2], c=np.log10(res["fluence"][sl] + 1e-12), s=6)
     ax.invert_yaxis(); ax.set_xlabel("x (mm)"); ax.set_ylabel("z (mm)")
-    fig.colorbar(sc, label="log10 fluence"); fig.savefig("mc_fluence_slice.png", dpi=120)
-    print("wrote mc_fluence_slice.png")
+    fig.colorbar(sc, label="log10 fluence"); fig.savefig(OUT / "mc_fluence_slice.png", dpi=120)
+    print(f"wrote {OUT / 'mc_fluence_slice.png'}")

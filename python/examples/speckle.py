@@ -2,16 +2,21 @@
 
 A speckle pattern is fully developed (K = 1) in static tissue; in a vessel, moving scatterers
 average N independent patterns within the exposure, so K falls to about 1/sqrt(N).
-Run: python speckle.py [--device cpu|cuda|wgpu...] [--quick]
+Run: python speckle.py [--device cpu|cuda|wgpu...] [--quick] [--out FOLDER]
+
+docs/img/python-speckle-contrast.png is this script (without --quick).
 """
 
 import sys
 
 import numpy as np
+from pathlib import Path
 
 import biogpu
 
 device = sys.argv[sys.argv.index("--device") + 1] if "--device" in sys.argv else "auto"
+#: Where the figure goes (--out FOLDER; default the current folder).
+OUT = Path(sys.argv[sys.argv.index("--out") + 1]) if "--out" in sys.argv else Path(".")
 h, w, frames = (64, 96, 2) if "--quick" in sys.argv else (256, 384, 8)
 rng = np.random.default_rng(1)
 
@@ -46,7 +51,7 @@ try:
 except ImportError:
     plt = None
 if plt is not None and "--quick" not in sys.argv:
-    fig, ax = plt.subplots(1, 2, figsize=(9, 3))
+    fig, ax = plt.subplots(1, 2, figsize=(9, 3), constrained_layout=True)
     ax[0].imshow(counts[0], cmap="gray"); ax[0].set_title("raw frame")
     im = ax[1].imshow(k, vmin=0, vmax=1); ax[1].set_title("K (7x7)"); fig.colorbar(im, ax=ax[1])
-    fig.savefig("speckle_contrast.png", dpi=120); print("wrote speckle_contrast.png")
+    fig.savefig(OUT / "speckle_contrast.png", dpi=120); print(f"wrote {OUT / 'speckle_contrast.png'}")

@@ -360,7 +360,25 @@ fn flim_fit<'py>(
     Ok(out)
 }
 
+/// The IRF estimated from the data's summed decay; see `biogpu.flim.estimate_irf`.
+#[pyfunction]
+#[pyo3(signature = (decays, bin_ns))]
+fn flim_estimate_irf<'py>(
+    py: Python<'py>,
+    decays: &Bound<'py, PyAny>,
+    bin_ns: f64,
+) -> PyResult<Bound<'py, PyDict>> {
+    let cube = cube(decays, bin_ns, None)?;
+    let irf = compute(py, || flim_core::Irf::estimate(&cube).py())?;
+    let out = PyDict::new(py);
+    out.set_item("irf", irf.values().to_vec().into_pyarray(py))?;
+    out.set_item("centroid_ns", irf.centroid_ns())?;
+    out.set_item("fwhm_ns", irf.fwhm_ns())?;
+    Ok(out)
+}
+
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(flim_estimate_irf, m)?)?;
     m.add_function(wrap_pyfunction!(flim_read, m)?)?;
     m.add_function(wrap_pyfunction!(flim_lifetimes, m)?)?;
     m.add_function(wrap_pyfunction!(flim_fit, m)?)?;

@@ -41,6 +41,10 @@ def speckle_read(
 ) -> Dict[str, Any]:
     """Frames of a TIFF or PNG file (frames in the stored dtype), bit_depth, saturation."""
 
+def flim_estimate_irf(decays: np.ndarray, bin_ns: float) -> Dict[str, Any]:
+    """The IRF estimated from (y, x, bin) decays: irf (bin,) summing to 1, centroid_ns,
+    fwhm_ns."""
+
 def flim_read(
     path: str, bin_ns: Optional[float], period_ns: Optional[float], channel: Optional[int],
     block: Optional[int], sum_frames: bool, binning: int,

@@ -40,6 +40,12 @@ def _decays(decays: Any) -> "tuple[np.ndarray, tuple]":
     return np.ascontiguousarray(a), lead
 
 
+def _peak(a: np.ndarray) -> int:
+    """The bin of the summed decay's maximum: where a tail (no IRF) starts, as the CLI's
+    default range."""
+    return int(np.argmax(a.reshape(-1, a.shape[-1]).sum(axis=0, dtype=np.float64)))
+
+
 def _maps(out: Dict[str, Any], lead: tuple, stacked: Sequence[str] = ()) -> Dict[str, Any]:
     for key, value in out.items():
         if isinstance(value, np.ndarray):
@@ -110,7 +116,7 @@ def lifetimes(
     *,
     period_ns: Optional[float] = None,
     methods: Sequence[str] = ("rld", "iem", "cmm", "phasor"),
-    first: int = 0,
+    first: Optional[int] = None,
     bins: Optional[int] = None,
     threshold: float = 1.0,
     offset: float = 0.0,
@@ -127,7 +133,10 @@ def lifetimes(
         bin_ns: bin width in ns.
         period_ns: laser period in ns (phasor base frequency); default bins x bin_ns.
         methods: any of ``"rld"``, ``"iem"``, ``"cmm"``, ``"phasor"``.
-        first, bins: analysis range, bins ``first .. first + bins`` (default: to the end).
+        first, bins: analysis range, bins ``first .. first + bins``. Default as the CLI's:
+            for the phasor alone the bins that start within one laser period from bin 0;
+            otherwise from the summed decay's peak to the end (RLD, IEM and CMM assume the
+            window starts on the tail: from bin 0 the rise would bias them).
         threshold: photons below which a pixel is masked (NaN, status 1).
         offset: background subtracted, counts per bin.
         harmonic: phasor harmonic (1 = the laser frequency).
@@ -142,6 +151,13 @@ def lifetimes(
         (0 ok, 1 masked), plus ``bin_ns``, ``period_ns``, ``backend``, ``device``.
     """
     a, lead = _decays(decays)
+    if first is None:
+        if set(methods) == {"phasor"}:
+            first = 0
+            if bins is None and period_ns is not None:
+                bins = min(a.shape[-1], int(np.ceil(period_ns / bin_ns - 1e-9)))
+        else:
+            first = _peak(a)
     ref = None if reference is None else np.ascontiguousarray(np.asarray(reference, dtype=np.float64).ravel())
     out = _biogpu.flim_lifetimes(
         a,
@@ -167,9 +183,31 @@ def phasor(decays: Any, bin_ns: float, **kwargs: Any) -> Dict[str, Any]:
 
     ``g = sum N_j cos(w t_j) / sum N_j``, ``s`` likewise with sin, ``t_j`` the bin centres
     ``(j + 1/2) bin_ns`` from the range start, ``w = 2 pi harmonic / period_ns``; then the
-    calibration. Keyword arguments as :func:`lifetimes` (except ``methods``).
+    calibration. Keyword arguments as :func:`lifetimes` (except ``methods``); the default
+    range is one laser period from bin 0, as ``biogpu flim phasor``.
     """
     return lifetimes(decays, bin_ns, methods=("phasor",), **kwargs)
+
+
+def estimate_irf(decays: Any, bin_ns: float) -> Dict[str, Any]:
+    """The instrument response estimated from the data where none was measured (as the CLI's
+    ``--irf auto`` and ``--calibrate auto``).
+
+    The summed decay ``D`` (less the pre-rise background) is ``IRF * exp(-t / tau)`` for one
+    lifetime, so ``IRF = dD/dt + D / tau`` with ``tau`` from a log-linear fit of the tail:
+    exact for one lifetime, slightly too wide for several; the main lobe is kept.
+
+    Args:
+        decays: photon counts, (y, x, bin), (n, bin) or (bin,).
+        bin_ns: bin width in ns.
+
+    Returns:
+        dict: ``irf`` (bin,) normalised to sum 1, ``centroid_ns`` and ``fwhm_ns``. Pass
+        ``irf`` to :func:`fit` (``irf=``) or to :func:`phasor` as the calibration reference
+        (``reference=irf``, lifetime 0).
+    """
+    a, _ = _decays(decays)
+    return _biogpu.flim_estimate_irf(a, float(bin_ns))
 
 
 def fit(
@@ -183,7 +221,7 @@ def fit(
     fit_shift: bool = False,
     offset: Union[float, str] = 0.0,
     period_ns: Optional[float] = None,
-    first: int = 0,
+    first: Optional[int] = None,
     bins: Optional[int] = None,
     threshold: float = 10.0,
     mask: Any = None,
@@ -209,7 +247,9 @@ def fit(
         fit_shift: fit the shift per pixel.
         offset: background in counts per bin, fixed; ``"fit"`` fits it per pixel.
         period_ns: laser period in ns (default bins x bin_ns).
-        first, bins: fit range, bins ``first .. first + bins``.
+        first, bins: fit range, bins ``first .. first + bins``. Default as the CLI's: with an
+            ``irf`` the whole window (the model has the rise), without one from the summed
+            decay's peak (a tail fit from bin 0 would fit the rise as decay).
         threshold: photons in the range below which a pixel is not fitted (masked).
         mask: (y, x) bool array: fit only where True.
         max_iterations, tolerance: Levenberg-Marquardt cap and relative tolerance.
@@ -227,6 +267,8 @@ def fit(
         ``goodness_of_fit`` (what chi2_red is), ``backend``, ``device``.
     """
     a, lead = _decays(decays)
+    if first is None:
+        first = 0 if irf is not None else _peak(a)
     fit_offset = isinstance(offset, str)
     if fit_offset and offset != "fit":
         raise ValueError(f"offset must be a number (counts per bin) or 'fit'; got {offset!r}")

@@ -135,7 +135,10 @@ impl Calibration {
     }
 
     /// The correction from a reference decay (e.g. a measured IRF, `tau_ns = 0`, or a dye
-    /// of known lifetime) recorded with the same bins and `opts` (its calibration ignored).
+    /// of known lifetime) recorded with the same bins, over the range and harmonic of `opts`.
+    /// Its calibration, photon threshold and offset are ignored: the reference is one decay
+    /// of any scale (an IRF normalised to 1 included), with its own background, as the CLI's
+    /// `--calibrate` uses it.
     ///
     /// ```
     /// use flim_core::{Analysis, Calibration};
@@ -145,6 +148,10 @@ impl Calibration {
     /// let cal = Calibration::from_reference_decay(&irf, 0.2, 12.8, 0.0, &Analysis::default())?;
     /// // Bin 0's centre is 0.1 ns: the calibration undoes that delay.
     /// assert!((cal.phase + 2.0 * std::f64::consts::PI * 0.1 / 12.8).abs() < 1e-12);
+    /// // The data's threshold and offset do not apply to the reference (here scaled to 1).
+    /// irf[0] = 1.0;
+    /// let data = Analysis::default().with_threshold(50.0).with_offset(2.0);
+    /// assert_eq!(Calibration::from_reference_decay(&irf, 0.2, 12.8, 0.0, &data)?, cal);
     /// # Ok::<(), flim_core::Error>(())
     /// ```
     pub fn from_reference_decay(
@@ -156,6 +163,8 @@ impl Calibration {
     ) -> Result<Self> {
         let raw = opts
             .with_calibration(Self::IDENTITY)
+            .with_threshold(0.0)
+            .with_offset(0.0)
             .with_methods(Methods::PHASOR);
         let d = analyse_decay(decay, bin_ns, period_ns, &raw)?;
         let omega = 2.0 * std::f64::consts::PI * f64::from(opts.harmonic) / period_ns;
