@@ -11,3 +11,5 @@ mod perfusion_fit;
 mod perfusion_t1;
 mod phasor;
 mod provenance;
+mod speckle_live;
+mod speckle_live_browser;

@@ -24,6 +24,9 @@ use std::time::Instant;
 #[path = "speckle_stream.rs"]
 mod stream;
 
+#[path = "speckle_live/mod.rs"]
+mod live;
+
 #[derive(Debug, clap::Args)]
 pub struct Args {
     #[command(subcommand)]
@@ -42,6 +45,9 @@ enum Command {
     Roi(RoiArgs),
     /// Measure beta on a recording of a static target; writes a JSON file for `flow --calibration`.
     Calibrate(CalibrateArgs),
+    /// Live view: K, SFI or 1/tau_c of frames as they arrive (camera pipe, growing file,
+    /// folder, or --simulate), on a local web page; --bench measures frames/s and latency.
+    Live(Box<live::LiveArgs>),
 }
 
 /// Input file and how to read it.
@@ -254,6 +260,7 @@ pub fn run(args: Args, device: &Device) -> anyhow::Result<()> {
         Command::Mesi(a) => run_mesi(&a, device),
         Command::Roi(a) => run_roi(&a, device),
         Command::Calibrate(a) => run_calibrate(&a, device),
+        Command::Live(a) => live::run(&a, device),
     }
 }
 

@@ -21,7 +21,9 @@ use std::path::{Path, PathBuf};
 use ndarray::Array2;
 
 pub use self::png::read_png;
-pub use self::raw::{ByteOrder, RawDtype, RawFrameReader, RawSpec, read_raw, write_raw};
+pub use self::raw::{
+    ByteOrder, RawDtype, RawFrameReader, RawSpec, RawStreamReader, read_raw, write_raw,
+};
 pub use self::stream::{
     FrameReceiver, FrameSender, FrameSource, collect_stack, frame_channel, stack_frames,
 };

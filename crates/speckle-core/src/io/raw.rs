@@ -433,6 +433,149 @@ impl Iterator for RawFrameReader {
     }
 }
 
+/// Reads header-less raw frames from any byte stream: stdin, a named pipe, a socket, or a
+/// file that is still being written (wrap it in a reader that waits at its end). A camera
+/// SDK tool, GStreamer (`filesink location=/dev/stdout`) or ffmpeg (`-f rawvideo`) writes
+/// such streams; unlike [`RawFrameReader`] the length is unknown until the stream ends.
+///
+/// `header_bytes` of the spec are skipped once at the start. The stream may end only
+/// between frames: a partial last frame is [`Error::Truncated`] naming the source, the
+/// frame and the bytes that came, because it means the width, height or dtype do not
+/// match what the writer sends (or the writer died mid-frame).
+///
+/// ```
+/// use speckle_core::io::{Frame, RawDtype, RawSpec, RawStreamReader};
+/// let bytes: Vec<u8> = (0..2 * 3 * 4u8).collect(); // two 4x3 u8 frames
+/// let spec = RawSpec::new(4, 3, RawDtype::U8);
+/// let frames: Vec<Frame> = RawStreamReader::new(&bytes[..], &spec, "stdin")?
+///     .collect::<Result<_, _>>()?;
+/// assert_eq!(frames.len(), 2);
+/// let mut short = RawStreamReader::new(&bytes[..20], &spec, "stdin")?;
+/// assert!(short.next().unwrap().is_ok());
+/// let err = short.next().unwrap().unwrap_err().to_string();
+/// assert!(err.contains("stdin") && err.contains("frame 1"), "{err}");
+/// # Ok::<(), speckle_core::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct RawStreamReader<R> {
+    reader: R,
+    name: PathBuf,
+    spec: RawSpec,
+    index: usize,
+    buf: Vec<u8>,
+    header_left: u64,
+    done: bool,
+}
+
+impl<R: Read> RawStreamReader<R> {
+    /// Frames of `spec` (its `frames` is ignored: the stream decides) from `reader`; `name`
+    /// ("stdin", a pipe's path) names the source in errors.
+    pub fn new(reader: R, spec: &RawSpec, name: impl Into<PathBuf>) -> Result<Self> {
+        spec.validate()?;
+        let frame_bytes =
+            usize::try_from(spec.frame_bytes()?).map_err(|_| Error::InvalidParameter {
+                name: "raw frame size",
+                value: spec.to_string(),
+                why: "a frame does not fit in memory".into(),
+            })?;
+        Ok(Self {
+            reader,
+            name: name.into(),
+            spec: *spec,
+            index: 0,
+            buf: vec![0; frame_bytes],
+            header_left: spec.header_bytes,
+            done: false,
+        })
+    }
+
+    /// Number of frames delivered so far.
+    pub fn frames_read(&self) -> usize {
+        self.index
+    }
+
+    fn io_err(&self, source: std::io::Error) -> Error {
+        Error::Io {
+            path: self.name.clone(),
+            source,
+        }
+    }
+
+    /// Fill the buffer; `Ok(0)` at a clean end of stream, else the bytes read (all of them
+    /// unless the stream ended mid-frame).
+    fn fill(&mut self) -> std::io::Result<usize> {
+        let mut got = 0;
+        while got < self.buf.len() {
+            match self.reader.read(&mut self.buf[got..]) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(got)
+    }
+
+    fn read_frame(&mut self) -> Option<Result<Frame>> {
+        if self.header_left > 0 {
+            let skip = self.header_left;
+            self.header_left = 0;
+            match std::io::copy(&mut (&mut self.reader).take(skip), &mut std::io::sink()) {
+                Ok(n) if n == skip => {}
+                Ok(n) => {
+                    return Some(Err(Error::Truncated {
+                        path: self.name.clone(),
+                        expected: skip,
+                        found: n,
+                        what: "the header".into(),
+                    }));
+                }
+                Err(e) => return Some(Err(self.io_err(e))),
+            }
+        }
+        let got = match self.fill() {
+            Ok(0) => return None,
+            Ok(n) => n,
+            Err(e) => return Some(Err(self.io_err(e))),
+        };
+        if got < self.buf.len() {
+            return Some(Err(Error::Truncated {
+                path: self.name.clone(),
+                expected: self.buf.len() as u64,
+                found: got as u64,
+                what: format!(
+                    "frame {} ({}x{} {}): the stream ended mid-frame; check --width, \
+                     --height and --dtype against what the writer sends",
+                    self.index, self.spec.width, self.spec.height, self.spec.dtype
+                ),
+            }));
+        }
+        let shape = (self.spec.height, self.spec.width);
+        Some(Ok(decode(
+            &self.buf,
+            self.spec.dtype,
+            self.spec.byte_order,
+            shape,
+        )))
+    }
+}
+
+impl<R: Read> Iterator for RawStreamReader<R> {
+    type Item = Result<Frame>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        let item = self.read_frame();
+        match &item {
+            Some(Ok(_)) => self.index += 1,
+            _ => self.done = true,
+        }
+        item
+    }
+}
+
 /// Decode one frame of bytes; `bytes.len()` must be `h * w * dtype.bytes()`.
 fn decode(bytes: &[u8], dtype: RawDtype, order: ByteOrder, shape: (usize, usize)) -> Frame {
     fn arr<T>(shape: (usize, usize), v: Vec<T>) -> Array2<T> {
@@ -508,6 +651,35 @@ mod tests {
         RawStack::U16(Array3::from_shape_fn((3, 4, 5), |(f, r, c)| {
             (1000 * f + 10 * r + c) as u16 * 7
         }))
+    }
+
+    #[test]
+    fn stream_reader_decodes_big_endian_frames_after_a_header_and_names_a_short_one() {
+        let spec = RawSpec::new(2, 2, RawDtype::U16)
+            .with_byte_order(ByteOrder::Big)
+            .with_header_bytes(3);
+        let mut bytes = vec![9u8; 3];
+        for v in [1u16, 2, 3, 4, 5, 6, 7, 8] {
+            bytes.extend_from_slice(&v.to_be_bytes());
+        }
+        let frames: Vec<Frame> = RawStreamReader::new(&bytes[..], &spec, "pipe")
+            .unwrap()
+            .collect::<Result<_>>()
+            .unwrap();
+        assert_eq!(frames.len(), 2);
+        match &frames[1] {
+            Frame::U16(a) => assert_eq!(a, &ndarray::array![[5u16, 6], [7, 8]]),
+            other => panic!("{other:?}"),
+        }
+        let mut r = RawStreamReader::new(&bytes[..bytes.len() - 1], &spec, "pipe").unwrap();
+        assert!(r.next().unwrap().is_ok());
+        let err = r.next().unwrap().unwrap_err().to_string();
+        assert!(
+            err.contains("pipe") && err.contains("frame 1") && err.contains("found 7"),
+            "{err}"
+        );
+        assert!(r.next().is_none(), "fused after the error");
+        assert_eq!(r.frames_read(), 1);
     }
 
     #[test]
