@@ -416,7 +416,7 @@ fn run_fit(a: &FitArgs, device: &Device) -> anyhow::Result<()> {
         return run_studies(a, list, &opts, device);
     }
     let job = load(&input_spec(a, None)?)?;
-    let fitted = fit_job(a, &opts, job, &a.out, device, true)?()?;
+    let fitted = fit_job(a, &opts, job, &a.out, device, None)?()?;
     fitted.say();
     Ok(())
 }
@@ -457,7 +457,10 @@ fn run_studies(a: &FitArgs, list: &Path, opts: &FitParams, device: &Device) -> a
             let write = if STOP.load(Ordering::Relaxed) {
                 Err(anyhow::anyhow!("interrupted before this study was fitted"))
             } else {
-                job.and_then(|job| fit_job(a, opts, job, &a.out.join(&s.name), device, false))
+                let remaining = studies.len() - i;
+                job.and_then(|job| {
+                    fit_job(a, opts, job, &a.out.join(&s.name), device, Some(remaining))
+                })
             };
             match write {
                 Ok(write) => Ok(move || match write() {
@@ -594,16 +597,19 @@ impl Fitted {
     }
 }
 
-/// Fit `job` and write its outputs into `out_path`; `alone` (not one study of a list)
-/// shows the voxel progress bar and says what is fitted where.
+/// Fit `job` and write its outputs into `out_path`. One study of a list says how many
+/// studies (this one included) are still to be fitted: `auto` weighs them as one job (the
+/// GPU opens once for all); a study alone shows the voxel progress bar and says what is
+/// fitted where.
 fn fit_job<'a>(
     a: &'a FitArgs,
     opts: &'a FitParams,
     job: Job,
     out_path: &Path,
     device: &Device,
-    alone: bool,
+    in_list: Option<usize>,
 ) -> anyhow::Result<impl FnOnce() -> anyhow::Result<Fitted> + Send + use<'a>> {
+    let alone = in_list.is_none();
     let inputs: Vec<&Path> = job.inputs.iter().map(PathBuf::as_path).collect();
     let out = OutDir::create(out_path, a.force, &inputs, fit_outputs(a, &job, opts)?)?;
     let n = job.curves.nrows();
@@ -622,7 +628,7 @@ fn fit_job<'a>(
     };
     let choice = crate::device_arg::choose(
         device,
-        perfusion_core::job_estimate(n, job.problem.len(), opts.method),
+        perfusion_core::job_estimate(n, job.problem.len(), opts.method).times(in_list.unwrap_or(1)),
     );
     let device = &choice.device;
     if alone {
