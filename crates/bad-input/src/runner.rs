@@ -184,18 +184,25 @@ mod tests {
             Case::new("panic", b"panic".to_vec()),
             Case::new("hang", b"hang".to_vec()),
         ];
-        let report = check_reader_with("t", &cases, Duration::from_millis(300), |p: &Path| {
-            match std::fs::read(p).unwrap().as_slice() {
-                b"ok" => Ok(()),
-                b"named" => Err(format!("{}: bad", p.display())),
-                b"unnamed" => Err("bad".to_string()),
-                b"panic" => panic!("boom"),
-                _ => {
-                    std::thread::sleep(Duration::from_secs(2));
-                    Ok(())
-                }
-            }
-        });
+        // The limit must outlast the panic case's hook: with RUST_BACKTRACE set, symbolising
+        // the backtrace took over 300 ms on a loaded 2-core CI machine and the panic was
+        // called a hang. The hanging reader sleeps far past the limit (its thread is left).
+        let report =
+            check_reader_with(
+                "t",
+                &cases,
+                Duration::from_secs(5),
+                |p: &Path| match std::fs::read(p).unwrap().as_slice() {
+                    b"ok" => Ok(()),
+                    b"named" => Err(format!("{}: bad", p.display())),
+                    b"unnamed" => Err("bad".to_string()),
+                    b"panic" => panic!("boom"),
+                    _ => {
+                        std::thread::sleep(Duration::from_secs(120));
+                        Ok(())
+                    }
+                },
+            );
         let o: Vec<&Outcome> = report.outcomes.iter().map(|(_, o)| o).collect();
         assert_eq!(o[0], &Outcome::Read);
         assert!(matches!(o[1], Outcome::Error(_)));
