@@ -198,7 +198,7 @@ mod tests {
                     b"unnamed" => Err("bad".to_string()),
                     b"panic" => panic!("boom"),
                     _ => {
-                        std::thread::sleep(Duration::from_secs(120));
+                        std::thread::sleep(Duration::from_secs(90));
                         Ok(())
                     }
                 },
