@@ -139,6 +139,12 @@ fn the_server_serves_maps_an_roi_course_and_recordings_that_never_overwrite() {
     assert_eq!(code, 200);
     assert_eq!(map.len(), 60 + 96 * 64);
     assert_eq!(u32::from_le_bytes(map[0..4].try_into().unwrap()), 96);
+    // The page asks only for a map later than the one it has.
+    let index = f64::from_le_bytes(map[16..24].try_into().unwrap());
+    let (code, none) = live.request("GET", &format!("/map?after={}", u64::MAX - 1), "");
+    assert_eq!((code, none.len()), (204, 0));
+    let (code, _) = live.request("GET", &format!("/map?after={}", index as u64 - 1), "");
+    assert_eq!(code, 200);
     // Bad requests are refused with a reason, and the server carries on.
     let (code, e) = live.json("POST", "/roi", "1,2,0,4");
     assert_eq!(code, 400, "{e}");

@@ -34,9 +34,30 @@ fn text(tab: &Tab, id: &str) -> String {
         .unwrap_or_default()
 }
 
+/// Every map drawn so far: (frame in to pixels on screen, frame in to map ready), ms.
+fn screen_latencies(tab: &Tab) -> Vec<(f64, f64)> {
+    let v = tab
+        .evaluate("JSON.stringify(window.screenLatencies)", false)
+        .unwrap()
+        .value
+        .unwrap();
+    let pairs: Vec<[f64; 2]> = serde_json::from_str(v.as_str().unwrap()).unwrap();
+    pairs.into_iter().map(|[a, b]| (a, b)).collect()
+}
+
+fn launch() -> Browser {
+    let options = LaunchOptions::default_builder()
+        .path(Some(chromium()))
+        .headless(true)
+        .sandbox(false)
+        .window_size(Some((1280, 900)))
+        .build()
+        .unwrap();
+    Browser::new(options).expect("launching Chromium")
+}
+
 #[test]
 fn the_page_shows_live_maps_an_roi_course_and_records() {
-    let browser_path = chromium();
     let out = scratch("live-browser");
     let live = Live::simulate(&[
         "--width",
@@ -52,14 +73,7 @@ fn the_page_shows_live_maps_an_roi_course_and_records() {
         "--duration",
         "120",
     ]);
-    let options = LaunchOptions::default_builder()
-        .path(Some(browser_path))
-        .headless(true)
-        .sandbox(false)
-        .window_size(Some((1280, 900)))
-        .build()
-        .unwrap();
-    let browser = Browser::new(options).expect("launching Chromium");
+    let browser = launch();
     let tab = browser.new_tab().unwrap();
     // Not `wait_until_navigated`: the page never stops loading (it polls the map for ever).
     tab.navigate_to(&format!("http://{}/", live.addr)).unwrap();
@@ -78,6 +92,17 @@ fn the_page_shows_live_maps_an_roi_course_and_records() {
             .filter(|&f| f >= first + 10)
     });
     assert_eq!(text(&tab, "cb-unit"), "(dimensionless)");
+    // Frame in to pixels on screen: after the map was ready, and not absurdly long.
+    let timings = screen_latencies(&tab);
+    assert!(timings.len() >= 10, "{timings:?}");
+    for (screen, ready) in timings {
+        // Date.now() counts whole milliseconds.
+        assert!(
+            screen >= ready - 1.0 && screen < 10_000.0,
+            "{screen} ms, ready at {ready}"
+        );
+    }
+    assert!(text(&tab, "screen").parse::<f64>().is_ok());
     // An ROI through the page's inputs: the plot gets points.
     tab.evaluate(
         "(() => { const s = (id, v) => document.getElementById(id).value = v; \
@@ -110,4 +135,56 @@ fn the_page_shows_live_maps_an_roi_course_and_records() {
     wait("the page to report the recording", || {
         text(&tab, "rec-status").starts_with("saved").then_some(())
     });
+}
+
+/// The benchmark of issue 26's "frame in to pixels on screen": the simulated phantom at
+/// camera rate on this machine's CPU, the page in headless Chromium beside it, 20 s a
+/// size; JSON lines on stdout for docs/benchmarks.md. Not a test (it asserts no speed):
+/// `cargo test --release -p biogpu-cli --test integration -- --ignored --nocapture
+/// screen_latency_benchmark`.
+#[test]
+#[ignore = "benchmark, run by hand"]
+fn screen_latency_benchmark() {
+    for (w, h, fps) in [(1392, 1040, 30), (2048, 2048, 30)] {
+        let live = Live::simulate(&[
+            "--width",
+            &w.to_string(),
+            "--height",
+            &h.to_string(),
+            "--fps",
+            &fps.to_string(),
+            "--duration",
+            "60",
+        ]);
+        let browser = launch();
+        let tab = browser.new_tab().unwrap();
+        tab.navigate_to(&format!("http://{}/", live.addr)).unwrap();
+        tab.wait_for_element("#frame").unwrap();
+        std::thread::sleep(std::time::Duration::from_secs(5));
+        let skip = screen_latencies(&tab).len();
+        let seconds = 20.0;
+        std::thread::sleep(std::time::Duration::from_secs_f64(seconds));
+        let all = screen_latencies(&tab);
+        let (_, status) = live.json("GET", "/status", "");
+        let mut screen: Vec<f64> = all[skip..].iter().map(|p| p.0).collect();
+        let mut ready: Vec<f64> = all[skip..].iter().map(|p| p.1).collect();
+        let pct = |v: &mut Vec<f64>, p: f64| {
+            v.sort_by(f64::total_cmp);
+            v.get(((p / 100.0 * v.len() as f64).ceil() as usize).clamp(1, v.len().max(1)) - 1)
+                .copied()
+        };
+        println!(
+            "{}",
+            serde_json::json!({
+                "frames": [w, h],
+                "camera_fps": fps,
+                "maps_drawn_per_s": screen.len() as f64 / seconds,
+                "screen_ms_median": pct(&mut screen, 50.0),
+                "screen_ms_p99": pct(&mut screen, 99.0),
+                "ready_ms_median_of_drawn": pct(&mut ready, 50.0),
+                "server_maps_per_s": status["frames_per_second"],
+                "device": status["about"]["device"],
+            })
+        );
+    }
 }

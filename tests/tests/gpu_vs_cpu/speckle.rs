@@ -311,3 +311,46 @@ fn a_bad_frame_mid_stream_is_named_after_the_good_ones_are_delivered(device) {
     assert_eq!(extras(&params), vec![(false, false); 5]);
 }
 }
+
+gpu_test! {
+/// A camera slower than the GPU gets each map before its next frame: a source that sends
+/// frame i + 1 only once map i has reached the sink runs to the end (the stream does not
+/// wait for a full batch or for batches in flight while no frame is ready).
+fn a_slow_source_gets_each_map_before_its_next_frame(device) {
+    use std::sync::mpsc::{RecvTimeoutError, channel};
+    use std::time::Duration;
+    let frames = 7usize;
+    let (delivered, maps) = channel::<usize>();
+    let source = (0..frames).map(move |i| {
+        if i > 0 {
+            match maps.recv_timeout(Duration::from_secs(20)) {
+                Ok(j) => assert_eq!(j, i - 1, "maps in order"),
+                // The test fails rather than hang: the stream held map i - 1 back.
+                Err(RecvTimeoutError::Timeout) => {
+                    return Err(speckle_core::Error::InvalidParameter {
+                        name: "source",
+                        value: format!("frame {i}"),
+                        why: format!("map {} never came while frame {i} waited for it", i - 1),
+                    });
+                }
+                Err(RecvTimeoutError::Disconnected) => panic!("sink gone"),
+            }
+        }
+        Ok(Frame::U16(Array2::from_shape_fn((12, 10), |(y, x)| {
+            (x * 5 + y * 3 + i) as u16 % 61 + 1
+        })))
+    });
+    let params = ContrastParams::spatial(Window::new(3).unwrap());
+    let mut seen = 0;
+    // Batches of 4 and 3 workers: without the early hand-over not even map 0 would come.
+    stream(source, &StreamParams::new(params, 4), device, |m| {
+        assert_eq!(m.index, seen);
+        seen += 1;
+        // The source is gone once it gave its last frame.
+        let _ = delivered.send(m.index);
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(seen, frames);
+}
+}

@@ -20,5 +20,5 @@ pub use spatial::{
     ContrastMap, ContrastOut, ContrastStack, spatial_contrast, spatial_contrast_into,
     spatial_contrast_stack,
 };
-pub use tau_c::{inverse_k2_map, sfi_map, tau_c_map};
+pub use tau_c::{decorrelation_rate_map, inverse_k2_map, sfi_map, tau_c_map};
 pub use temporal::{TemporalStream, spatiotemporal_contrast, temporal_contrast};

@@ -8,6 +8,9 @@
 //! them once into pinned memory and fills the slot's K (SFI, flags) buffers, and the
 //! caller's thread hands the sink views into that memory, in frame order, before the slot
 //! is used again. At most `stream_workers` batches are in flight: back-pressure, bounded memory.
+//! When the source has no frame ready (a camera slower than the GPU), the caller's thread
+//! first collects the batches in flight and then sends what it has gathered, so each map
+//! reaches the sink as soon as it is computed rather than a few batches later.
 
 use crate::error::{Error, Result};
 use crate::gpu::pixel::{PackedPixel, spatial_params};
@@ -21,7 +24,7 @@ use ndarray::{Array2, ArrayView2};
 use rayon::prelude::*;
 use std::collections::VecDeque;
 use std::sync::Mutex;
-use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, sync_channel};
 
 /// Geometry and settings of one stream, fixed by its first frame.
 #[derive(Clone, Copy)]
@@ -240,20 +243,42 @@ struct Gather<'a, T> {
 }
 
 impl<T: StreamPixel> Gather<'_, T> {
-    /// Up to `batch` frames; fewer at the end of the stream or at the first bad frame.
-    fn next_batch(&mut self) -> Vec<Frame> {
+    /// Up to `batch` frames, and whether more may follow. Fewer at the end of the stream
+    /// or at the first bad frame, and fewer when the source has no frame ready once the
+    /// batches in flight are collected: a camera slower than the GPU gets each map as soon
+    /// as it is computed instead of waiting for a full batch and for `stream_workers`
+    /// batches in flight. While no frame is ready, `idle` collects the oldest batch in
+    /// flight: `Some(false)` when there is none, `None` once the stream has failed.
+    fn next_batch(&mut self, idle: &mut dyn FnMut() -> Option<bool>) -> (Vec<Frame>, bool) {
         let mut frames = Vec::with_capacity(self.shape.batch);
         while frames.len() < self.shape.batch && self.error.is_none() {
-            let frame = match self.pending.take() {
-                Some(f) => f,
-                None => match self.rest.recv() {
-                    Ok(Ok(f)) => f,
-                    Ok(Err(e)) => {
-                        self.error = Some(e);
-                        break;
+            let received = match self.pending.take() {
+                Some(f) => Ok(f),
+                None => match self.rest.try_recv() {
+                    Ok(r) => r,
+                    Err(TryRecvError::Disconnected) => return (frames, false),
+                    Err(TryRecvError::Empty) => {
+                        match idle() {
+                            None => return (frames, false),
+                            Some(true) => continue,
+                            Some(false) => {}
+                        }
+                        if !frames.is_empty() {
+                            break;
+                        }
+                        match self.rest.recv() {
+                            Ok(r) => r,
+                            Err(_) => return (frames, false),
+                        }
                     }
-                    Err(_) => break,
                 },
+            };
+            let frame = match received {
+                Ok(f) => f,
+                Err(e) => {
+                    self.error = Some(e);
+                    break;
+                }
             };
             if T::pixels(&frame).is_none_or(|a| a.dim() != (self.shape.h, self.shape.w)) {
                 let (got_h, got_w) = frame.dim();
@@ -269,7 +294,8 @@ impl<T: StreamPixel> Gather<'_, T> {
             frames.push(frame);
             self.next_index += 1;
         }
-        frames
+        let more = self.error.is_none();
+        (frames, more)
     }
 }
 
@@ -323,8 +349,11 @@ fn run<R: KnownRuntime, T: StreamPixel>(
             };
         let mut next = 0usize;
         while failure.is_none() {
-            let batch = frames.next_batch();
-            let full = batch.len() == shape.batch;
+            let (batch, more) = frames.next_batch(&mut || {
+                let busy = !in_flight.is_empty();
+                collect(&mut in_flight, &mut free, &mut failure);
+                failure.is_none().then_some(busy)
+            });
             if !batch.is_empty() {
                 while free.is_empty() || in_flight.len() == n_workers {
                     collect(&mut in_flight, &mut free, &mut failure);
@@ -338,7 +367,7 @@ fn run<R: KnownRuntime, T: StreamPixel>(
                 in_flight.push_back(next);
                 next = (next + 1) % n_workers;
             }
-            if !full {
+            if !more {
                 break;
             }
         }

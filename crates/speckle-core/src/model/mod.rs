@@ -5,6 +5,7 @@ pub mod beta;
 pub mod contrast;
 pub mod flags;
 pub mod flow;
+pub mod flow_table;
 pub mod frame;
 pub mod mesi;
 pub mod roi;

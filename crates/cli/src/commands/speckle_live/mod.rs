@@ -139,14 +139,7 @@ fn quantity(a: &LiveArgs, exposure: Option<f64>) -> anyhow::Result<(Quantity, Co
                 "gaussian" => FlowModel::Gaussian,
                 other => bail!("--model {other}: expected lorentzian or gaussian"),
             };
-            (
-                INV_TAU,
-                Convert::InvTau {
-                    exposure_s,
-                    beta,
-                    model,
-                },
-            )
+            (INV_TAU, Convert::inv_tau(exposure_s, beta, model))
         }
         other => bail!("--quantity {other}: expected k, sfi or inv-tau-c"),
     })
@@ -250,7 +243,11 @@ pub fn run(a: &LiveArgs, device: &Device) -> anyhow::Result<()> {
         "temporal_frames": (p.mode != Mode::Spatial).then_some(p.frames),
         "exposure_s": p.exposure_s,
         "beta": a.beta.filter(|_| matches!(convert, Convert::InvTau { .. })),
-        "device": device.to_string(),
+        "device": if p.mode == Mode::Temporal && device.is_gpu() {
+            format!("{device}; temporal K of integer frames on the CPU (running sums)")
+        } else {
+            device.to_string()
+        },
     });
     let settings = Settings {
         window: p.window.size(),
@@ -287,7 +284,7 @@ pub fn run(a: &LiveArgs, device: &Device) -> anyhow::Result<()> {
     let work = {
         let shared = Arc::clone(&shared);
         let device = device.clone();
-        std::thread::spawn(move || pipeline::run(src, &p, convert, &device, &shared))
+        std::thread::spawn(move || pipeline::run(src, &p, &convert, &device, &shared))
     };
     let result = wait(&shared, work, a.duration);
     stop.store(true, Ordering::Relaxed);
@@ -369,7 +366,7 @@ fn bench(
         });
     }
     let started = Instant::now();
-    pipeline::run(src, p, convert, device, shared)?;
+    pipeline::run(src, p, &convert, device, shared)?;
     let wall = started.elapsed().as_secs_f64();
     let s = shared.lock();
     let log = s.all_latencies.as_deref().unwrap_or_default();

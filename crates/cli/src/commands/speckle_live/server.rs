@@ -5,7 +5,7 @@
 //! | endpoint | what |
 //! |---|---|
 //! | `GET /` | the page |
-//! | `GET /map` | the latest map, binary (see [`encode`]) |
+//! | `GET /map` | the latest map, binary (see [`encode`]); `?after=N`: 204 until a later one |
 //! | `GET /raw` | a recent raw frame, same format, grey |
 //! | `GET /status` | JSON: frames in and computed, frames/s, latency, settings, recording |
 //! | `POST /roi` | body `x,y,w,h` (map pixels): a new ROI; its time course starts over |
@@ -15,7 +15,8 @@
 
 use super::record;
 use super::state::{MapFrame, Rect, Shared};
-use ndarray::{Array2, ArrayView2};
+use ndarray::parallel::prelude::*;
+use ndarray::{Array2, ArrayView2, Axis, Zip};
 use speckle_core::io::Frame;
 use std::io::Read;
 use std::path::Path;
@@ -84,7 +85,12 @@ fn handle(mut request: Request, shared: &Arc<Shared>, out: &Path) -> std::io::Re
                 let s = shared.lock();
                 (s.latest.clone(), s.settings)
             };
+            // `after=N`: the page has map N; nothing to encode until a later one.
+            let after = param(query, "after").and_then(|v| v.parse::<u64>().ok());
             match latest {
+                Some(m) if after.is_some_and(|a| m.index <= a) => {
+                    Response::from_data(Vec::new()).with_status_code(204)
+                }
                 Some(m) => binary(encode(
                     &m,
                     shared.quantity.log,
@@ -230,7 +236,7 @@ fn settings(shared: &Shared, body: &str) -> Result<serde_json::Value, String> {
 }
 
 /// Average `a` down in square blocks so that neither side exceeds [`DISPLAY_MAX`];
-/// NaN-aware (a block of no finite value is NaN).
+/// NaN-aware (a block of no finite value is NaN). Rows of blocks in parallel.
 fn downsample(a: ArrayView2<'_, f32>) -> Array2<f32> {
     let (h, w) = a.dim();
     let f = h.max(w).div_ceil(DISPLAY_MAX).max(1);
@@ -238,25 +244,36 @@ fn downsample(a: ArrayView2<'_, f32>) -> Array2<f32> {
         return a.to_owned();
     }
     let (dh, dw) = (h.div_ceil(f), w.div_ceil(f));
-    Array2::from_shape_fn((dh, dw), |(y, x)| {
-        let (mut s, mut n) = (0f32, 0u32);
-        for v in &a.slice(ndarray::s![
-            y * f..((y + 1) * f).min(h),
-            x * f..((x + 1) * f).min(w)
-        ]) {
-            if v.is_finite() {
-                s += v;
-                n += 1;
+    let mut out = Array2::zeros((dh, dw));
+    out.axis_iter_mut(Axis(0))
+        .into_par_iter()
+        .enumerate()
+        .for_each(|(y, mut row)| {
+            let (mut sum, mut n) = (vec![0f32; dw], vec![0u32; dw]);
+            for source in a.rows().into_iter().skip(y * f).take(f) {
+                for (x, &v) in source.iter().enumerate() {
+                    if v.is_finite() {
+                        sum[x / f] += v;
+                        n[x / f] += 1;
+                    }
+                }
             }
-        }
-        if n == 0 { f32::NAN } else { s / n as f32 }
-    })
+            for ((o, s), n) in row.iter_mut().zip(sum).zip(n) {
+                *o = if n == 0 { f32::NAN } else { s / n as f32 };
+            }
+        });
+    out
 }
 
-/// The 1st and 99th percentiles of the finite (and, for a log scale, positive) values.
+/// Values the colour limits are taken from at most: a regular sample of a larger map.
+const LIMIT_SAMPLE: usize = 1 << 18;
+
+/// The 1st and 99th percentiles of the finite (and, for a log scale, positive) values
+/// (of every n-th value of a map of more than [`LIMIT_SAMPLE`]).
 fn auto_limits(v: &Array2<f32>, log: bool) -> (f32, f32) {
     let mut x: Vec<f32> = v
         .iter()
+        .step_by(v.len().div_ceil(LIMIT_SAMPLE).max(1))
         .copied()
         .filter(|v| v.is_finite() && (!log || *v > 0.0))
         .collect();
@@ -327,13 +344,15 @@ fn pack(
     };
     let (a, b) = (tr(lo), tr(hi));
     let scale = if b > a { 254.0 / (b - a) } else { 0.0 };
-    out.extend(v.iter().map(|&x| {
-        if !x.is_finite() || (log && x <= 0.0) {
+    let mut codes = Array2::<u8>::zeros((h, w));
+    Zip::from(&mut codes).and(v).par_for_each(|c, &x| {
+        *c = if !x.is_finite() || (log && x <= 0.0) {
             255
         } else {
             ((tr(x) - a) * scale).clamp(0.0, 254.0).round() as u8
-        }
-    }));
+        };
+    });
+    out.extend(codes.iter());
     out
 }
 

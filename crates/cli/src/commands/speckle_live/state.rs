@@ -115,6 +115,9 @@ pub struct Inner {
 #[derive(Debug)]
 pub struct Shared {
     pub start: Instant,
+    /// `start` on the wall clock, ms since 1970: the page times "frame in to pixels on
+    /// screen" against it (browser and server share the clock on 127.0.0.1).
+    pub start_unix_ms: f64,
     pub stop: Arc<AtomicBool>,
     /// Set when a setting needs the pipeline restarted (the window).
     pub restart: AtomicBool,
@@ -136,8 +139,13 @@ impl Shared {
         stop: Arc<AtomicBool>,
         keep_all_latencies: bool,
     ) -> Self {
+        let start = Instant::now();
+        let start_unix_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(f64::NAN, |d| d.as_secs_f64() * 1e3);
         Self {
-            start: Instant::now(),
+            start,
+            start_unix_ms,
             stop,
             restart: AtomicBool::new(false),
             raw_wanted: AtomicBool::new(false),
@@ -270,6 +278,7 @@ impl Shared {
             "ended": s.ended,
             "error": s.error,
             "about": self.about,
+            "start_unix_ms": self.start_unix_ms,
         })
     }
 }
