@@ -323,6 +323,15 @@ fn parse_range(spec: &str) -> anyhow::Result<RangeSpec> {
     })
 }
 
+/// The start of a message about one image of a recording: `<label>: ` or nothing.
+fn prefix(label: &str) -> String {
+    if label.is_empty() {
+        String::new()
+    } else {
+        format!("{label}: ")
+    }
+}
+
 /// A file name in the output folder: `<label>_<name>` or just `<name>`.
 fn named(label: &str, name: &str) -> String {
     if label.is_empty() {
@@ -637,11 +646,7 @@ fn fit_compute<'a>(
             let stats = map_stats(tau.view(), set.mask.view());
             crate::say!(
                 "{}{}x{} px, {} bins of {:.4} ns (range {}..{}): {} {} median {:.3} ns (IQR {:.3}-{:.3}) over {} pixels, {} masked, {} failed; {:.3} s on {}",
-                if p.label.is_empty() {
-                    String::new()
-                } else {
-                    format!("{}: ", p.label)
-                },
+                prefix(&p.label),
                 p.cube.shape().1,
                 p.cube.shape().0,
                 p.cube.bins(),
@@ -794,14 +799,7 @@ fn phasor_one(
         let omega = phasor_omega(&p, a.harmonic);
         let range = PhasorRange::of(&p);
         if let Some(w) = range.warning() {
-            eprintln!(
-                "warning: {}{w}",
-                if p.label.is_empty() {
-                    String::new()
-                } else {
-                    format!("{}: ", p.label)
-                }
-            );
+            eprintln!("warning: {}{w}", prefix(&p.label));
         }
         // Calibration reference: a recording of known lifetime, else the IRF (lifetime 0).
         let calibration = phasor_calibration(&p, reference, read_opts, ref_tau, a.harmonic)
@@ -817,11 +815,7 @@ fn phasor_one(
         if calibration.is_none() {
             eprintln!(
                 "warning: {}the phasor is not calibrated (the instrument's phase delay and modulation are in g and s): give --calibrate auto (from the IRF) or --calibrate REF --ref-tau NS",
-                if p.label.is_empty() {
-                    String::new()
-                } else {
-                    format!("{}: ", p.label)
-                }
+                prefix(&p.label)
             );
         }
         p.analysis = p.analysis.with_harmonic(a.harmonic);
@@ -864,11 +858,7 @@ fn phasor_one(
         let ss = map_stats(s.view(), set.mask.view());
         crate::say!(
             "{}phasor at {:.2} MHz (harmonic {}) over {}: median g {:.3}, s {:.3}, phase lifetime {:.3} ns; {} pixels plotted{}; {:.3} s on {}",
-            if p.label.is_empty() {
-                String::new()
-            } else {
-                format!("{}: ", p.label)
-            },
+            prefix(&p.label),
             omega / (2.0 * std::f64::consts::PI) * 1e3,
             a.harmonic,
             range,

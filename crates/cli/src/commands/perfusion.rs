@@ -426,9 +426,14 @@ fn run_fit(a: &FitArgs, device: &Device) -> anyhow::Result<()> {
 fn run_studies(a: &FitArgs, list: &Path, opts: &FitParams, device: &Device) -> anyhow::Result<()> {
     let studies = read_studies(list)?;
     // Check what does not depend on the files before any is read.
-    for s in &studies {
-        input_spec(a, Some(s)).with_context(|| format!("{}, line {}", list.display(), s.line))?;
-    }
+    let specs = studies
+        .iter()
+        .map(|s| {
+            let spec = input_spec(a, Some(s))
+                .with_context(|| format!("{}, line {}", list.display(), s.line))?;
+            Ok((s, spec))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let table = a.out.join("summary.csv");
     ensure!(
         a.force || !table.exists(),
@@ -447,13 +452,13 @@ fn run_studies(a: &FitArgs, list: &Path, opts: &FitParams, device: &Device) -> a
     };
     // Fit one study while the next is read and the previous one's maps are written.
     let outcome = super::batch::run_pipelined(
-        &studies,
-        |s| s.name.clone(),
+        &specs,
+        |(s, _)| s.name.clone(),
         2,
         2,
         // A study that cannot be read reaches `process` too, for its row in the table.
-        |s| Ok(input_spec(a, Some(s)).and_then(|spec| Ok(load(&spec)?))),
-        |i, s, job| {
+        |(_, spec)| Ok(load(spec).map_err(anyhow::Error::from)),
+        |i, (s, _), job| {
             let write = if STOP.load(Ordering::Relaxed) {
                 Err(anyhow::anyhow!("interrupted before this study was fitted"))
             } else {
