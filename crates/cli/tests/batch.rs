@@ -35,6 +35,59 @@ fn speckle_contrast_runs_every_frame_file_of_a_folder() {
     assert!(!out.join("corrupt").exists());
 }
 
+/// `speckle roi` over several files: a time course per good file in its folder, the bad
+/// one named and skipped.
+#[test]
+fn speckle_roi_measures_every_file() {
+    let dir = scratch("batch-roi");
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../speckle-core/tests/data");
+    let bad = dir.join("truncated.tif");
+    std::fs::create_dir_all(&dir).unwrap();
+    let good = std::fs::read(fixtures.join("imagej_frames.tif")).unwrap();
+    std::fs::write(&bad, &good[..good.len() / 2]).unwrap();
+    let out = dir.join("out");
+    let paths = [
+        fixtures.join("imagej_frames.tif"),
+        bad,
+        fixtures.join("zstd_frames.tif"),
+    ];
+    let mut args = vec!["speckle", "roi"];
+    args.extend(paths.iter().map(|p| p.to_str().unwrap()));
+    args.extend([
+        "--window",
+        "3",
+        "--roi",
+        "0,0,4,4",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let o = biogpu(&args);
+    let err = text(&o);
+    assert!(!o.status.success(), "one bad file fails the run: {err}");
+    assert!(err.contains("1 of 3 inputs failed"), "{err}");
+    assert!(err.contains("truncated.tif"), "{err}");
+    for name in ["imagej_frames", "zstd_frames"] {
+        let csv = std::fs::read_to_string(out.join(name).join("roi.csv")).unwrap();
+        assert!(csv.lines().count() > 1, "{name}: {csv}");
+    }
+    assert!(!out.join("truncated").exists());
+    // --sfi without an exposure is refused once, before any file is read.
+    let o = biogpu(&[
+        "speckle",
+        "roi",
+        paths[0].to_str().unwrap(),
+        paths[2].to_str().unwrap(),
+        "--roi",
+        "0,0,4,4",
+        "--sfi",
+        "--out",
+        dir.join("out2").to_str().unwrap(),
+    ]);
+    assert!(!o.status.success());
+    assert!(text(&o).contains("--sfi needs --exposure"), "{}", text(&o));
+    assert!(!dir.join("out2").exists());
+}
+
 /// `speckle flow` over several files: the options are checked once, before any file is
 /// read; each file gets its tau_c maps.
 #[test]

@@ -231,10 +231,15 @@ struct MesiArgs {
     output: OutputOpts,
 }
 
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 struct RoiArgs {
     #[command(flatten)]
     input: Input,
+    /// More inputs: several files (or a folder for INPUT) are measured in one run, each
+    /// into a folder of its own inside --out named after it; a bad file is reported and
+    /// skipped.
+    #[arg(value_name = "MORE")]
+    more: Vec<PathBuf>,
     #[command(flatten)]
     contrast: ContrastOpts,
     #[command(flatten)]
@@ -1007,11 +1012,22 @@ fn run_mesi(a: &MesiArgs, device: &Device) -> anyhow::Result<()> {
 }
 
 fn run_roi(a: &RoiArgs, device: &Device) -> anyhow::Result<()> {
-    let (stack, camera) = load_split(&a.input, false)?;
-    let p = params(&a.contrast, camera)?;
-    if a.sfi && p.exposure_s.is_none() {
+    if a.sfi && a.contrast.exposure.is_none() {
         bail!("--sfi needs --exposure (seconds)");
     }
+    let batch = run_batch(&a.input.path, &a.more, &a.output.out, |path, out| {
+        let mut one = a.clone();
+        (one.input.path, one.output.out) = (path, out);
+        one.more.clear();
+        roi_one(&one, device)
+    });
+    batch.unwrap_or_else(|| roi_one(a, device))
+}
+
+/// `speckle roi` of the one input `a.input.path` into `a.output.out`.
+fn roi_one(a: &RoiArgs, device: &Device) -> anyhow::Result<()> {
+    let (stack, camera) = load_split(&a.input, false)?;
+    let p = params(&a.contrast, camera)?;
     let out = OutDir::create(
         &a.output.out,
         a.output.force,
