@@ -395,6 +395,10 @@ impl RgbImage {
         let mut enc = png::Encoder::new(file, w, h);
         enc.set_color(png::ColorType::Rgb);
         enc.set_depth(png::BitDepth::Eight);
+        // fdeflate: some 14 times sooner than the default level on a noisy 1100x820
+        // lifetime figure (6.9 against 97 ms) for files about a quarter larger; a batch
+        // writes three figures per recording.
+        enc.set_compression(png::Compression::Fast);
         let enc_err = |e: png::EncodingError| match e {
             png::EncodingError::IoError(source) => Error::Io {
                 path: path.to_path_buf(),
