@@ -88,6 +88,40 @@ fn speckle_roi_measures_every_file() {
     assert!(!dir.join("out2").exists());
 }
 
+/// `flim convert` of a folder: each good recording's cube in its folder, the bad one named
+/// and skipped, a bad --range refused before any file is read.
+#[test]
+fn flim_convert_takes_a_folder() {
+    let dir = scratch("batch-convert");
+    let data = dir.join("in");
+    std::fs::create_dir_all(&data).unwrap();
+    let sdt =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../flim-core/tests/data/bh_spc160_4x4.sdt");
+    for name in ["a.sdt", "b.sdt"] {
+        std::fs::copy(&sdt, data.join(name)).unwrap();
+    }
+    std::fs::write(data.join("broken.sdt"), b"not a Becker & Hickl file").unwrap();
+    let out = dir.join("out");
+    let (d, o) = (data.to_str().unwrap(), out.to_str().unwrap());
+    let bad_range = biogpu(&["flim", "convert", d, "--range", "9:x", "--out", o]);
+    assert!(!bad_range.status.success());
+    assert!(
+        !text(&bad_range).contains("inputs failed"),
+        "{}",
+        text(&bad_range)
+    );
+    assert!(!out.exists(), "nothing written");
+    let run = biogpu(&["flim", "convert", d, "--out", o]);
+    let err = text(&run);
+    assert!(!run.status.success(), "one bad file fails the run: {err}");
+    assert!(err.contains("1 of 3 inputs failed"), "{err}");
+    assert!(err.contains("broken.sdt"), "{err}");
+    let (a, b) = (out.join("a").join("a.npy"), out.join("b").join("b.npy"));
+    assert!(a.exists() && b.exists(), "{err}");
+    assert_eq!(std::fs::read(a).unwrap(), std::fs::read(b).unwrap());
+    assert!(!out.join("broken").exists());
+}
+
 /// `speckle flow` over several files: the options are checked once, before any file is
 /// read; each file gets its tau_c maps.
 #[test]

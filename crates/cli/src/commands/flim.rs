@@ -46,8 +46,9 @@ struct Input {
     /// .pt3, .ht3 or .phu, multi-page TIFF (pages = time bins) or .npy ((y, x, bin) or
     /// (frame, y, x, bin)).
     ///
-    /// `flim fit` and `flim phasor` take several files or a folder (its TCSPC files): each gets a folder of
-    /// its own inside --out, named after the file; a bad file is reported and skipped.
+    /// `flim fit`, `flim phasor` and `flim convert` take several files or a folder (its TCSPC
+    /// files): each gets a folder of its own inside --out, named after the file; a bad file is
+    /// reported and skipped.
     #[arg(value_name = "INPUT", num_args = 1.., required = true)]
     paths: Vec<PathBuf>,
     /// Bin width in ns (required for TIFF and .npy; overrides the header of other formats).
@@ -978,8 +979,36 @@ fn run_convert(a: &ConvertArgs) -> anyhow::Result<()> {
         "tif" | "tiff" => "tif",
         other => bail!("--to {other}: expected npy or tiff"),
     };
-    let path = a.input.single("convert")?;
-    let rec = a.input.read(path)?;
+    // Checked once, before any file is read.
+    if let Some(spec) = &a.range {
+        parse_range(spec)?;
+    }
+    if !batch::is_batch(&a.input.paths) {
+        let path = a.input.single("convert")?;
+        let rec = a.input.read(path)?;
+        return convert_one(a, ext, path, &rec, &a.out);
+    }
+    let inputs = batch::expand(&a.input.paths, FLIM_EXTENSIONS)?;
+    let outs = batch::out_dirs(&a.out, &inputs);
+    let read_opts = a.input.read_options()?;
+    let ahead = (rayon::current_num_threads() / 2).clamp(1, 8);
+    batch::run(
+        &inputs,
+        ahead,
+        |path| Ok(read(path, &read_opts)?),
+        |i, path, rec| convert_one(a, ext, path, &rec, &outs[i]),
+    )
+}
+
+/// `flim convert` of one recording `rec` (read from `path`) into the folder `out_dir`: a
+/// `.npy` or `.tif` cube per image, named after the recording.
+fn convert_one(
+    a: &ConvertArgs,
+    ext: &str,
+    path: &Path,
+    rec: &Recording,
+    out_dir: &Path,
+) -> anyhow::Result<()> {
     let stem = path
         .file_stem()
         .and_then(|s| s.to_str())
@@ -993,10 +1022,10 @@ fn run_convert(a: &ConvertArgs) -> anyhow::Result<()> {
         }
     };
     let out = OutDir::create(
-        &a.out,
+        out_dir,
         a.force,
         &[path],
-        rec.images.iter().map(|i| file_name(&i.label(&rec))),
+        rec.images.iter().map(|i| file_name(&i.label(rec))),
     )?;
     for image in &rec.images {
         let mut cube = bin_spatial(&image.cube, Binning::Square(a.bin))?;
@@ -1005,7 +1034,7 @@ fn run_convert(a: &ConvertArgs) -> anyhow::Result<()> {
         {
             cube = range.crop(&cube)?;
         }
-        let name = file_name(&image.label(&rec));
+        let name = file_name(&image.label(rec));
         let path = out.file(&name)?;
         if ext == "npy" {
             write_npy(&path, &cube)?;
