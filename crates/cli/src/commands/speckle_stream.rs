@@ -497,16 +497,16 @@ impl MapWriter {
         Ok(())
     }
 
-    fn finish(self, out: &OutDir, o: &OutputOpts) -> anyhow::Result<()> {
-        let Some(tiff) = self.tiff else {
+    fn finish(mut self, out: &OutDir, o: &OutputOpts) -> anyhow::Result<()> {
+        let Some(tiff) = self.tiff.take() else {
             anyhow::bail!("no {} map was computed", self.q.stem);
         };
         tiff.finish()?;
-        if let Some(png) = self.png {
+        if let Some(png) = self.png.take() {
             png.join()
                 .map_err(|_| anyhow::anyhow!("the PNG writer panicked"))??;
         }
-        let Some(small) = self.gif else {
+        let Some(small) = self.gif.take() else {
             return Ok(());
         };
         let views: Vec<_> = small.iter().map(|m| m.view()).collect();
@@ -523,6 +523,16 @@ impl MapWriter {
             self.factor,
         )?;
         Ok(())
+    }
+}
+
+impl Drop for MapWriter {
+    /// A run that fails before `finish` still waits for its PNG: the thread writes into the
+    /// output's staging folder, which must not be removed (on the error) while it does.
+    fn drop(&mut self) {
+        if let Some(png) = self.png.take() {
+            let _ = png.join();
+        }
     }
 }
 
