@@ -45,7 +45,8 @@ fn screen_latencies(tab: &Tab) -> Vec<(f64, f64)> {
     pairs.into_iter().map(|[a, b]| (a, b)).collect()
 }
 
-fn launch() -> Browser {
+/// Chromium showing the page of `live` (the browser must outlive the tab).
+fn open_page(live: &Live) -> (Browser, std::sync::Arc<Tab>) {
     let options = LaunchOptions::default_builder()
         .path(Some(chromium()))
         .headless(true)
@@ -53,7 +54,12 @@ fn launch() -> Browser {
         .window_size(Some((1280, 900)))
         .build()
         .unwrap();
-    Browser::new(options).expect("launching Chromium")
+    let browser = Browser::new(options).expect("launching Chromium");
+    let tab = browser.new_tab().unwrap();
+    // Not `wait_until_navigated`: the page never stops loading (it polls the map for ever).
+    tab.navigate_to(&format!("http://{}/", live.addr)).unwrap();
+    tab.wait_for_element("#frame").unwrap();
+    (browser, tab)
 }
 
 #[test]
@@ -73,11 +79,7 @@ fn the_page_shows_live_maps_an_roi_course_and_records() {
         "--duration",
         "120",
     ]);
-    let browser = launch();
-    let tab = browser.new_tab().unwrap();
-    // Not `wait_until_navigated`: the page never stops loading (it polls the map for ever).
-    tab.navigate_to(&format!("http://{}/", live.addr)).unwrap();
-    tab.wait_for_element("#frame").unwrap();
+    let (_browser, tab) = open_page(&live);
     wait("the quantity on the page", || {
         (text(&tab, "qty") == "K").then_some(())
     });
@@ -156,10 +158,7 @@ fn screen_latency_benchmark() {
             "--duration",
             "60",
         ]);
-        let browser = launch();
-        let tab = browser.new_tab().unwrap();
-        tab.navigate_to(&format!("http://{}/", live.addr)).unwrap();
-        tab.wait_for_element("#frame").unwrap();
+        let (_browser, tab) = open_page(&live);
         std::thread::sleep(std::time::Duration::from_secs(5));
         let skip = screen_latencies(&tab).len();
         let seconds = 20.0;

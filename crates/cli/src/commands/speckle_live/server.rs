@@ -250,7 +250,8 @@ fn downsample(a: ArrayView2<'_, f32>) -> Array2<f32> {
         .enumerate()
         .for_each(|(y, mut row)| {
             let (mut sum, mut n) = (vec![0f32; dw], vec![0u32; dw]);
-            for source in a.rows().into_iter().skip(y * f).take(f) {
+            let block = a.slice(ndarray::s![y * f..((y + 1) * f).min(h), ..]);
+            for source in block.rows() {
                 for (x, &v) in source.iter().enumerate() {
                     if v.is_finite() {
                         sum[x / f] += v;
