@@ -467,7 +467,12 @@ fn bcmm_unknown(s: Sums, x0: f32, y0: f32, m: f32, sol: &mut Array<f32>) -> bool
                         } else {
                             rb = x;
                         }
-                        if !(next > f32::min(ra, rb) && next < f32::max(ra, rb)) {
+                        // Bisect where Newton leaves the bracket, unless its step is below
+                        // the tolerance: x + dx can round onto the end x itself, and
+                        // bisecting there would throw away a converged donor rate.
+                        if !(next > f32::min(ra, rb) && next < f32::max(ra, rb))
+                            && f32::abs(dx) > TOL * (1.0f32 + f32::abs(x))
+                        {
                             next = 0.5f32 * (ra + rb);
                         }
                     } else if (has_prev && (next - x) * pstep < 0.0f32)

@@ -11,7 +11,7 @@ use anyhow::{Context, bail};
 use flim_core::io::{
     IrfShift, IrfSource, MapSet, MapStats, OffsetSpec, PrepOptions, Prepared, RangeSpec,
     ReadOptions, Recording, lifetime_histogram, map_stats, phasor_calibration, phasor_omega,
-    prepare, prepare_cube, read, write_histogram_csv, write_histogram_png, write_lifetime_png,
+    prepare_cube, read, write_histogram_csv, write_histogram_png, write_lifetime_png,
     write_map_png, write_map_tiff, write_npy, write_phasor_png, write_summary_csv, write_tiff,
 };
 use flim_core::{Binning, GpuTuning, bin_spatial};
@@ -731,16 +731,21 @@ fn run_phasor(a: &PhasorArgs, tuning: GpuTuning, device: &Device) -> anyhow::Res
     if !batch::is_batch(&a.input.paths) {
         let path = a.input.single("phasor")?;
         let rec = a.input.read(path)?;
-        return phasor_one(a, &plan, device, path, &rec, &a.output.out);
+        return phasor_compute(a, &plan, device, path, rec, &a.output.out, 1)?();
     }
     let inputs = batch::expand(&a.input.paths, FLIM_EXTENSIONS)?;
     let outs = batch::out_dirs(&a.output.out, &inputs);
     let ahead = (rayon::current_num_threads() / 2).clamp(1, 8);
-    batch::run(
+    // Outputs written behind the phasors, as for `flim fit`.
+    let writers = (rayon::current_num_threads() / 4).clamp(2, 4);
+    crate::record::note_batch(&inputs);
+    batch::run_pipelined(
         &inputs,
+        |p| p.display().to_string(),
         ahead,
+        writers,
         |path| Ok(read(path, &plan.read_opts)?),
-        |i, path, rec| phasor_one(a, &plan, device, path, &rec, &outs[i]),
+        |i, path, rec| phasor_compute(a, &plan, device, path, rec, &outs[i], inputs.len() - i),
     )
 }
 
@@ -755,15 +760,30 @@ struct PhasorPlan<'a> {
     read_opts: ReadOptions,
 }
 
-/// `flim phasor` of one recording `rec` (read from `path`) into the folder `out_dir`.
-fn phasor_one(
-    a: &PhasorArgs,
-    plan: &PhasorPlan<'_>,
+/// One image's phasor, waiting for its outputs to be written.
+struct PhasorImage {
+    p: Prepared,
+    set: MapSet,
+    omega: f64,
+    range: PhasorRange,
+    calibration: Option<flim_core::Calibration>,
+    secs: f64,
+    device: String,
+}
+
+/// `flim phasor` of one recording `rec` (read from `path`) into the folder `out_dir`:
+/// the phasors now, and the writing of their outputs returned (a batch runs it on a writer
+/// thread while the next recording is computed). `remaining` recordings (this one
+/// included) are still to come in this process, which `auto` weighs as one job.
+fn phasor_compute<'a>(
+    a: &'a PhasorArgs,
+    plan: &'a PhasorPlan<'a>,
     device: &Device,
-    path: &Path,
-    rec: &Recording,
+    path: &'a Path,
+    mut rec: Recording,
     out_dir: &Path,
-) -> anyhow::Result<()> {
+    remaining: usize,
+) -> anyhow::Result<impl FnOnce() -> anyhow::Result<()> + Send + 'a> {
     let PhasorPlan {
         prep,
         from_irf,
@@ -772,7 +792,7 @@ fn phasor_one(
         read_opts,
     } = plan;
     let (from_irf, reference, ref_tau) = (*from_irf, *reference, *ref_tau);
-    let px = pixel_um(rec);
+    let px = pixel_um(&rec);
     let mut inputs = input_files(path, &a.prep);
     inputs.extend(reference);
     let maps = flim_core::Method::Phasor.map_names(&flim_core::MethodOptions::default(), false);
@@ -785,14 +805,16 @@ fn phasor_one(
         out_dir,
         a.output.force,
         &inputs,
-        planned_files(rec, &a.prep, &maps, &extra),
+        planned_files(&rec, &a.prep, &maps, &extra),
     )?;
-    let mut rows = Vec::new();
     let mut ran_on = device.info().id.clone();
-    let mut images = Vec::new();
+    let mut computed = Vec::new();
     let bar = progress(rec.images.len(), "images");
-    for image in &rec.images {
-        let mut p = prepare(image, rec, prep, RangeSpec::Period)
+    // Each image's cube goes to `prepare_cube` as it is (no copy).
+    let labels: Vec<String> = rec.images.iter().map(|i| i.label(&rec)).collect();
+    let taken = std::mem::take(&mut rec.images);
+    for (image, label) in taken.into_iter().zip(labels) {
+        let mut p = prepare_cube(image.cube, label, prep, RangeSpec::Period)
             .with_context(|| match prep.irf {
                 Some(IrfSource::Estimate) => "preparing the image (binning, range, offset, IRF estimated from the data; where that fails, give a measured IRF with --irf FILE or a reference with --calibrate FILE --ref-tau NS)",
                 _ => "preparing the image (binning, range, offset, IRF)",
@@ -808,11 +830,6 @@ fn phasor_one(
                 Some(path) => format!("calibration reference {}", path.display()),
                 None => "calibration from the IRF".into(),
             })?;
-        let source = match (calibration, reference) {
-            (None, _) => "none",
-            (Some(_), Some(_)) => "reference",
-            (Some(_), None) => "irf",
-        };
         if calibration.is_none() {
             eprintln!(
                 "warning: {}the phasor is not calibrated (the instrument's phase delay and modulation are in g and s): give --calibrate auto (from the IRF) or --calibrate REF --ref-tau NS",
@@ -826,95 +843,133 @@ fn phasor_one(
         let phasor = flim_core::MethodOptions::default();
         let choice = crate::device_arg::choose(
             device,
-            flim_core::job_estimate(&p, flim_core::Method::Phasor, &phasor),
+            flim_core::job_estimate(&p, flim_core::Method::Phasor, &phasor).times(remaining),
         );
         let device = &choice.device;
         ran_on.clone_from(&device.info().id);
         let (set, info) = flim_core::run_method(&p, flim_core::Method::Phasor, &phasor, device)?;
         crate::record::note_library(&info.provenance);
-        let secs = info.elapsed.as_secs_f64();
-        rows.extend(write_set(&out, &p.label, &set, px)?);
-        let g = set.get("g").expect("g");
-        let s = set.get("s").expect("s");
-        let plotted = write_phasor_png(
-            &out.file(&format!("{}.png", named(&p.label, "phasor")))?,
-            g.view(),
-            s.view(),
-            set.mask.view(),
+        computed.push(PhasorImage {
+            p,
+            set,
             omega,
-        )?;
-        let tau = set.get("tau_phase_ns").expect("phase lifetime");
-        let intensity = set.get("intensity").expect("intensity");
-        let limits = write_lifetime_png(
-            &out.file(&format!("{}.png", named(&p.label, "tau_phase_ns")))?,
-            "tau_phase_ns",
-            tau.view(),
-            intensity.view(),
-            set.mask.view(),
-            a.output.cmap,
-            a.output.tau_range,
-        )?;
-        let irf = write_irf(&out, &p, px)?;
-        let gs = map_stats(g.view(), set.mask.view());
-        let ss = map_stats(s.view(), set.mask.view());
-        crate::say!(
-            "{}phasor at {:.2} MHz (harmonic {}) over {}: median g {:.3}, s {:.3}, phase lifetime {:.3} ns; {} pixels plotted{}; {:.3} s on {}",
-            prefix(&p.label),
-            omega / (2.0 * std::f64::consts::PI) * 1e3,
-            a.harmonic,
             range,
-            gs.median,
-            ss.median,
-            map_stats(tau.view(), set.mask.view()).median,
-            plotted,
-            calibration.map_or(", uncalibrated".into(), |c| format!(
-                ", calibrated from the {} (phase {:.4} rad, modulation x{:.4})",
-                if source == "irf" { "IRF" } else { "reference" },
-                c.phase,
-                c.modulation
-            )),
-            secs,
-            device.info().id,
-        );
-        images.push(serde_json::json!({
-            "image": p.label, "omega_rad_per_ns": omega, "harmonic": a.harmonic,
-            "range_bins": p.fit_range(), "range_ns": [range.start_ns, range.end_ns],
-            "period_ns": range.period_ns, "bins_in_period": range.bins_in_period,
-            "range": range.to_string(),
-            "calibration": match calibration {
-                None => serde_json::json!({"source": "none", "why": "no --calibrate and no --irf: g and s include the instrument's phase delay and modulation"}),
-                Some(c) => serde_json::json!({
-                    "source": source,
-                    "reference": match (reference, &prep.irf) {
-                        (Some(r), _) => r.display().to_string(),
-                        (None, Some(IrfSource::File(f))) => f.display().to_string(),
-                        _ => "IRF estimated from the data".into(),
-                    },
-                    "ref_tau_ns": if source == "reference" { ref_tau } else { 0.0 },
-                    "frequency_mhz": omega / (2.0 * std::f64::consts::PI) * 1e3,
-                    "phase_rad": c.phase, "modulation": c.modulation,
-                }),
-            },
-            "seconds": secs,
-            "g": gs, "s": ss, "tau_colour_range_ns": [limits.0, limits.1], "irf": irf,
-        }));
+            calibration,
+            secs: info.elapsed.as_secs_f64(),
+            device: device.info().id.clone(),
+        });
         bar.inc(1);
     }
     bar.finish_and_clear();
-    write_summary_csv(&out.file("summary.csv")?, &rows)?;
-    out.write_json(
-        "summary.json",
-        &serde_json::json!({
-            "input": path, "format": rec.format.name(), "device": ran_on,
-            "metadata": rec.metadata.iter().map(|(k, v)| (k.clone(), serde_json::Value::from(v.clone()))).collect::<serde_json::Map<_, _>>(),
-            "images": images,
-            "maps": rows.iter().map(|(i, m, s)| serde_json::json!({"image": i, "map": m, "stats": s})).collect::<Vec<_>>(),
-        }),
-    )?;
-    let shown = out.path().display().to_string();
-    out.commit()?;
-    crate::say!("outputs in {shown}");
-    Ok(())
+    // Where a calibration came from (a phasor without one says so).
+    let source = if reference.is_some() {
+        "reference"
+    } else {
+        "irf"
+    };
+    Ok(move || {
+        let mut rows = Vec::new();
+        let mut images = Vec::new();
+        for PhasorImage {
+            p,
+            set,
+            omega,
+            range,
+            calibration,
+            secs,
+            device: device_id,
+        } in computed
+        {
+            let _write = tracing::debug_span!("write_outputs").entered();
+            let g = set.get("g").expect("g");
+            let s = set.get("s").expect("s");
+            let tau = set.get("tau_phase_ns").expect("phase lifetime");
+            let intensity = set.get("intensity").expect("intensity");
+            // The maps' TIFFs and the figures are encoded in parallel.
+            let (written, figures) = rayon::join(
+                || write_set(&out, &p.label, &set, px),
+                || -> anyhow::Result<(usize, (f32, f32))> {
+                    let plotted = write_phasor_png(
+                        &out.file(&format!("{}.png", named(&p.label, "phasor")))?,
+                        g.view(),
+                        s.view(),
+                        set.mask.view(),
+                        omega,
+                    )?;
+                    let limits = write_lifetime_png(
+                        &out.file(&format!("{}.png", named(&p.label, "tau_phase_ns")))?,
+                        "tau_phase_ns",
+                        tau.view(),
+                        intensity.view(),
+                        set.mask.view(),
+                        a.output.cmap,
+                        a.output.tau_range,
+                    )?;
+                    Ok((plotted, limits))
+                },
+            );
+            rows.extend(written?);
+            let (plotted, limits) = figures?;
+            let irf = write_irf(&out, &p, px)?;
+            let gs = map_stats(g.view(), set.mask.view());
+            let ss = map_stats(s.view(), set.mask.view());
+            crate::say!(
+                "{}phasor at {:.2} MHz (harmonic {}) over {}: median g {:.3}, s {:.3}, phase lifetime {:.3} ns; {} pixels plotted{}; {:.3} s on {}",
+                prefix(&p.label),
+                omega / (2.0 * std::f64::consts::PI) * 1e3,
+                a.harmonic,
+                range,
+                gs.median,
+                ss.median,
+                map_stats(tau.view(), set.mask.view()).median,
+                plotted,
+                calibration.map_or(", uncalibrated".into(), |c| format!(
+                    ", calibrated from the {} (phase {:.4} rad, modulation x{:.4})",
+                    if source == "irf" { "IRF" } else { "reference" },
+                    c.phase,
+                    c.modulation
+                )),
+                secs,
+                device_id,
+            );
+            images.push(serde_json::json!({
+                "image": p.label, "omega_rad_per_ns": omega, "harmonic": a.harmonic,
+                "range_bins": p.fit_range(), "range_ns": [range.start_ns, range.end_ns],
+                "period_ns": range.period_ns, "bins_in_period": range.bins_in_period,
+                "range": range.to_string(),
+                "calibration": match calibration {
+                    None => serde_json::json!({"source": "none", "why": "no --calibrate and no --irf: g and s include the instrument's phase delay and modulation"}),
+                    Some(c) => serde_json::json!({
+                        "source": source,
+                        "reference": match (reference, &prep.irf) {
+                            (Some(r), _) => r.display().to_string(),
+                            (None, Some(IrfSource::File(f))) => f.display().to_string(),
+                            _ => "IRF estimated from the data".into(),
+                        },
+                        "ref_tau_ns": if source == "reference" { ref_tau } else { 0.0 },
+                        "frequency_mhz": omega / (2.0 * std::f64::consts::PI) * 1e3,
+                        "phase_rad": c.phase, "modulation": c.modulation,
+                    }),
+                },
+                "seconds": secs, "device": device_id,
+                "g": gs, "s": ss, "tau_colour_range_ns": [limits.0, limits.1], "irf": irf,
+            }));
+        }
+        write_summary_csv(&out.file("summary.csv")?, &rows)?;
+        out.write_json(
+            "summary.json",
+            &serde_json::json!({
+                "input": path, "format": rec.format.name(), "device": ran_on,
+                "metadata": rec.metadata.iter().map(|(k, v)| (k.clone(), serde_json::Value::from(v.clone()))).collect::<serde_json::Map<_, _>>(),
+                "images": images,
+                "maps": rows.iter().map(|(i, m, s)| serde_json::json!({"image": i, "map": m, "stats": s})).collect::<Vec<_>>(),
+            }),
+        )?;
+        let shown = out.path().display().to_string();
+        out.commit()?;
+        crate::say!("outputs in {shown}");
+        Ok(())
+    })
 }
 
 /// The bins a phasor used, against the laser period it assumes (console and summary).

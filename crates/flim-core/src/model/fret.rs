@@ -456,8 +456,8 @@ const BCMM2_INNER_TOL: f64 = 1e-3;
 /// `r2 - (J_21 / J_11) r1`, which makes the outer step the full 2D Newton step; converged
 /// when that step is below 1e-10 in both log-rates. Safeguards: steps of at most 1 in
 /// `ln a_D`; a sign change of `g` brackets the root (bisection where Newton leaves the
-/// bracket); a donor rate where the S1 equation has no root is stepped back from, halfway
-/// to the last good point, at most [`BCMM2_EXITS`] times. Verdicts (no solution, NaN): the
+/// bracket by more than the tolerance); a donor rate where the S1 equation has no root is
+/// stepped back from, halfway to the last good point, at most [`BCMM2_EXITS`] times. Verdicts (no solution, NaN): the
 /// Newton step points below the smallest rate from the smallest rate; the step changes
 /// direction with no sign change of `g` (an extremum of `g` short of zero); the curve ends
 /// before a root; [`BCMM2_EVALUATIONS`] window-sum evaluations spent.
@@ -554,7 +554,10 @@ pub(crate) fn bcmm_unknown(s: &FretSums, m: f64) -> Option<(f64, f64, f64, f64)>
             } else {
                 rb = x;
             }
-            if !(next > ra.min(rb) && next < ra.max(rb)) {
+            // Bisect where Newton leaves the bracket, unless its step is below the
+            // tolerance: x + dx can round onto the end x itself, and bisecting there would
+            // throw away a converged donor rate.
+            if !(next > ra.min(rb) && next < ra.max(rb)) && dx.abs() > TOL_STEP * (1.0 + x.abs()) {
                 next = 0.5 * (ra + rb);
             }
         } else {
