@@ -88,6 +88,53 @@ fn speckle_roi_measures_every_file() {
     assert!(!dir.join("out2").exists());
 }
 
+/// `speckle calibrate` of a folder of static recordings: one NAME.json per good file in the
+/// --out folder, each the beta a single run of that file writes; the bad one named and
+/// skipped.
+#[test]
+fn speckle_calibrate_writes_one_file_per_recording() {
+    let dir = scratch("batch-calibrate");
+    let data = dir.join("static");
+    std::fs::create_dir_all(&data).unwrap();
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../speckle-core/tests/data");
+    for name in ["imagej_frames.tif", "zstd_frames.tif"] {
+        std::fs::copy(fixtures.join(name), data.join(name)).unwrap();
+    }
+    std::fs::write(data.join("empty.tif"), b"").unwrap();
+    let beta = |file: &Path| -> f64 {
+        let text = std::fs::read_to_string(file).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        v["beta"].as_f64().unwrap()
+    };
+    let out = dir.join("betas");
+    let o = biogpu(&[
+        "speckle",
+        "calibrate",
+        data.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let err = text(&o);
+    assert!(!o.status.success(), "one bad file fails the run: {err}");
+    assert!(err.contains("1 of 3 inputs failed"), "{err}");
+    assert!(err.contains("empty.tif"), "{err}");
+    assert!(!out.join("empty.json").exists());
+    for name in ["imagej_frames", "zstd_frames"] {
+        let single = dir.join(format!("{name}-single.json"));
+        let o = biogpu(&[
+            "speckle",
+            "calibrate",
+            data.join(format!("{name}.tif")).to_str().unwrap(),
+            "--out",
+            single.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{}", text(&o));
+        let (b, s) = (beta(&out.join(format!("{name}.json"))), beta(&single));
+        assert!(b > 0.0 && b < 1.0, "{name}: beta {b}");
+        assert_eq!(b.to_bits(), s.to_bits(), "{name}: batch {b} vs single {s}");
+    }
+}
+
 /// `flim convert` of a folder: each good recording's cube in its folder, the bad one named
 /// and skipped, a bad --range refused before any file is read.
 #[test]

@@ -179,10 +179,14 @@ struct FlowArgs {
     keep_flagged: bool,
 }
 
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 struct CalibrateArgs {
     #[command(flatten)]
     input: Input,
+    /// More static recordings: several files (or a folder for INPUT) are calibrated in one
+    /// run, each into NAME.json inside the --out folder; a bad file is reported and skipped.
+    #[arg(value_name = "MORE")]
+    more: Vec<PathBuf>,
     /// Spatial window side: odd, 3 to 31 (use the window of the flow maps).
     #[arg(long, default_value_t = 7)]
     window: usize,
@@ -198,9 +202,10 @@ struct CalibrateArgs {
     /// Free text stored in the file: camera, lens, laser, date.
     #[arg(long, default_value = "")]
     note: String,
-    /// Calibration file to write.
-    #[arg(long, default_value = "beta.json")]
-    out: PathBuf,
+    /// Calibration file to write (default beta.json); with several inputs, the folder of
+    /// their NAME.json files (default betas).
+    #[arg(long)]
+    out: Option<PathBuf>,
     /// Overwrite an existing file.
     #[arg(long)]
     force: bool,
@@ -866,6 +871,24 @@ fn flow_one(a: &FlowArgs, device: &Device) -> anyhow::Result<()> {
 }
 
 fn run_calibrate(a: &CalibrateArgs, device: &Device) -> anyhow::Result<()> {
+    let folder = a.out.clone().unwrap_or_else(|| "betas".into());
+    let batch = run_batch(&a.input.path, &a.more, &folder, |path, named| {
+        let mut one = a.clone();
+        one.input.path = path;
+        one.more.clear();
+        // One calibration file per recording, named after it: NAME.json.
+        let mut file = named.into_os_string();
+        file.push(".json");
+        calibrate_one(&one, device, Path::new(&file))
+    });
+    batch.unwrap_or_else(|| {
+        let file = a.out.clone().unwrap_or_else(|| "beta.json".into());
+        calibrate_one(a, device, &file)
+    })
+}
+
+/// `speckle calibrate` of the one static recording `a.input.path` into the file `file`.
+fn calibrate_one(a: &CalibrateArgs, device: &Device, file: &Path) -> anyhow::Result<()> {
     let (stack, camera) = load(&a.input)?;
     let mut p = ContrastParams::spatial(Window::new(a.window)?)
         .with_border(a.border)
@@ -873,7 +896,7 @@ fn run_calibrate(a: &CalibrateArgs, device: &Device) -> anyhow::Result<()> {
     if let Some(t) = a.exposure {
         p = p.with_exposure(t)?;
     }
-    let (dir, name) = split_file(&a.out)?;
+    let (dir, name) = split_file(file)?;
     let out = OutDir::create(dir, a.force, &[&a.input.path], [name])?;
     let mut cp = CalibrationParams::new(p).with_source(format!(
         "{}{}{}",
@@ -888,7 +911,7 @@ fn run_calibrate(a: &CalibrateArgs, device: &Device) -> anyhow::Result<()> {
     crate::record::note_library(&cinfo.provenance);
     cal.bit_depth = camera.bit_depth;
     for w in &cal.warnings {
-        eprintln!("warning: {w}");
+        eprintln!("warning: {}: {w}", a.input.path.display());
     }
     cal.write(&out.file(name)?)?;
     out.commit()?;
@@ -899,7 +922,7 @@ fn run_calibrate(a: &CalibrateArgs, device: &Device) -> anyhow::Result<()> {
         cal.pixels,
         a.window,
         a.window,
-        a.out.display()
+        file.display()
     );
     Ok(())
 }
