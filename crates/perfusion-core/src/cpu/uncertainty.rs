@@ -703,10 +703,14 @@ mod cost {
     #[test]
     #[ignore = "timing; run by hand"]
     fn post_pass_cost() {
-        let n = std::env::var("PERFUSION_SE_VOXELS")
+        // The fits of the first CUDA device where there is one (the end-to-end time, post-pass
+        // included, of the third of three runs; the benchmark's 626,400 voxels), else of the
+        // CPU (4,096 voxels).
+        let device = gpu_runtime::Device::all_of(gpu_runtime::Backend::Cuda)
             .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(4096);
+            .and_then(|d| d.into_iter().next())
+            .unwrap_or_else(Device::cpu);
+        let n = if device.is_gpu() { 626_400 } else { 4096 };
         let sim = Simulation::paper(128)
             .with_cnr(Some(20.0))
             .with_voxels(n)
@@ -715,13 +719,6 @@ mod cost {
         let params =
             FitParams::new(crate::Model::DualInput).with_method(Method::LevenbergMarquardt);
         let input = FitInput::new(sim.curves.view(), &sim.problem);
-        // PERFUSION_SE_GPU=1: the fits of the first CUDA device (the end-to-end time, post-pass
-        // included, of the third of three runs), else of the CPU.
-        let device = if std::env::var("PERFUSION_SE_GPU").is_ok() {
-            gpu_runtime::Device::all_of(gpu_runtime::Backend::Cuda).unwrap()[0].clone()
-        } else {
-            Device::cpu()
-        };
         let runs = if device.is_gpu() { 3 } else { 1 };
         let mut fit_s = 0.0;
         let mut fits = None;
@@ -759,10 +756,7 @@ mod cost {
                 .unwrap();
             let mut f = fits.clone();
             let mut best = f64::INFINITY;
-            let reps = std::env::var("PERFUSION_SE_PASS_REPS")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(5);
+            let reps = 5;
             for _ in 0..reps {
                 let t = Instant::now();
                 pool.install(|| f.set_flags(sim.curves.view(), &sim.problem, &setup));
@@ -797,15 +791,9 @@ mod cost {
             ("lanes", super::SePlan::new(&sim.problem)),
             ("conv::normal", super::SePlan { padded: None }),
         ] {
-            if std::env::var("PERFUSION_SE_ONLY").is_ok_and(|o| o != name) {
-                continue;
-            }
             let mut scratch = super::Scratch::default();
             let mut best = f64::INFINITY;
-            let reps = std::env::var("PERFUSION_SE_REPS")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(5);
+            let reps = 5;
             for _ in 0..reps {
                 let t = Instant::now();
                 for v0 in (0..n).step_by(super::LANES) {
