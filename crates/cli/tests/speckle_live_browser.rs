@@ -95,8 +95,10 @@ fn the_page_shows_live_maps_an_roi_course_and_records() {
     });
     assert_eq!(text(&tab, "cb-unit"), "(dimensionless)");
     // Frame in to pixels on screen: after the map was ready, and not absurdly long.
-    let timings = screen_latencies(&tab);
-    assert!(timings.len() >= 10, "{timings:?}");
+    // (A loaded machine may draw fewer maps than the server makes: wait for ten.)
+    let timings = wait("ten maps drawn with their latency", || {
+        Some(screen_latencies(&tab)).filter(|t| t.len() >= 10)
+    });
     for (screen, ready) in timings {
         // Date.now() counts whole milliseconds.
         assert!(
