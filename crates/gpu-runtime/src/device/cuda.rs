@@ -5,9 +5,19 @@ use super::{Backend, DeviceInfo};
 use crate::error::{Error, Result};
 use cudarc::driver::{result, sys};
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicBool, Ordering};
 
-/// Every CUDA device, or why there is none. `free_memory` is read only when `with_free`:
-/// reading it needs each device's context, whose creation is most of a short command's
+static DRIVER_STARTED: AtomicBool = AtomicBool::new(false);
+
+/// Whether a probe has started the CUDA driver (`cuInit`) in this process: NVML could not
+/// list the devices.
+pub(super) fn driver_started() -> bool {
+    DRIVER_STARTED.load(Ordering::Relaxed)
+}
+
+/// Every CUDA device, or why there is none: from NVML where it can say ([`super::nvml`]),
+/// else from the CUDA driver. `free_memory` is read only when `with_free`: through the CUDA
+/// driver it needs each device's context, whose creation is most of a short command's
 /// set-up (so selecting one device reads it later, through the context the work opens).
 pub(super) fn probe(with_free: bool) -> Result<Vec<DeviceInfo>> {
     let _span = tracing::debug_span!("cuda_probe", with_free).entered();
@@ -36,7 +46,13 @@ pub(super) fn probe(with_free: bool) -> Result<Vec<DeviceInfo>> {
                 .into(),
         });
     }
+    // NVML lists the devices without starting the CUDA driver, where its list is CUDA's.
+    match super::nvml::devices(with_free) {
+        Ok(list) => return Ok(list),
+        Err(why) => tracing::debug!(%why, "NVML did not list the CUDA devices"),
+    }
     crate::gpu::note_cuda_started();
+    DRIVER_STARTED.store(true, Ordering::Relaxed);
     // cudarc panics on a missing driver symbol (an old driver); turn that into an error.
     catch_unwind(AssertUnwindSafe(|| query_devices(with_free))).unwrap_or_else(|panic| {
         Err(Error::DriverMissing {
@@ -46,7 +62,7 @@ pub(super) fn probe(with_free: bool) -> Result<Vec<DeviceInfo>> {
     })
 }
 
-fn query_devices(with_free: bool) -> Result<Vec<DeviceInfo>> {
+pub(super) fn query_devices(with_free: bool) -> Result<Vec<DeviceInfo>> {
     let driver_err = |what: &str, e: cudarc::driver::DriverError| Error::DriverMissing {
         backend: "CUDA",
         why: format!("{what}: {e}"),
