@@ -2,7 +2,7 @@
 //! compute capability and multiprocessors straight from the kernel driver, without
 //! starting the CUDA driver. On an H200 under gVisor `cuInit` alone costs 0.1-0.2 s and a
 //! process that called it another ~0.1 s at exit; NVML answers in ~20 ms (docs/benchmarks.md,
-//! 2026-11-29 runs 11-14), so listing devices and picking one for `auto` no longer wait for it.
+//! 2026-11-29 runs 11-16), so listing devices and picking one for `auto` no longer wait for it.
 //!
 //! NVML numbers devices by PCI bus; CUDA by speed (ties by PCI bus) and only those
 //! `CUDA_VISIBLE_DEVICES` lets through, and with MIG it sees instances instead of GPUs.
