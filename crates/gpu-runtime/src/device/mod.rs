@@ -412,7 +412,8 @@ impl Device {
         let mut devices = Vec::new();
         let mut candidates = Vec::new();
         let mut notes = Vec::new();
-        // The two drivers start at once: each takes ~0.1 s on a server.
+        // CUDA's devices (through NVML, else the CUDA driver) and wgpu's adapters (Vulkan's
+        // start, ~0.1 s on a server) are probed at once.
         let (cuda_list, adapters) = std::thread::scope(|scope| {
             let wgpu = scope.spawn(wgpu_probe::probe);
             let cuda = cuda::probe(true);
@@ -472,8 +473,8 @@ impl Device {
     /// meanwhile (through NVML ~20 ms; the CUDA driver's start takes ~0.1 s on a server);
     /// where the probe had to start the CUDA driver, the thread then opens the GPU it picked
     /// (context and compiled kernels), else the first job on it does. The first call that
-    /// needs a fact of the device waits for the probe, not for the opening. Notes (no GPU found, running on
-    /// the CPU) are logged as warnings.
+    /// needs a fact of the device waits for the probe, not for the opening. Notes (no GPU
+    /// found, running on the CPU) are logged as warnings.
     ///
     /// ```
     /// let device = gpu_runtime::Device::auto_in_background();
