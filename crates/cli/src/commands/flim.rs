@@ -675,26 +675,45 @@ fn fit_compute<'a>(
             "tau": stats,
         }));
         }
-        write_summary_csv(&out.file("summary.csv")?, &rows)?;
-        out.write_json(
-        "summary.json",
-        &serde_json::json!({
-            "input": path, "format": rec.format.name(),
-            "metadata": rec.metadata.iter().map(|(k, v)| (k.clone(), serde_json::Value::from(v.clone()))).collect::<serde_json::Map<_, _>>(),
+        let summary = serde_json::json!({
+            "input": path, "format": rec.format.name(), "metadata": metadata_json(&rec),
             "method": method.name(), "model": format!("{:?}", a.model).to_lowercase(),
             "estimator": estimator.map(flim_core::Estimator::name),
             "chi2_red": estimator.map(flim_core::Estimator::goodness_of_fit),
             "device": ran_on, "binning": a.prep.circular.map_or(format!("square {}", a.prep.bin), |r| format!("circular {r}")),
             "threshold": a.prep.threshold, "range": a.prep.range, "seconds": t0.elapsed().as_secs_f64(),
             "images": images,
-            "maps": rows.iter().map(|(i, m, s)| serde_json::json!({"image": i, "map": m, "stats": s})).collect::<Vec<_>>(),
-        }),
-    )?;
-        let shown = out.path().display().to_string();
-        out.commit()?;
-        crate::say!("outputs in {shown}");
-        Ok(())
+        });
+        finish_outputs(out, &rows, summary)
     })
+}
+
+/// The recording's header fields, for summary.json.
+fn metadata_json(rec: &Recording) -> serde_json::Value {
+    rec.metadata
+        .iter()
+        .map(|(k, v)| (k.clone(), serde_json::Value::from(v.clone())))
+        .collect::<serde_json::Map<_, _>>()
+        .into()
+}
+
+/// The end of a recording's outputs: summary.csv and summary.json (`summary` plus each
+/// map's statistics), then the folder committed and named.
+fn finish_outputs(
+    out: OutDir,
+    rows: &[(String, String, MapStats)],
+    mut summary: serde_json::Value,
+) -> anyhow::Result<()> {
+    write_summary_csv(&out.file("summary.csv")?, rows)?;
+    summary["maps"] = rows
+        .iter()
+        .map(|(i, m, s)| serde_json::json!({"image": i, "map": m, "stats": s}))
+        .collect();
+    out.write_json("summary.json", &summary)?;
+    let shown = out.path().display().to_string();
+    out.commit()?;
+    crate::say!("outputs in {shown}");
+    Ok(())
 }
 
 fn run_phasor(a: &PhasorArgs, tuning: GpuTuning, device: &Device) -> anyhow::Result<()> {
@@ -955,20 +974,11 @@ fn phasor_compute<'a>(
                 "g": gs, "s": ss, "tau_colour_range_ns": [limits.0, limits.1], "irf": irf,
             }));
         }
-        write_summary_csv(&out.file("summary.csv")?, &rows)?;
-        out.write_json(
-            "summary.json",
-            &serde_json::json!({
-                "input": path, "format": rec.format.name(), "device": ran_on,
-                "metadata": rec.metadata.iter().map(|(k, v)| (k.clone(), serde_json::Value::from(v.clone()))).collect::<serde_json::Map<_, _>>(),
-                "images": images,
-                "maps": rows.iter().map(|(i, m, s)| serde_json::json!({"image": i, "map": m, "stats": s})).collect::<Vec<_>>(),
-            }),
-        )?;
-        let shown = out.path().display().to_string();
-        out.commit()?;
-        crate::say!("outputs in {shown}");
-        Ok(())
+        let summary = serde_json::json!({
+            "input": path, "format": rec.format.name(), "device": ran_on,
+            "metadata": metadata_json(&rec), "images": images,
+        });
+        finish_outputs(out, &rows, summary)
     })
 }
 
