@@ -457,10 +457,11 @@ const BCMM2_INNER_TOL: f64 = 1e-3;
 /// when that step is below 1e-10 in both log-rates. Safeguards: steps of at most 1 in
 /// `ln a_D`; a sign change of `g` brackets the root (bisection where Newton leaves the
 /// bracket by more than the tolerance); a donor rate where the S1 equation has no root is
-/// stepped back from, halfway to the last good point, at most [`BCMM2_EXITS`] times. Verdicts (no solution, NaN): the
-/// Newton step points below the smallest rate from the smallest rate; the step changes
-/// direction with no sign change of `g` (an extremum of `g` short of zero); the curve ends
-/// before a root; [`BCMM2_EVALUATIONS`] window-sum evaluations spent.
+/// stepped back from, halfway to the last good point, at most [`BCMM2_EXITS`] times.
+/// Verdicts (no solution, NaN): the Newton step points below the smallest rate from the
+/// smallest rate; the step changes direction with no sign change of `g` (an extremum of `g`
+/// short of zero); the curve ends before a root; [`BCMM2_EVALUATIONS`] window-sum
+/// evaluations spent.
 pub(crate) fn bcmm_unknown(s: &FretSums, m: f64) -> Option<(f64, f64, f64, f64)> {
     let xmin = ln_a_min(m);
     // The paper's closed form, else the mono-exponential rate of the mean bin (untruncated,
