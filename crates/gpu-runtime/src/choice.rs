@@ -8,9 +8,11 @@
 
 use crate::device::{Backend, Device};
 
-/// Seconds a GPU takes to open before its first kernel, kernels already compiled (driver
-/// context and compiled-kernel cache; measured on an H200, docs/benchmarks.md "CLI costs").
-pub const GPU_OPEN_SECONDS: f64 = 0.15;
+/// Seconds a GPU takes to open before its first kernel, kernels already compiled: the CUDA
+/// driver's start (0.1-0.2 s; the probe no longer pays it, NVML answers), its context and
+/// the compiled-kernel cache (~0.13 s). Measured on an H200, docs/benchmarks.md "CLI costs"
+/// and "the CUDA driver's floor".
+pub const GPU_OPEN_SECONDS: f64 = 0.3;
 
 /// Seconds of kernel compilation on the first run of a build, before the kernel cache holds
 /// them, where a modality does not say (NVRTC on an H200: speckle 0.3 s, FLIM 0.5 s, Monte
