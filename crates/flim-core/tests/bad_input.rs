@@ -217,6 +217,31 @@ fn sdt_zipped_block_claiming_more_than_deflate_allows_is_an_error() {
     );
 }
 
+#[test]
+fn sdt_zipped_block_with_corrupt_data_or_checksum_is_an_error() {
+    let tmp = Tmp::new("sdt-crc");
+    let p = tmp.path("z.sdt");
+    write_sdt(&p, &[vec![cube(4, 4, 64)]], true).unwrap();
+    let good = std::fs::read(&p).unwrap();
+    let find = |magic: &[u8]| good.windows(4).position(|w| w == magic).unwrap();
+    // The deflate stream follows the local header (30 bytes, the name, the extra field).
+    let local = find(b"PK\x03\x04");
+    let start = local + 30 + u16_at(&good, local + 26) + u16_at(&good, local + 28);
+    let len = u32_at(&good, local + 18);
+    let mut b = good.clone();
+    b[start + len / 2] ^= 0x55;
+    let e = error_of(&tmp, "data.sdt", &b, read_sdt);
+    assert!(
+        e.contains("data block 0") && e.contains("compressed data") && e.contains("unzipped"),
+        "{e}"
+    );
+    // The data are intact, but the checksum the central directory gives is wrong.
+    let mut b = good.clone();
+    b[find(b"PK\x01\x02") + 16] ^= 0x01;
+    let e = error_of(&tmp, "crc.sdt", &b, read_sdt);
+    assert!(e.contains("data block 0") && e.contains("CRC-32"), "{e}");
+}
+
 // ---------------------------------------------------------------- .ptu
 
 /// The hazelnut header with its first 1000 records, the record count patched to 1000 so
