@@ -12,7 +12,9 @@
 //! results do not depend on the chunking (tested bit for bit). Pinned buffers are kept
 //! between calls: page-locking a hundred megabytes costs more than analysing them. A cube
 //! page-locked in place ([`Cube::pin_on`]) skips the staging copy: each worker uploads its
-//! chunk straight from the cube's memory, so the link alone bounds the time.
+//! chunk straight from the cube's memory, so the link alone bounds the time. The first cube
+//! of a process goes up straight from its pageable memory too: a single run would pay
+//! page-locking its staging and never use it again.
 
 use crate::model::cube::{Count, Cube};
 use crate::model::tuning::{GpuTuning, MAX_WORKERS};
@@ -119,8 +121,15 @@ pub(crate) fn run_pixels<R: KnownRuntime, T: Count>(
     // Raw copies (CUDA): pinned slots, written in place into each worker's device buffers.
     let raw = gpu.can_write_in_place();
     let bytes: &[u8] = bytemuck::cast_slice(cube.as_slice());
-    // A page-locked cube goes up straight from its own memory: no staging copy.
-    let direct = (raw && cube.is_pinned()).then_some(bytes);
+    let mut cache = PIPELINE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    // A page-locked cube goes up straight from its own memory: no staging copy. So does
+    // the first cube of a process, from pageable memory through the driver's own staging:
+    // page-locking two 64 MiB slots costs more (73 ms of a single 94 ms fit on an H200)
+    // than it saves once; from the second cube on (a batch) the slots are kept.
+    let first = cache.is_empty();
+    let direct = (raw && (cube.is_pinned() || first)).then_some(bytes);
     let nworkers = job.tuning.workers();
     // Even pixel counts keep u16 chunks word-aligned; all workers' chunks fit together.
     let fit = gpu
@@ -143,9 +152,6 @@ pub(crate) fn run_pixels<R: KnownRuntime, T: Count>(
         (chunk * px_bytes).next_multiple_of(4)
     };
     let (out_bytes, st_bytes) = (chunk * job.planes * 4, chunk * 4);
-    let mut cache = PIPELINE
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
     // With nothing to stage, slots are small: two per worker, so that each worker has its
     // next chunk queued while the caller passes earlier results to the sink (making the
     // maps on the first one takes longer than four chunks' uploads).
