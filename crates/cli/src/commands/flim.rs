@@ -598,28 +598,37 @@ fn fit_compute<'a>(
             let (written, limits) = rayon::join(
                 || write_set(&out, &p.label, &set, px),
                 || -> anyhow::Result<(f32, f32)> {
-                    let limits = write_lifetime_png(
-                        &out.file(&format!("{}.png", named(&p.label, tau_name)))?,
-                        // Multi-exponential fits show the amplitude-weighted mean, titled tau_m.
-                        if set.get("tau_amp_mean_ns").is_some() {
-                            "tau_amp_mean_ns"
-                        } else {
-                            tau_name
+                    let (limits, grey) = rayon::join(
+                        || -> anyhow::Result<(f32, f32)> {
+                            Ok(write_lifetime_png(
+                                &out.file(&format!("{}.png", named(&p.label, tau_name)))?,
+                                // Multi-exponential fits show the amplitude-weighted mean,
+                                // titled tau_m.
+                                if set.get("tau_amp_mean_ns").is_some() {
+                                    "tau_amp_mean_ns"
+                                } else {
+                                    tau_name
+                                },
+                                tau.view(),
+                                intensity.view(),
+                                set.mask.view(),
+                                a.output.cmap,
+                                a.output.tau_range,
+                            )?)
                         },
-                        tau.view(),
-                        intensity.view(),
-                        set.mask.view(),
-                        a.output.cmap,
-                        a.output.tau_range,
-                    )?;
-                    write_map_png(
-                        &out.file(&format!("{}.png", named(&p.label, "intensity")))?,
-                        "intensity",
-                        intensity.view(),
-                        ndarray::Array2::from_elem(intensity.dim(), true).view(),
-                        Colormap::Grey,
-                        Range::Percentile(0.0, 99.5),
-                    )?;
+                        || -> anyhow::Result<_> {
+                            Ok(write_map_png(
+                                &out.file(&format!("{}.png", named(&p.label, "intensity")))?,
+                                "intensity",
+                                intensity.view(),
+                                ndarray::Array2::from_elem(intensity.dim(), true).view(),
+                                Colormap::Grey,
+                                Range::Percentile(0.0, 99.5),
+                            )?)
+                        },
+                    );
+                    grey?;
+                    let limits = limits?;
                     let hist = lifetime_histogram(
                         tau.view(),
                         set.mask.view(),
