@@ -2,6 +2,9 @@
 
     python mmc_child.py MESH.npz PHOTONS SEED OUT.npy [TEND_NS]
 
+MMC_COMPUTE=opencl in the environment runs MMC's OpenCL code on the first GPU (`gpuid` 1)
+instead of its native CPU code (gpu_noise.py).
+
 Runs pmmc three times in this process: 1,000 photons twice (a warm-up, then the fixed cost of
 a call: face neighbours, source element search, ray-tracer set-up, normalisation, copy-out) and
 then PHOTONS photons.
@@ -18,6 +21,7 @@ OpenMP CPU code (pmmc still needs an OpenCL platform to be listed, e.g. pocl); m
 """
 
 import json
+import os
 import sys
 import time
 
@@ -25,6 +29,7 @@ import numpy as np
 import pmmc
 
 MMC_METHOD = "elem"
+COMPUTE = os.environ.get("MMC_COMPUTE", "sse")
 
 
 def cfg_for(mesh, photons, seed, tend_ns=5.0):
@@ -44,9 +49,10 @@ def cfg_for(mesh, photons, seed, tend_ns=5.0):
         nout=1.37,
         basisorder=0,
         outputtype="fluence",
-        compute="sse",
+        compute=COMPUTE,
         method=MMC_METHOD,
         seed=int(seed),
+        **({"gpuid": 1} if COMPUTE == "opencl" else {}),
     )
 
 
@@ -67,7 +73,8 @@ def main():
     flu = np.asarray(r["flux"], dtype=np.float64).reshape(len(mesh["elem"]), -1)[:, 0]
     np.save(out, flu)
     print("MMC_CHILD " + json.dumps({"wall": w, "cpu": c, "wall_1000": w0, "cpu_1000": c0,
-                                     "method": MMC_METHOD, "pmmc": pmmc.__version__}), flush=True)
+                                     "method": MMC_METHOD, "compute": COMPUTE,
+                                     "pmmc": pmmc.__version__}), flush=True)
 
 
 if __name__ == "__main__":
