@@ -4,6 +4,7 @@
 mod batch;
 mod broken_pipe;
 mod common;
+mod mc_replay;
 mod messages;
 mod outputs;
 mod perfusion_dicom;

@@ -370,6 +370,39 @@ impl Simulation {
         let t = Cpu::new(self).run(first, count, None);
         McResult::new(t, start.elapsed().as_secs_f64(), "cpu".into(), false)
     }
+
+    /// The absorption Jacobian of `detector` (1-based): each of its photons in `records`
+    /// (the `detected` records of a CPU run of this simulation) is run again on the CPU
+    /// with its path through every tet, and must end as recorded (else an error: another
+    /// simulation, or records from a GPU, whose f32 transport the CPU cannot repeat).
+    /// Track-length estimator only. Divide by the photons launched for per-photon units.
+    ///
+    /// ```
+    /// use montecarlo_core::Outputs;
+    /// use montecarlo_core::model::detector::{Detection, Detector};
+    /// let mut sim = montecarlo_core::sim::demo_simulation(20_000)?;
+    /// // A detector on the entrance face, 3 mm from the beam.
+    /// let detectors = vec![Detector { pos: [3.0, 0.0, 0.0], radius: 1.5 }];
+    /// let detection = Some(Detection { detectors, max_photons: 100_000, momentum: false });
+    /// sim.set_outputs(Outputs { detection, ..Outputs::default() })?;
+    /// let run = sim.run_cpu(0, 20_000);
+    /// let records = &run.tally.detectors.photons;
+    /// assert!(records.len() > 100);
+    /// let jac = sim.replay_cpu(records, 1)?;
+    /// assert_eq!(jac.photons, records.len());
+    /// // The weighted path summed over the tets is the weighted total path of the records.
+    /// let total: f64 = records.iter().map(|r| r.weight * r.ppath.iter().sum::<f64>()).sum();
+    /// let sum: f64 = jac.weighted_path.iter().sum();
+    /// assert!((sum - total).abs() <= 1e-9 * total);
+    /// # Ok::<(), montecarlo_core::Error>(())
+    /// ```
+    pub fn replay_cpu(
+        &self,
+        records: &[crate::model::detector::DetectedPhoton],
+        detector: u32,
+    ) -> Result<crate::Jacobian> {
+        crate::cpu::replay::replay(self, records, detector)
+    }
 }
 
 #[cfg(test)]

@@ -35,6 +35,7 @@ pub mod model;
 pub mod sim;
 
 pub use api::{RunInfo, job_estimate};
+pub use cpu::replay::Jacobian;
 pub use error::{Error, Result};
 pub use model::fixed::FixedTally;
 pub use model::mesh::{Imported, Mesh};

@@ -5,7 +5,7 @@ use montecarlo_core::io::results;
 use montecarlo_core::model::detector::{Detection, Detector};
 use montecarlo_core::model::physics::C_MM_PER_NS;
 use montecarlo_core::sim::generate;
-use montecarlo_core::{Gates, Material, Optics, Outputs, Params, Simulation, Source};
+use montecarlo_core::{Estimator, Gates, Material, Optics, Outputs, Params, Simulation, Source};
 
 fn detection(detectors: Vec<Detector>) -> Outputs {
     Outputs {
@@ -267,4 +267,102 @@ fn bad_detectors_are_clear_errors() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("unknown field"), "{e}");
+}
+
+/// The replayed Jacobian is the derivative of the detected weight. Two scattering layers,
+/// roulette off (wmin 1e-12) and a 2 ns limit, so that a photon's path does not depend on
+/// mua: the detector's weight at mua_r + d and mua_r - d (same seed, same paths) gives the
+/// derivative by a central difference, computed by the transport's own weight decay, which
+/// the replay's sum of exit weight x path length per tet must match region by region (to
+/// 1e-8; measured 2e-10 and 5e-11, the central difference's own error being ~1e-9). The
+/// per-tet sums also add up to each record's weight x partial pathlength.
+#[test]
+fn the_replayed_jacobian_is_the_derivative_of_the_detected_weight() {
+    let photons = 20_000;
+    let sim_with = |mua: [f64; 2], estimator: Estimator| {
+        let mesh = generate::slab_mesh(20.0, &[2.0, 8.0], 10, 4, 5).unwrap();
+        let mat = |mua| Material {
+            mua,
+            mus: 2.0,
+            g: 0.8,
+            n: 1.4,
+        };
+        let optics = Optics {
+            materials: vec![mat(mua[0]), mat(mua[1])],
+            n_outside: 1.0,
+        };
+        let src = [Source::Pencil {
+            pos: [0.1, 0.2, 0.0],
+            dir: [0.0, 0.0, 1.0],
+            power: 1.0,
+        }];
+        let params = Params {
+            wmin: 1e-12,
+            time_limit_ns: Some(2.0),
+            estimator,
+            ..Params::default()
+        };
+        let mut sim = Simulation::new(mesh, optics, &src, photons, params).unwrap();
+        sim.set_outputs(detection(vec![Detector {
+            pos: [5.0, 0.0, 0.0],
+            radius: 2.0,
+        }]))
+        .unwrap();
+        sim
+    };
+    let mua = [0.02, 0.005];
+    let sim = sim_with(mua, Estimator::TrackLength);
+    let r = sim.run_cpu(0, photons);
+    let records = &r.tally.detectors.photons;
+    let jac = sim.replay_cpu(records, 1).unwrap();
+    assert_eq!(jac.photons, records.len());
+    assert!((jac.weight - r.tally.detectors.weight[0]).abs() < 1e-12 * jac.weight);
+    for region in 0..2 {
+        // -dW/dmua_r from the replay: its tets' weighted path lengths.
+        let replayed: f64 = (1..=sim.mesh.len())
+            .filter(|&t| sim.mesh.regions[t] as usize == region + 1)
+            .map(|t| jac.weighted_path[t])
+            .sum();
+        let from_records: f64 = records.iter().map(|p| p.weight * p.ppath[region]).sum();
+        assert!(
+            (replayed - from_records).abs() <= 1e-9 * from_records,
+            "region {region}: {replayed} against the records' {from_records}"
+        );
+        let d = 1e-4 * mua[region];
+        let weight_at = |m: f64| {
+            let mut mu = mua;
+            mu[region] = m;
+            sim_with(mu, Estimator::TrackLength)
+                .run_cpu(0, photons)
+                .tally
+                .detectors
+                .weight[0]
+        };
+        let derivative = (weight_at(mua[region] + d) - weight_at(mua[region] - d)) / (2.0 * d);
+        assert!(
+            (derivative + replayed).abs() <= 1e-8 * replayed,
+            "region {region}: dW/dmua {derivative} by differences, {} replayed",
+            -replayed
+        );
+    }
+    // Bad input: records of another seed, a detector that does not exist, the interaction
+    // estimator, a simulation without detectors.
+    let mut other = sim_with(mua, Estimator::TrackLength);
+    other.params.seed = 2;
+    let e = other.replay_cpu(records, 1).unwrap_err().to_string();
+    assert!(
+        e.contains("does not replay to its record") && e.contains("--device cpu"),
+        "{e}"
+    );
+    let e = sim.replay_cpu(records, 2).unwrap_err().to_string();
+    assert!(e.contains("detector 2") && e.contains("1..=1"), "{e}");
+    let e = sim_with(mua, Estimator::Interaction)
+        .replay_cpu(records, 1)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("track-length"), "{e}");
+    let mut none = sim_with(mua, Estimator::TrackLength);
+    none.set_outputs(Outputs::default()).unwrap();
+    let e = none.replay_cpu(records, 1).unwrap_err().to_string();
+    assert!(e.contains("no detectors"), "{e}");
 }

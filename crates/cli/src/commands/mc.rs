@@ -9,6 +9,7 @@ use montecarlo_core::sim::problems;
 use montecarlo_core::{
     Gates, GpuTuning, McResult, Plane, RunInfo, RunParams, SimSpec, Simulation, api,
 };
+use std::fmt::Write as _;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -33,6 +34,11 @@ enum Command {
     /// problem (`head`, `cube60`, ...), and print what it holds as JSON; optionally write it
     /// as .vtu to look at in ParaView.
     Mesh(MeshArgs),
+    /// The absorption Jacobian of one detector: replay the photons a CPU run detected (its
+    /// detected.npy) on the CPU and sum exit weight x path length per tet. The run must
+    /// come from the same simulation file with `--device cpu` (a GPU's f32 paths cannot be
+    /// repeated on the CPU) and keep every record (no `detected_dropped`).
+    Replay(ReplayArgs),
 }
 
 impl Args {
@@ -43,7 +49,7 @@ impl Args {
 
     /// Whether the subcommand computes on a device (`example` only prints a file).
     pub fn needs_device(&self) -> bool {
-        !matches!(self.command, Command::Example)
+        !matches!(self.command, Command::Example | Command::Replay(_))
     }
 
     /// The subcommand as the user typed it, for messages.
@@ -53,6 +59,7 @@ impl Args {
             Command::Example => "mc example",
             Command::Bench(_) => "mc bench",
             Command::Mesh(_) => "mc mesh",
+            Command::Replay(_) => "mc replay",
         }
     }
 }
@@ -88,6 +95,23 @@ struct MeshArgs {
     #[arg(long)]
     vtu: Option<PathBuf>,
     /// Overwrite the --vtu file if it exists.
+    #[arg(long)]
+    force: bool,
+}
+
+#[derive(Debug, clap::Args)]
+struct ReplayArgs {
+    /// The simulation file of the run (JSON, with its detectors).
+    sim: PathBuf,
+    /// The run's output folder (its summary.json and detected.npy).
+    run: PathBuf,
+    /// Detector (1-based).
+    #[arg(long, default_value_t = 1)]
+    detector: u32,
+    /// Output folder: jacobian.csv, jacobian.vtu, summary.json.
+    #[arg(long, default_value = "biogpu-jacobian")]
+    out: PathBuf,
+    /// Overwrite existing outputs.
     #[arg(long)]
     force: bool,
 }
@@ -180,6 +204,7 @@ pub fn run(args: Args, devices: &[Device]) -> anyhow::Result<()> {
         Command::Run(a) => run_sim(&a, devices),
         Command::Bench(a) => bench(&a, devices),
         Command::Mesh(a) => mesh_info(&a),
+        Command::Replay(a) => replay(&a),
     }
 }
 
@@ -298,6 +323,96 @@ fn mesh_info(a: &MeshArgs) -> anyhow::Result<()> {
         out.commit()?;
     }
     print_or_record(info)
+}
+
+/// `mc replay`: the Jacobian of one detector from a CPU run's detected photons.
+fn replay(a: &ReplayArgs) -> anyhow::Result<()> {
+    use anyhow::{Context, bail};
+    let mut sim = Simulation::from_json(&a.sim)?;
+    let summary_path = a.run.join("summary.json");
+    let summary: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(&summary_path)
+            .with_context(|| format!("reading {} (the run's summary)", summary_path.display()))?,
+    )
+    .with_context(|| format!("{}: not JSON", summary_path.display()))?;
+    let field = |name: &str| -> anyhow::Result<&serde_json::Value> {
+        summary
+            .get(name)
+            .with_context(|| format!("{}: no `{name}` field", summary_path.display()))
+    };
+    let count = |name: &str| -> anyhow::Result<u64> {
+        field(name)?
+            .as_u64()
+            .with_context(|| format!("{}: `{name}` is not a whole number", summary_path.display()))
+    };
+    let device = field("device")?.as_str().unwrap_or("?");
+    if !device.starts_with("cpu") {
+        bail!(
+            "{} ran on {device}: the CPU cannot repeat a GPU's f32 photon paths; run it again with --device cpu to replay its photons",
+            a.run.display()
+        );
+    }
+    let launched = count("photons")?;
+    let dropped = count("detected_dropped")?;
+    if dropped > 0 {
+        bail!(
+            "{} kept only part of its detected photons ({dropped} records dropped at outputs.detection.max_photons): the Jacobian needs them all; raise max_photons and run again",
+            a.run.display()
+        );
+    }
+    sim.params.seed = count("seed")?;
+    let regions = sim.optics.materials.len();
+    let records = results::read_detected(&a.run.join("detected.npy"), regions)?;
+    let detected = a.run.join("detected.npy");
+    let names = ["jacobian.csv", "jacobian.vtu", "summary.json"];
+    let out = OutDir::create(&a.out, a.force, &[&a.sim, &detected], names)?;
+    crate::say!(
+        "replaying the photons of detector {} ({} records, {} photons launched, seed {}) on the CPU",
+        a.detector,
+        records.iter().filter(|r| r.detector == a.detector).count(),
+        launched,
+        sim.params.seed
+    );
+    let jac = sim.replay_cpu(&records, a.detector)?;
+    let n = launched.max(1) as f64;
+    let per_photon: Vec<f64> = jac.weighted_path[1..].iter().map(|x| -x / n).collect();
+    let mean_path: Vec<f64> = jac.mean_path()[1..].to_vec();
+    let mut csv = String::from("tet,region,volume,dW_dmua,mean_path_mm\n");
+    for t in 1..=sim.mesh.len() {
+        // Writing into a String cannot fail.
+        let _ = writeln!(
+            csv,
+            "{t},{},{:e},{:e},{:e}",
+            sim.mesh.regions[t],
+            sim.mesh.volumes[t],
+            per_photon[t - 1],
+            mean_path[t - 1]
+        );
+    }
+    std::fs::write(out.file("jacobian.csv")?, csv).context("writing jacobian.csv")?;
+    vtk::write_vtu(
+        &out.file("jacobian.vtu")?,
+        &sim.mesh,
+        &[("dW_dmua", &per_photon), ("mean_path_mm", &mean_path)],
+    )?;
+    let weight = jac.weight / n;
+    out.write_json(
+        "summary.json",
+        &serde_json::json!({
+            "simulation": a.sim, "run": a.run, "detector": a.detector,
+            "photons_replayed": jac.photons, "photons_launched": launched, "seed": sim.params.seed,
+            "detected_weight": weight,
+            "units": "dW_dmua: derivative of the detector's weight per launched photon by mua of the tet (mm, weight per photon x mm); mean_path_mm: -d ln W / d mua of the tet, the detected light's mean path length in the tet (mm)",
+        }),
+    )?;
+    let shown = out.path().display().to_string();
+    out.commit()?;
+    crate::say!(
+        "detector {}: {} photons, weight {weight:e} per launched photon; Jacobian in {shown}",
+        a.detector,
+        jac.photons
+    );
+    Ok(())
 }
 
 /// The simulation file with the command line's overrides.

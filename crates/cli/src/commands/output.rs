@@ -31,6 +31,8 @@ pub struct OutDir {
     /// Where the provenance goes when there is no `summary.json` to hold it.
     provenance_file: Option<String>,
     committed: bool,
+    /// Whether `create` made the folder itself (removed again, if still empty, on failure).
+    created: bool,
 }
 
 impl OutDir {
@@ -51,6 +53,7 @@ impl OutDir {
         check_planned(dir, force, inputs, &planned)?;
         let inputs = crate::record::inputs_of(dir, inputs);
         crate::record::hash_inputs(&inputs);
+        let created = !dir.exists();
         std::fs::create_dir_all(dir)
             .with_context(|| format!("creating output folder {}", dir.display()))?;
         remove_stale_staging(dir);
@@ -71,6 +74,7 @@ impl OutDir {
             inputs,
             provenance_file,
             committed: false,
+            created,
         })
     }
 
@@ -192,6 +196,10 @@ impl Drop for OutDir {
     fn drop(&mut self) {
         if !self.committed {
             let _ = std::fs::remove_dir_all(&self.staging);
+            if self.created {
+                // Only if empty: never anything that was there or that another run put.
+                let _ = std::fs::remove_dir(&self.dir);
+            }
         }
     }
 }
@@ -440,6 +448,12 @@ mod tests {
                 .to_string()
                 .contains("not announced")
         );
+        std::fs::write(out.staging().join("c.tif"), "x").unwrap();
+        assert!(out.commit().is_err());
+        assert!(!dir.exists(), "staging and the folder the run created removed");
+        // A folder that was there before stays, empty again.
+        std::fs::create_dir_all(&dir).unwrap();
+        let out = OutDir::create(&dir, false, &[], ["a.tif"]).unwrap();
         std::fs::write(out.staging().join("c.tif"), "x").unwrap();
         assert!(out.commit().is_err());
         assert_eq!(entries(&dir), Vec::<String>::new(), "staging removed");

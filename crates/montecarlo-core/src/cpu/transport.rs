@@ -210,6 +210,8 @@ struct Packet {
     index: u64,
     /// Path lengths per region and scatterings, with detectors.
     log: Option<Box<PathLog>>,
+    /// Every segment (packed tet, length in mm), when replayed for a Jacobian.
+    trace: Option<Vec<(u32, f64)>>,
 }
 
 impl<'a> Cpu<'a> {
@@ -274,7 +276,7 @@ impl<'a> Cpu<'a> {
         }
     }
 
-    fn tally(&self) -> Tally {
+    pub(crate) fn tally(&self) -> Tally {
         let mut t = Tally::with_outputs(&self.sim.mesh, self.sim.faces.len(), self.gates);
         if let Some(d) = self.detection {
             t.detectors = DetectorTally::new(d, self.gates);
@@ -309,6 +311,7 @@ impl<'a> Cpu<'a> {
             log: self
                 .detection
                 .map(|d| Box::new(PathLog::new(self.regs.len() - 1, d.momentum))),
+            trace: None,
         })
     }
 
@@ -336,6 +339,9 @@ impl<'a> Cpu<'a> {
         p.time += seg * r.n_over_c;
         if let Some(log) = &mut p.log {
             log.ppath[tet.region as usize - 1] += seg;
+        }
+        if let Some(trace) = &mut p.trace {
+            trace.push((t, seg));
         }
         if p.time > self.tmax {
             if r.decay > 0.0 {
@@ -542,6 +548,31 @@ impl<'a> Cpu<'a> {
                 break;
             }
         }
+    }
+
+    /// Photon `index` again, alone, with every segment it flies: its detection record (if
+    /// a detector records it) and the segments (mesh tet, length in mm).
+    pub(crate) fn replay(
+        &self,
+        index: u64,
+        tally: &mut Tally,
+    ) -> Option<(DetectedPhoton, Vec<(u32, f64)>)> {
+        let mut p = self.start(index, tally)?;
+        p.trace = Some(Vec::new());
+        let before = tally.detectors.photons.len();
+        while self.event(&mut p, tally) {}
+        if tally.detectors.photons.len() == before {
+            return None;
+        }
+        let record = tally.detectors.photons.pop()?;
+        let trace = p.trace.take()?;
+        Some((
+            record,
+            trace
+                .into_iter()
+                .map(|(t, len)| (self.orig[t as usize], len))
+                .collect(),
+        ))
     }
 
     /// Ask for the records of the four neighbours while this tet's faces are tested: the

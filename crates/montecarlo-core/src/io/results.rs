@@ -5,6 +5,7 @@
 
 use crate::error::{Error, Result};
 use crate::io::vtk;
+use crate::model::detector::DetectedPhoton;
 use crate::model::simulation::Simulation;
 use crate::model::tally::McResult;
 use std::fmt::Write as _;
@@ -75,6 +76,54 @@ pub fn detected_rows(r: &McResult) -> Vec<Vec<f64>> {
             row.extend(&d.ppath);
             row.extend(&d.momentum);
             row
+        })
+        .collect()
+}
+
+/// The detected photons of a `detected.npy` written by [`write()`]: detector, photon index,
+/// weight, time, scatterings, exit point and direction, then the partial pathlengths (and
+/// momentum transfers), as [`detected_columns`] lists them; `regions` says how many
+/// pathlength columns follow the first eleven (momentum columns, if any, after them).
+pub fn read_detected(path: &Path, regions: usize) -> Result<Vec<DetectedPhoton>> {
+    let bad = |why: String| Error::Invalid(format!("{}: {why}", path.display()));
+    let table: ndarray::Array2<f64> = ndarray_npy::read_npy(path).map_err(|e| {
+        bad(format!(
+            "not a 2-D float64 .npy table of detected photons ({e})"
+        ))
+    })?;
+    let cols = table.ncols();
+    if cols != 11 + regions && cols != 11 + 2 * regions {
+        return Err(bad(format!(
+            "{cols} columns; detected photons of a {regions}-region simulation have {} (or {} with momentum)",
+            11 + regions,
+            11 + 2 * regions
+        )));
+    }
+    let whole = |v: f64, max: f64, what: &str, i: usize| -> Result<f64> {
+        if v.is_finite() && v >= 0.0 && v.fract() == 0.0 && v <= max {
+            Ok(v)
+        } else {
+            Err(bad(format!(
+                "row {i}: {what} {v} is not a whole number in 0..={max}"
+            )))
+        }
+    };
+    table
+        .rows()
+        .into_iter()
+        .enumerate()
+        .map(|(i, r)| {
+            Ok(DetectedPhoton {
+                detector: whole(r[0], f64::from(u32::MAX), "detector", i)? as u32,
+                photon: whole(r[1], 2f64.powi(53), "photon index", i)? as u64,
+                weight: r[2],
+                time_ns: r[3],
+                scatters: whole(r[4], f64::from(u32::MAX), "scatterings", i)? as u32,
+                pos: [r[5], r[6], r[7]],
+                dir: [r[8], r[9], r[10]],
+                ppath: r.iter().skip(11).take(regions).copied().collect(),
+                momentum: r.iter().skip(11 + regions).copied().collect(),
+            })
         })
         .collect()
 }
