@@ -34,7 +34,7 @@ fn rows<const N: usize, T: Copy + numpy::Element>(
 
 /// Run a simulation; see `biogpu.mc.run`.
 #[pyfunction]
-#[pyo3(signature = (node, elem, region, materials, n_outside, sources, photons, seed, time_limit_ns, specular, detectors, max_detected, device))]
+#[pyo3(signature = (node, elem, region, materials, n_outside, sources, photons, seed, time_limit_ns, specular, detectors, max_detected, device, jacobian=None))]
 fn mc_run<'py>(
     py: Python<'py>,
     node: PyReadonlyArray2<'py, f64>,
@@ -50,7 +50,11 @@ fn mc_run<'py>(
     detectors: Option<PyReadonlyArray2<'py, f64>>,
     max_detected: u64,
     device: &str,
+    jacobian: Option<u32>,
 ) -> PyResult<Bound<'py, PyDict>> {
+    if jacobian.is_some() && detectors.is_none() {
+        return Err(value_error("jacobian needs detectors (detpos)"));
+    }
     let detection = detectors
         .map(|d| -> PyResult<Detection> {
             Ok(Detection {
@@ -121,7 +125,17 @@ fn mc_run<'py>(
         Ok(sim)
     })?;
     let device = resolve(py, device)?;
-    let device = for_job(&device, montecarlo_core::job_estimate(photons));
+    // A replay repeats the CPU's f64 paths: with a Jacobian the run is on the CPU.
+    let device = match jacobian {
+        Some(_) if device.is_gpu() && !device.picked_by_auto() => {
+            return Err(value_error(format!(
+                "jacobian replays the detected photons on the CPU, which cannot repeat {}'s f32 paths: use device=\"cpu\" (or \"auto\")",
+                device.info().id
+            )));
+        }
+        Some(_) => gpu_runtime::Device::cpu(),
+        None => for_job(&device, montecarlo_core::job_estimate(photons)),
+    };
     let stop = AtomicBool::new(false);
     let (result, info) = compute_interruptible(py, &stop, || {
         let run = RunParams::new().with_stop(&stop);
@@ -167,6 +181,20 @@ fn mc_run<'py>(
     out.set_item("summary", summary)?;
     if sim.outputs.detection.is_some() {
         out.set_item("detp", detected(py, &result.tally.detectors)?)?;
+    }
+    if let Some(k) = jacobian {
+        let tally = &result.tally.detectors;
+        if tally.dropped > 0 {
+            return Err(value_error(format!(
+                "jacobian: {} detected photons were not kept (maxdetphoton); raise it to replay them all",
+                tally.dropped
+            )));
+        }
+        let jac = compute(py, || sim.replay_cpu(&tally.photons, k).py())?;
+        let n = result.tally.photons.max(1) as f64;
+        let per_photon: Vec<f64> = jac.weighted_path[1..].iter().map(|x| -x / n).collect();
+        out.set_item("jacobian", per_photon.into_pyarray(py))?;
+        out.set_item("mean_path", jac.mean_path()[1..].to_vec().into_pyarray(py))?;
     }
     out.set_item("device", device.info().id.clone())?;
     Ok(out)

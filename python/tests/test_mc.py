@@ -127,3 +127,25 @@ def test_run_equals_the_cli(cli, tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     for key in ("absorbed", "escaped", "specular"):
         assert got["summary"][key] == pytest.approx(summary[key], rel=1e-12), key
+
+
+def test_jacobian_is_the_derivative_of_the_detected_weight():
+    # The slab of the test above, roulette never reached: a detected photon's path does not
+    # depend on mua, so the detector's weight at mua +- d (same seed) gives dW/dmua by a
+    # central difference, which the replayed Jacobian summed over the elements must match.
+    prop = [[0, 0, 1, 1], [0.01, 1.0, 0.0, 1.0]]
+    kw = dict(node=MESH["node"], elem=MESH["elem"], srcpos=[5.1, 4.9, 0], srcdir=[0, 0, 1],
+              nphoton=3000, detpos=[[5.0, 5.0, 0.0, 3.0]], device="cpu")
+    out = mc.run(prop=prop, jacobian=1, **kw)
+    jac, d = out["jacobian"], out["detp"]
+    assert jac.shape == out["volume"].shape and np.all(jac <= 0)
+    # Summed over the elements: minus the records' weight x path per launched photon.
+    assert jac.sum() == pytest.approx(-(d["weight"] * d["ppath"][:, 0]).sum() / 3000, rel=1e-9)
+    w = lambda mua: mc.run(prop=[[0, 0, 1, 1], [mua, 1.0, 0.0, 1.0]], **kw)["detp"]["detected_weight"][0] / 3000
+    h = 1e-6
+    assert jac.sum() == pytest.approx((w(0.01 + h) - w(0.01 - h)) / (2 * h), rel=1e-6)
+    assert np.all(out["mean_path"] >= 0)
+    with pytest.raises(ValueError, match="detpos"):
+        mc.run(prop=prop, jacobian=1, **{k: v for k, v in kw.items() if k != "detpos"})
+    with pytest.raises(ValueError, match="maxdetphoton"):
+        mc.run(prop=prop, jacobian=1, maxdetphoton=10, **kw)

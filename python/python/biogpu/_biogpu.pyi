@@ -103,10 +103,11 @@ def mc_run(
     node: np.ndarray, elem: np.ndarray, region: np.ndarray, materials: np.ndarray,
     n_outside: float, sources: str, photons: int, seed: int, time_limit_ns: Optional[float],
     specular: bool, detectors: Optional[np.ndarray], max_detected: int, device: str,
+    jacobian: Optional[int] = None,
 ) -> Dict[str, Any]:
     """Monte Carlo run: node (N, 3) float64 mm, elem (M, 4) int64 0-based, region (M,)
     int64 from 1, materials (R, 4) mua, mus (1/mm), g, n; sources as JSON; detectors
-    (K, 4) x, y, z, radius (mm) or None."""
+    (K, 4) x, y, z, radius (mm) or None; jacobian: a detector (1-based) to replay."""
 
 def mc_box_mesh(origin: Tuple[float, float, float], size: Tuple[float, float, float], cell: float, per_cell: int) -> Dict[str, np.ndarray]:
     """A box mesh: node (N, 3) mm, elem (M, 5) 1-based with the region last."""

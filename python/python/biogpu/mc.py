@@ -76,6 +76,7 @@ def run(
     detpos: Any = None,
     maxdetphoton: int = 1_000_000,
     device: str = "auto",
+    jacobian: Optional[int] = None,
 ) -> Dict[str, Any]:
     """Simulate ``nphoton`` photon packets and tally absorbed energy and exitance.
 
@@ -96,6 +97,10 @@ def run(
         detpos: (K, 4) disk detectors on the surface, ``x, y, z, radius`` (mm), as pmmc.
         maxdetphoton: records kept at most (further detections still count in the totals).
         device: see :mod:`biogpu`.
+        jacobian: a detector (1-based) whose absorption Jacobian to compute: its detected
+            photons are replayed with their path through every element (track-length
+            estimator; the run is then on the CPU, whose f64 paths a replay repeats, and must
+            keep every record).
 
     Returns:
         dict: ``fluence`` (M,) per element (1/mm^2 per photon), ``fluence_node`` (N,) the
@@ -109,8 +114,10 @@ def run(
         (its index: with the seed it replays the path), ``weight`` at exit, ``time_ns``,
         ``nscat``, ``p`` exit point (mm), ``v`` exit direction, ``ppath`` (photons, regions)
         path length per region (mm); and per detector ``count``, ``detected_weight``, with
-        ``dropped`` records beyond ``maxdetphoton``. Ctrl-C stops the run and raises
-        KeyboardInterrupt.
+        ``dropped`` records beyond ``maxdetphoton``; with ``jacobian``, ``jacobian`` (M,)
+        dW/dmua per element (W the detector's weight per launched photon; mm) and
+        ``mean_path`` (M,) the detected light's mean path length in each element (mm,
+        -d ln W / d mua). Ctrl-C stops the run and raises KeyboardInterrupt.
     """
     merged: Dict[str, Any] = dict(cfg or {})
     given = dict(node=node, elem=elem, prop=prop, elemprop=elemprop, srcpos=srcpos, srcdir=srcdir,
@@ -169,9 +176,14 @@ def run(
         None if merged.get("detpos") is None else np.ascontiguousarray(np.asarray(merged["detpos"], dtype=np.float64).reshape(-1, 4)),
         int(merged["maxdetphoton"]),
         check_device(merged["device"]),
+        _detector(jacobian if jacobian is not None else merged.get("jacobian")),
     )
     out["fluence_node"] = node_fluence(out["fluence"], out["volume"], tets, len(nodes))
     return out
+
+
+def _detector(k: Any) -> Optional[int]:
+    return None if k is None else int(k)
 
 
 def node_fluence(fluence: np.ndarray, volume: np.ndarray, tets: np.ndarray, n_nodes: int) -> np.ndarray:

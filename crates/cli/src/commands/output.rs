@@ -450,7 +450,10 @@ mod tests {
         );
         std::fs::write(out.staging().join("c.tif"), "x").unwrap();
         assert!(out.commit().is_err());
-        assert!(!dir.exists(), "staging and the folder the run created removed");
+        assert!(
+            !dir.exists(),
+            "staging and the folder the run created removed"
+        );
         // A folder that was there before stays, empty again.
         std::fs::create_dir_all(&dir).unwrap();
         let out = OutDir::create(&dir, false, &[], ["a.tif"]).unwrap();
