@@ -89,11 +89,7 @@ impl Stats {
             .and(flags.rows())
             .par_map_collect(|k, f| {
                 let (k_sum, k_finite) = finite_sum(k.as_slice().expect("standard layout"));
-                let (mut undefined, mut saturated) = (0usize, 0usize);
-                for &f in f {
-                    undefined += usize::from(f & speckle_core::flags::UNDEFINED);
-                    saturated += usize::from((f & speckle_core::flags::SATURATED) >> 1);
-                }
+                let (undefined, saturated) = flag_counts(f.as_slice().expect("standard layout"));
                 Stats {
                     k_sum,
                     k_finite,
@@ -108,6 +104,29 @@ impl Stats {
             saturated: a.saturated + r.saturated,
         })
     }
+}
+
+/// How many flag bytes have the UNDEFINED and the SATURATED bit: eight bytes at a time, each
+/// bit counted by a population count of its lane mask.
+fn flag_counts(f: &[u8]) -> (usize, usize) {
+    let lanes = |bit: u8| u64::from_le_bytes([bit; 8]);
+    let (undefined, saturated) = (
+        lanes(speckle_core::flags::UNDEFINED),
+        lanes(speckle_core::flags::SATURATED),
+    );
+    let words = f.chunks_exact(8);
+    let tail = words.remainder();
+    let (mut u, mut s) = (0usize, 0usize);
+    for w in words {
+        let w = u64::from_le_bytes(w.try_into().expect("eight bytes"));
+        u += (w & undefined).count_ones() as usize;
+        s += (w & saturated).count_ones() as usize;
+    }
+    for &b in tail {
+        u += usize::from(b & speckle_core::flags::UNDEFINED != 0);
+        s += usize::from(b & speckle_core::flags::SATURATED != 0);
+    }
+    (u, s)
 }
 
 /// Sum (in f64) and count of the finite values, in eight interleaved lanes (a sequential sum
@@ -638,6 +657,20 @@ mod tests {
     use super::*;
     use ndarray::Array3;
     use speckle_core::RawStack;
+
+    /// The population counts equal a byte-by-byte count, for every tail length.
+    #[test]
+    fn flag_counts_count_each_bit() {
+        let flags: Vec<u8> = (0..203u32).map(|i| (i * 7 % 11) as u8 & 3).collect();
+        for n in [0, 1, 7, 8, 9, 64, 203] {
+            let f = &flags[..n];
+            let want = (
+                f.iter().filter(|&&b| b & 1 != 0).count(),
+                f.iter().filter(|&&b| b & 2 != 0).count(),
+            );
+            assert_eq!(flag_counts(f), want, "{n} bytes");
+        }
+    }
 
     fn stack(n: usize, h: usize, w: usize) -> Array3<u16> {
         Array3::from_shape_fn((n, h, w), |(t, y, x)| {

@@ -762,49 +762,24 @@ fn decode_page(
             layout.len
         )));
     }
-    let mut buf = vec![0u8; layout.len];
-    dec.read_image_bytes(&mut buf).map_err(terr)?;
-    let short = |need: usize| Error::Format {
-        path: path.to_path_buf(),
-        why: format!(
-            "page {page}: decoder returned {} bytes for a {w}x{h} page, need {need}",
-            buf.len()
-        ),
-    };
     let shape = (h, w);
     let frame = match kind {
-        PageKind::U8 => {
-            let n = w * h;
-            if buf.len() < n {
-                return Err(short(n));
-            }
-            buf.truncate(n);
-            Frame::U8(to_array(shape, buf))
-        }
-        PageKind::U16 => {
-            let n = w * h * 2;
-            if buf.len() < n {
-                return Err(short(n));
-            }
-            let v = buf[..n]
-                .chunks_exact(2)
-                .map(|c| u16::from_ne_bytes([c[0], c[1]]))
-                .collect();
-            Frame::U16(to_array(shape, v))
-        }
-        PageKind::F32 => {
-            let n = w * h * 4;
-            if buf.len() < n {
-                return Err(short(n));
-            }
-            let v = buf[..n]
-                .chunks_exact(4)
-                .map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
-                .collect();
-            Frame::F32(to_array(shape, v))
-        }
+        PageKind::U8 => Frame::U8(to_array(shape, read_pixels(dec, w * h).map_err(terr)?)),
+        PageKind::U16 => Frame::U16(to_array(shape, read_pixels(dec, w * h).map_err(terr)?)),
+        PageKind::F32 => Frame::F32(to_array(shape, read_pixels(dec, w * h).map_err(terr)?)),
     };
     Ok(frame)
+}
+
+/// The page's `n` pixels, decoded straight into the frame's own buffer (the decoder writes
+/// native-endian values): no second buffer and copy per page.
+fn read_pixels<T: bytemuck::Pod + Default>(
+    dec: &mut Decoder<BufReader<File>>,
+    n: usize,
+) -> tiff::TiffResult<Vec<T>> {
+    let mut v = vec![T::default(); n];
+    dec.read_image_bytes(bytemuck::cast_slice_mut(&mut v))?;
+    Ok(v)
 }
 
 fn to_array<T>(shape: (usize, usize), v: Vec<T>) -> Array2<T> {
