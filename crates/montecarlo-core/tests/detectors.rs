@@ -70,14 +70,10 @@ fn a_clear_slab_gives_exact_records() {
     assert!((total - r.summary.escaped).abs() < 1e-12);
 }
 
-/// Two scattering layers with different absorption, roulette never reached (wmin 1e-12;
-/// a 2 ns limit keeps weights above 0.1), track length:
-/// a packet's weight only decays along its path, so every record's exit weight is exactly
-/// (1 - Rsp) exp(-sum_r mua_r L_r) over its partial pathlengths; with one index, the total
-/// path is c t / n. The record's photon index replays it: rerunning only that photon gives
-/// the same record.
-#[test]
-fn exit_weights_follow_beer_lambert_along_the_partial_pathlengths() {
+/// Two scattering layers (2 mm of mua[0], then mua[1]; mus 2/mm, g 0.8, n 1.4), a pencil
+/// beam, roulette never reached (wmin 1e-12) and a 2 ns limit that keeps weights above 0.1:
+/// a detected photon's path does not depend on mua.
+fn two_layers(mua: [f64; 2], estimator: Estimator, photons: u64) -> Simulation {
     let mesh = generate::slab_mesh(20.0, &[2.0, 8.0], 10, 4, 5).unwrap();
     let mat = |mua| Material {
         mua,
@@ -86,7 +82,7 @@ fn exit_weights_follow_beer_lambert_along_the_partial_pathlengths() {
         n: 1.4,
     };
     let optics = Optics {
-        materials: vec![mat(0.02), mat(0.005)],
+        materials: vec![mat(mua[0]), mat(mua[1])],
         n_outside: 1.0,
     };
     let src = [Source::Pencil {
@@ -97,14 +93,29 @@ fn exit_weights_follow_beer_lambert_along_the_partial_pathlengths() {
     let params = Params {
         wmin: 1e-12,
         time_limit_ns: Some(2.0),
+        estimator,
         ..Params::default()
     };
+    Simulation::new(mesh, optics, &src, photons, params).unwrap()
+}
+
+/// The detector of the two-layer tests: 5 mm from the beam on the lit face.
+const DETECTOR: Detector = Detector {
+    pos: [5.0, 0.0, 0.0],
+    radius: 2.0,
+};
+
+/// Two scattering layers with different absorption, roulette never reached (wmin 1e-12;
+/// a 2 ns limit keeps weights above 0.1), track length:
+/// a packet's weight only decays along its path, so every record's exit weight is exactly
+/// (1 - Rsp) exp(-sum_r mua_r L_r) over its partial pathlengths; with one index, the total
+/// path is c t / n. The record's photon index replays it: rerunning only that photon gives
+/// the same record.
+#[test]
+fn exit_weights_follow_beer_lambert_along_the_partial_pathlengths() {
     let photons = 20_000;
-    let mut sim = Simulation::new(mesh, optics, &src, photons, params).unwrap();
-    let mut out = detection(vec![Detector {
-        pos: [5.0, 0.0, 0.0],
-        radius: 2.0,
-    }]);
+    let mut sim = two_layers([0.02, 0.005], Estimator::TrackLength, photons);
+    let mut out = detection(vec![DETECTOR]);
     out.gates = Some(Gates {
         width_ns: 0.1,
         count: 20,
@@ -280,34 +291,8 @@ fn bad_detectors_are_clear_errors() {
 fn the_replayed_jacobian_is_the_derivative_of_the_detected_weight() {
     let photons = 20_000;
     let sim_with = |mua: [f64; 2], estimator: Estimator| {
-        let mesh = generate::slab_mesh(20.0, &[2.0, 8.0], 10, 4, 5).unwrap();
-        let mat = |mua| Material {
-            mua,
-            mus: 2.0,
-            g: 0.8,
-            n: 1.4,
-        };
-        let optics = Optics {
-            materials: vec![mat(mua[0]), mat(mua[1])],
-            n_outside: 1.0,
-        };
-        let src = [Source::Pencil {
-            pos: [0.1, 0.2, 0.0],
-            dir: [0.0, 0.0, 1.0],
-            power: 1.0,
-        }];
-        let params = Params {
-            wmin: 1e-12,
-            time_limit_ns: Some(2.0),
-            estimator,
-            ..Params::default()
-        };
-        let mut sim = Simulation::new(mesh, optics, &src, photons, params).unwrap();
-        sim.set_outputs(detection(vec![Detector {
-            pos: [5.0, 0.0, 0.0],
-            radius: 2.0,
-        }]))
-        .unwrap();
+        let mut sim = two_layers(mua, estimator, photons);
+        sim.set_outputs(detection(vec![DETECTOR])).unwrap();
         sim
     };
     let mua = [0.02, 0.005];
