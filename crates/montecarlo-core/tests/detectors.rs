@@ -286,7 +286,8 @@ fn bad_detectors_are_clear_errors() {
 /// derivative by a central difference, computed by the transport's own weight decay, which
 /// the replay's sum of exit weight x path length per tet must match region by region (to
 /// 1e-8; measured 2e-10 and 5e-11, the central difference's own error being ~1e-9). The
-/// per-tet sums also add up to each record's weight x partial pathlength.
+/// per-tet sums also add up to each record's weight x partial pathlength, and are the same
+/// bits on one thread as on all.
 #[test]
 fn the_replayed_jacobian_is_the_derivative_of_the_detected_weight() {
     let photons = 20_000;
@@ -301,6 +302,12 @@ fn the_replayed_jacobian_is_the_derivative_of_the_detected_weight() {
     let records = &r.tally.detectors.photons;
     let jac = sim.replay_cpu(records, 1).unwrap();
     assert_eq!(jac.photons, records.len());
+    // The same bits on one thread.
+    let one = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .unwrap();
+    assert_eq!(one.install(|| sim.replay_cpu(records, 1)).unwrap(), jac);
     assert!((jac.weight - r.tally.detectors.weight[0]).abs() < 1e-12 * jac.weight);
     for region in 0..2 {
         // -dW/dmua_r from the replay: its tets' weighted path lengths.

@@ -20,7 +20,7 @@ use super::transport::Cpu;
 /// made on the CPU repeat to rounding (the CPU path is f64 throughout).
 const SAME: f64 = 1e-9;
 /// Records replayed per task.
-const BLOCK: usize = 256;
+const BLOCK: usize = 64;
 
 /// The absorption Jacobian of one detector, from its detected photons.
 #[derive(Debug, Clone, PartialEq)]
@@ -71,32 +71,37 @@ pub(crate) fn replay(
     }
     let mine: Vec<&DetectedPhoton> = records.iter().filter(|r| r.detector == detector).collect();
     let cpu = Cpu::new(sim);
-    let n = sim.mesh.len() + 1;
-    // Fixed blocks of records, summed in order: the same bits whatever the thread count.
-    let blocks: Vec<(Vec<f64>, f64)> = mine
-        .par_chunks(BLOCK)
-        .map(|block| {
-            let (mut jac, mut w, mut tally) = (vec![0.0; n], 0.0, cpu.tally());
-            for rec in block {
-                let (got, segments) = cpu
-                    .replay(rec.photon, &mut tally)
-                    .filter(|(got, _)| same_record(got, rec))
-                    .ok_or_else(|| not_replayed(rec))?;
-                for (t, len) in segments {
-                    jac[t as usize] += got.weight * len;
-                }
-                w += got.weight;
-            }
-            Ok((jac, w))
-        })
-        .collect::<Result<_>>()?;
-    let mut weighted_path = vec![0.0; n];
+    let mut weighted_path = vec![0.0; sim.mesh.len() + 1];
     let mut weight = 0.0;
-    for (jac, w) in blocks {
-        for (x, y) in weighted_path.iter_mut().zip(&jac) {
-            *x += y;
+    // Blocks of records replayed in parallel, a few per thread at a time (memory stays
+    // bounded whatever the record count); each block's weight x length per segment is then
+    // added in record order, so the sums are the same bits whatever the thread count.
+    let group = BLOCK * 4 * rayon::current_num_threads();
+    for part in mine.chunks(group) {
+        let blocks: Vec<(Vec<(u32, f64)>, f64)> = part
+            .par_chunks(BLOCK)
+            .map_init(
+                || cpu.tally(),
+                |tally, block| {
+                    let (mut adds, mut w) = (Vec::new(), 0.0);
+                    for rec in block {
+                        let (got, segments) = cpu
+                            .replay(rec.photon, tally)
+                            .filter(|(got, _)| same_record(got, rec))
+                            .ok_or_else(|| not_replayed(rec))?;
+                        adds.extend(segments.into_iter().map(|(t, len)| (t, got.weight * len)));
+                        w += got.weight;
+                    }
+                    Ok((adds, w))
+                },
+            )
+            .collect::<Result<_>>()?;
+        for (adds, w) in blocks {
+            for (t, x) in adds {
+                weighted_path[t as usize] += x;
+            }
+            weight += w;
         }
-        weight += w;
     }
     Ok(Jacobian {
         detector,
