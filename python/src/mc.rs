@@ -191,10 +191,11 @@ fn mc_run<'py>(
             )));
         }
         let jac = compute(py, || sim.replay_cpu(&tally.photons, k).py())?;
-        let n = result.tally.photons.max(1) as f64;
-        let per_photon: Vec<f64> = jac.weighted_path[1..].iter().map(|x| -x / n).collect();
-        out.set_item("jacobian", per_photon.into_pyarray(py))?;
-        out.set_item("mean_path", jac.mean_path()[1..].to_vec().into_pyarray(py))?;
+        out.set_item(
+            "jacobian",
+            jac.dw_dmua(result.tally.photons).into_pyarray(py),
+        )?;
+        out.set_item("mean_path", jac.mean_path().into_pyarray(py))?;
     }
     out.set_item("device", device.info().id.clone())?;
     Ok(out)

@@ -309,6 +309,12 @@ fn the_replayed_jacobian_is_the_derivative_of_the_detected_weight() {
         .unwrap();
     assert_eq!(one.install(|| sim.replay_cpu(records, 1)).unwrap(), jac);
     assert!((jac.weight - r.tally.detectors.weight[0]).abs() < 1e-12 * jac.weight);
+    // Per launched photon, one entry per tet.
+    let per_photon = jac.dw_dmua(photons);
+    assert_eq!(per_photon.len(), sim.mesh.len());
+    let total: f64 = jac.weighted_path.iter().sum();
+    let summed: f64 = per_photon.iter().sum();
+    assert!((summed + total / photons as f64).abs() <= 1e-12 * total / photons as f64);
     for region in 0..2 {
         // -dW/dmua_r from the replay: its tets' weighted path lengths.
         let replayed: f64 = (1..=sim.mesh.len())

@@ -362,8 +362,8 @@ fn replay(a: &ReplayArgs) -> anyhow::Result<()> {
     }
     sim.params.seed = count("seed")?;
     let regions = sim.optics.materials.len();
-    let records = results::read_detected(&a.run.join("detected.npy"), regions)?;
     let detected = a.run.join("detected.npy");
+    let records = results::read_detected(&detected, regions)?;
     let names = ["jacobian.csv", "jacobian.vtu", "summary.json"];
     let out = OutDir::create(&a.out, a.force, &[&a.sim, &detected], names)?;
     crate::say!(
@@ -374,9 +374,8 @@ fn replay(a: &ReplayArgs) -> anyhow::Result<()> {
         sim.params.seed
     );
     let jac = sim.replay_cpu(&records, a.detector)?;
-    let n = launched.max(1) as f64;
-    let per_photon: Vec<f64> = jac.weighted_path[1..].iter().map(|x| -x / n).collect();
-    let mean_path: Vec<f64> = jac.mean_path()[1..].to_vec();
+    let per_photon = jac.dw_dmua(launched);
+    let mean_path = jac.mean_path();
     let mut csv = String::from("tet,region,volume,dW_dmua,mean_path_mm\n");
     for t in 1..=sim.mesh.len() {
         // Writing into a String cannot fail.
@@ -395,7 +394,7 @@ fn replay(a: &ReplayArgs) -> anyhow::Result<()> {
         &sim.mesh,
         &[("dW_dmua", &per_photon), ("mean_path_mm", &mean_path)],
     )?;
-    let weight = jac.weight / n;
+    let weight = jac.weight / launched.max(1) as f64;
     out.write_json(
         "summary.json",
         &serde_json::json!({

@@ -38,10 +38,18 @@ pub struct Jacobian {
 }
 
 impl Jacobian {
-    /// The mean path length of the detected light in each tet (mm): -d ln W / d mua_t.
+    /// dW/dmua per tet (index t - 1 for tet t), W the detector's weight per launched photon
+    /// (`launched` photons): minus the weighted path over the photons launched, mm.
+    pub fn dw_dmua(&self, launched: u64) -> Vec<f64> {
+        let n = launched.max(1) as f64;
+        self.weighted_path[1..].iter().map(|x| -x / n).collect()
+    }
+
+    /// The mean path length of the detected light in each tet (index t - 1 for tet t), mm:
+    /// -d ln W / d mua_t.
     pub fn mean_path(&self) -> Vec<f64> {
         let w = self.weight;
-        self.weighted_path
+        self.weighted_path[1..]
             .iter()
             .map(|&x| if w > 0.0 { x / w } else { 0.0 })
             .collect()
